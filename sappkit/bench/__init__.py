@@ -1,0 +1,51 @@
+"""``sappkit bench``: one table of every performance target in DESIGN.md.
+
+Each module here measures one model and exposes ``measure(quick: bool) ->
+list[dict]`` with rows of :data:`COLUMNS`. It is a benchmark, not a test:
+a miss is reported, never raised.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from importlib import import_module
+
+import pandas as pd
+
+__all__ = ["COLUMNS", "MODULES", "median_seconds", "row", "run"]
+
+COLUMNS = ("benchmark", "case", "median_ms", "target_ms", "passed", "detail")
+#: Bench modules under ``sappkit.bench``, in the order the table lists them.
+MODULES = (
+)
+
+
+def median_seconds(function: Callable[[], object], *, repeats: int = 5) -> float:
+    """Median wall time of ``function()`` over ``repeats`` calls after one warm-up call."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def row(benchmark: str, case: str, seconds: float, target_ms: float | None, detail: str = "") -> dict:
+    """One table row; ``passed`` is None when the benchmark has no target."""
+    median_ms = 1000 * seconds
+    passed = None if target_ms is None else median_ms < target_ms
+    return dict(benchmark=benchmark, case=case, median_ms=round(median_ms, 2),
+                target_ms=target_ms, passed=passed, detail=detail)
+
+
+def run(*, quick: bool = False, only: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Measure every bench module (or those named in ``only``) and return the table."""
+    rows = []
+    for name in MODULES:
+        if only and name not in only:
+            continue
+        rows.extend(import_module(f".{name}", __name__).measure(quick))
+    return pd.DataFrame(rows, columns=list(COLUMNS))

@@ -1,0 +1,56 @@
+"""Column names, defined once, for every frame sappkit reads or returns.
+
+Memory is in MB (MiB) in every ``*_mb`` column; times are in the input's own
+unit in every ``*_time`` column.
+"""
+
+__all__ = [
+    "KIND", "ROLE", "COUNT", "PARAM_MB", "OPTION", "FORWARD_TIME", "BACKWARD_TIME",
+    "ACTIVATION_MB", "MODULE", "MEMORY_ONCE_MB", "WORKING_MB", "FIRST_WORKING_MB",
+    "GRAD_MB", "LAYER_REQUIRED", "LAYER_OPTIONAL",
+    "STAGE", "CHUNK", "IN_FLIGHT", "OVERHEAD_MB", "CONST_MB", "MEMORY_MB", "LIMIT_MB",
+    "STAGE_MEMORY", "RECOMPUTE_TIME", "TIME", "LAYERS",
+    "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "DEFAULT_MODES",
+]
+
+# The layer table (DESIGN.md "The layer table").
+KIND = "kind"
+ROLE = "role"
+COUNT = "count"
+PARAM_MB = "param_mb"
+OPTION = "option"
+FORWARD_TIME = "forward_time"
+BACKWARD_TIME = "backward_time"
+ACTIVATION_MB = "activation_mb"
+MODULE = "module"
+MEMORY_ONCE_MB = "memory_once_mb"
+WORKING_MB = "working_mb"
+FIRST_WORKING_MB = "first_working_mb"
+GRAD_MB = "grad_mb"
+
+LAYER_REQUIRED = (KIND, ROLE, COUNT, PARAM_MB, OPTION, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
+#: Optional layer columns and their defaults (``first_working_mb`` defaults to ``working_mb``).
+LAYER_OPTIONAL = {MODULE: "model", MEMORY_ONCE_MB: 0.0, WORKING_MB: 0.0, FIRST_WORKING_MB: None, GRAD_MB: 0.0}
+
+# Pipeline cells and the shared per-stage memory schema (DESIGN.md "Per-stage memory").
+STAGE = "stage"
+CHUNK = "chunk"
+IN_FLIGHT = "in_flight"
+OVERHEAD_MB = "overhead_mb"
+CONST_MB = "const_mb"
+MEMORY_MB = "memory_mb"
+LIMIT_MB = "limit_mb"
+STAGE_MEMORY = (STAGE, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, MEMORY_MB, LIMIT_MB)
+
+RECOMPUTE_TIME = "recompute_time"
+TIME = "time"
+LAYERS = "layers"
+
+# Roles and the SAPP recompute options, least to most recompute.
+HEAD = "head"
+BODY = "body"
+TAIL = "tail"
+ROLES = (HEAD, BODY, TAIL)
+SAPP_OPTIONS = ("none", "selective", "comm", "both", "full")
+#: Which option each runtime mode runs, unless the caller says otherwise.
+DEFAULT_MODES = {"off": "none", "selective": "selective", "full": "full"}

@@ -1,0 +1,1 @@
+"""Sub-commands of the ``sappkit`` command line, one module each (see ``sappkit.cli``)."""

@@ -1,0 +1,1 @@
+"""ipywidgets dashboards, one module per notebook; thin wiring of tested library functions."""
