@@ -174,12 +174,11 @@ def _validated(frame) -> pd.DataFrame:
         raise InputError(f"layers is missing column(s) {', '.join(map(repr, missing))}; "
                          f"a layer table needs {', '.join(LAYER_REQUIRED)}")
     frame = frame.reset_index(drop=True).copy()
+    # Optional columns may be absent or blank on some rows: both mean the default.
     for column, default in LAYER_OPTIONAL.items():
-        if column not in frame.columns:
-            frame[column] = frame[WORKING_MB] if column == FIRST_WORKING_MB else default
-        elif column == FIRST_WORKING_MB:
-            frame[column] = frame[column].fillna(frame[WORKING_MB])
-    frame[MODULE] = frame[MODULE].fillna(LAYER_OPTIONAL[MODULE]).astype(str)
+        values = frame[column] if column in frame.columns else pd.Series(np.nan, index=frame.index)
+        frame[column] = values.fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
+    frame[MODULE] = frame[MODULE].astype(str)
     for column in (KIND, OPTION):
         frame[column] = frame[column].astype(str)
     for column in _NUMERIC:
@@ -190,7 +189,7 @@ def _validated(frame) -> pd.DataFrame:
                              f"expected one of {', '.join(map(repr, ROLES))}")
     for row, count in frame[COUNT].items():
         if not float(count).is_integer() or count < 1:
-            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'count' is {count!r}; "
+            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'count' is {_plain(count)!r}; "
                              "expected a whole number >= 1")
     frame[COUNT] = frame[COUNT].astype(int)
     duplicated = frame.duplicated([KIND, OPTION])
@@ -210,7 +209,7 @@ def _numeric_column(frame: pd.DataFrame, column: str) -> pd.Series:
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column {column!r} is "
-                         f"{frame.at[row, column]!r}; expected a finite number >= 0")
+                         f"{_plain(frame.at[row, column])!r}; expected a finite number >= 0")
     return values.astype(float)
 
 
@@ -220,7 +219,8 @@ def _check_per_kind(frame: pd.DataFrame) -> None:
             values = rows[column].unique()
             if len(values) > 1:
                 raise InputError(f"layers kind {kind!r} has different {column!r} on its rows "
-                                 f"{rows.index.tolist()}: {list(values)}; a kind's {column} is one value")
+                                 f"{rows.index.tolist()}: {[_plain(v) for v in values]}; "
+                                 f"a kind's {column} is one value")
         role = rows[ROLE].iloc[0]
         if role in (HEAD, TAIL) and len(rows) > 1:
             raise InputError(f"layers {role} kind {kind!r} has {len(rows)} option rows "
@@ -232,3 +232,8 @@ def _check_per_kind(frame: pd.DataFrame) -> None:
         if len(kinds) > 1:
             raise InputError(f"layers has {len(kinds)} {role} kinds ({', '.join(map(repr, kinds))}); "
                              f"at most one {role} is allowed")
+
+
+def _plain(value):
+    """A numpy scalar as the Python value, so messages read ``2.5`` rather than ``np.float64(2.5)``."""
+    return value.item() if isinstance(value, np.generic) else value
