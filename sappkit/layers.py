@@ -176,8 +176,8 @@ def _validated(frame) -> pd.DataFrame:
     frame = frame.reset_index(drop=True).copy()
     # Optional columns may be absent or blank on some rows: both mean the default.
     for column, default in LAYER_OPTIONAL.items():
-        values = frame[column] if column in frame.columns else pd.Series(np.nan, index=frame.index)
-        frame[column] = values.fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
+        values = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+        frame[column] = values.astype(object).fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
     frame[MODULE] = frame[MODULE].astype(str)
     for column in (KIND, OPTION):
         frame[column] = frame[column].astype(str)

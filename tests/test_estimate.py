@@ -1,0 +1,261 @@
+"""Analytic layer tables: Korthikanti et al.'s closed forms, parameter counts, time, bad configs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sappkit import DeviceConfig, InputError, ParallelConfig, TransformerConfig, estimate_layers
+from sappkit.columns import SAPP_OPTIONS
+
+MB = 2**20
+# One FLOP per millisecond and one byte per millisecond: times equal FLOPs and bytes (up to rounding).
+SLOW = DeviceConfig(tflops=1e-9, mfu=1.0, link_gbs=1e-6, hbm_gbs=1e-6)
+# s = 8, b = 2, h = 16, a = 4, f = 4h, v = 32: s·b·h = 256 bytes per element, 5·a·s/h = 10.
+GPT = TransformerConfig(layers=3, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8, vocab_size=32)
+
+
+def body(table, option, kind="layer"):
+    return table.rows(kind).loc[option]
+
+
+def estimate(model=GPT, **parallel):
+    parallel = {"micro_batch_size": 2, **parallel}
+    return estimate_layers(model, parallel=ParallelConfig(**parallel), device=SLOW)
+
+
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_activations_are_korthikanti_closed_forms(sequence_parallel):
+    table = estimate(tensor_parallel=2, sequence_parallel=sequence_parallel)
+    kept = {option: body(table, option).activation_mb * MB for option in SAPP_OPTIONS}
+    sbh, t, core = 256, 2, 10
+    if sequence_parallel:  # eq. 5 and sec. 4.2.1: everything split over t
+        assert kept == {"none": sbh / t * (34 + core), "selective": 34 * sbh / t, "comm": (34 - 4 + core) * sbh / t,
+                        "both": 30 * sbh / t, "full": 2 * sbh / t}
+    else:  # eq. 2: 10·s·b·h replicated, 24/t and the attention core split
+        assert kept == {"none": sbh * (10 + 24 / t + core / t), "selective": sbh * (10 + 24 / t),
+                        "comm": sbh * (6 + 24 / t + core / t), "both": sbh * (6 + 24 / t), "full": 2 * sbh}
+    assert kept["none"] == (5632 if sequence_parallel else 6912)
+
+
+def test_head_and_tail_are_korthikanti_sec_4_3():
+    table = estimate(tensor_parallel=2)
+    # Embedding dropout mask s·b·h/t; output layer 4·s·b·h/t·(1 + v/h).
+    assert table.head.activation_mb * MB == 128
+    assert table.tail.activation_mb * MB == 4 * 256 / 2 * (1 + 32 / 16)
+
+
+def test_parameter_bytes_follow_the_zero_stage():
+    params = (12 * 16**2 + 2 * 16) / 2  # attention 4h², MLP 8h², two norms, over t = 2
+    held = {}
+    for zero in (0, 1, 2, 3):
+        row = body(estimate(tensor_parallel=2, data_parallel=4, zero=zero), "none")
+        held[zero] = (row.param_mb * MB / params, row.working_mb * MB)
+    assert held == {0: (18, 0), 1: (2 + 4 + 12 / 4, 0), 2: (2 + 16 / 4, 0), 3: (18 / 4, 6 * params * 3 / 4)}
+
+
+def test_time_is_six_params_tokens_plus_attention():
+    table = estimate(tensor_parallel=2)
+    forward = (24 * 2 * 8 * 16**2 + 4 * 2 * 8**2 * 16) / 2  # Megatron's 24·b·s·h² + 4·b·s²·h, over t
+    core = 4 * 2 * 8**2 * 16 / 2
+    # comm: all-gathers receive (t-1)/t of 2·e·s·b·h bytes twice; layer norms move 2·2·e·s·b·h/t.
+    comm = 2 * 2 * 256 / 2 + 2 * 2 * 2 * 256 / 2
+    backward = {option: body(table, option).backward_time for option in SAPP_OPTIONS}
+    assert body(table, "none").forward_time == pytest.approx(forward, rel=1e-12)
+    assert backward == pytest.approx({"none": 2 * forward, "selective": 2 * forward + core,
+                                      "comm": 2 * forward + comm, "both": 2 * forward + core + comm,
+                                      "full": 3 * forward}, rel=1e-12)
+    tail = (table.tail.forward_time, table.tail.backward_time)
+    assert tail == pytest.approx((2 * 16 * 32 * 16 / 2, 2 * 16 * 32 * 16), rel=1e-12)
+    assert (table.head.forward_time, table.head.backward_time) == (0, 0)
+
+
+def test_device_throughput_scales_time():
+    fast = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.5))
+    slow = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.25))
+    assert body(slow, "full").backward_time == pytest.approx(2 * body(fast, "full").backward_time, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(hidden=st.sampled_from([64, 128, 512]), heads=st.sampled_from([4, 8]), kv_heads=st.sampled_from([1, 2, 4]),
+       seq=st.sampled_from([64, 256, 2048]), gated=st.booleans(), dropout=st.booleans(),
+       tp=st.sampled_from([1, 2, 4]), sp=st.booleans(), moe=st.booleans())
+def test_more_recompute_keeps_less_and_costs_more(hidden, heads, kv_heads, seq, gated, dropout, tp, sp, moe):
+    model = TransformerConfig(layers=2, hidden_size=hidden, num_heads=heads, num_kv_heads=kv_heads,
+                              ffn_size=3 * hidden, seq_length=seq, vocab_size=100, gated_mlp=gated,
+                              dropout=dropout, **(dict(experts=4, top_k=2) if moe else {}))
+    table = estimate_layers(model, parallel=ParallelConfig(tensor_parallel=kv_heads if tp > kv_heads else tp,
+                                                           sequence_parallel=sp))
+    rows = table.rows(table.body_kinds[0])
+    memory, backward = rows.activation_mb, rows.backward_time
+    assert memory.full < memory.both < memory.selective < memory.none
+    assert memory.both < memory.comm < memory.none
+    assert backward.none < backward.selective < backward.full
+    assert backward.none < backward.comm < backward.both and backward.selective < backward.both
+
+
+@pytest.mark.parametrize("sequence_parallel", [True, False])
+def test_tensor_parallel_halves_what_it_splits(sequence_parallel):
+    one, two = estimate(tensor_parallel=1), estimate(tensor_parallel=2, sequence_parallel=sequence_parallel)
+    for option in SAPP_OPTIONS:
+        if sequence_parallel:
+            assert body(two, option).activation_mb == body(one, option).activation_mb / 2
+        assert body(two, option).forward_time == body(one, option).forward_time / 2
+    assert body(two, "selective").activation_mb * MB == (34 * 256 / 2 if sequence_parallel else 256 * (10 + 24 / 2))
+
+
+def test_context_parallel_splits_activations_and_time():
+    one, two = estimate(), estimate(context_parallel=2)
+    for option in SAPP_OPTIONS:
+        assert body(two, option).activation_mb == body(one, option).activation_mb / 2
+        assert body(two, option).backward_time == body(one, option).backward_time / 2
+
+
+def test_gqa_and_swiglu_change_the_per_layer_constant():
+    model = TransformerConfig(layers=1, hidden_size=16, num_heads=4, num_kv_heads=1, ffn_size=40,
+                              seq_length=8, vocab_size=32, gated_mlp=True, dropout=False)
+    table = estimate(model)
+    # 4·e·h (norms, linear inputs) + e·(h + h/4 + h/4 + h) (Q, K, V, projection input) + 3·e·f, per token.
+    per_token = 8 * 16 + 2 * (16 + 4 + 4 + 16) + 3 * 2 * 40
+    assert body(table, "selective").activation_mb * MB == 16 * per_token
+    assert body(table, "none").activation_mb * MB == 16 * per_token + 2 * 4 * 8 * 16  # softmax output e·a·s²·b
+    params = 16 * 16 + 2 * 16 * 4 + 16 * 16 + 3 * 16 * 40 + 2 * 16
+    assert body(table, "none").param_mb * MB == params * (2 + 4 + 12)
+
+
+def test_moe_counts_experts_over_expert_parallel_ranks():
+    model = TransformerConfig(layers=3, dense_layers=1, hidden_size=16, num_heads=4, ffn_size=64, experts=4,
+                              top_k=2, shared_experts=1, expert_ffn_size=8, seq_length=8, vocab_size=32,
+                              gated_mlp=True)
+    table = estimate_layers(model, parallel=ParallelConfig(data_parallel=2, expert_parallel=2, zero=0,
+                                                           dtype="fp32"), options=("none", "full"))
+    assert table.body_kinds == ("layer", "layer_moe")
+    assert (table.count("layer"), table.count("layer_moe")) == (1, 2)
+    dense = 4 * 16**2 + 16 * 4 + 3 * 16 * 8 + 2 * 16  # attention, router, shared expert, norms
+    experts = 4 * 3 * 16 * 8 / 2
+    assert table.param_mb("layer_moe") * MB == 16 * (dense + experts)
+    assert table.param_mb("layer") * MB == 16 * (4 * 16**2 + 3 * 16 * 64 + 2 * 16)
+    # Per token: norms and linear inputs 4·e·h, dropout masks 2h, Q K V and projection input 4·e·h,
+    # top_k·(2·e·h + 3·e·f_e), the shared expert 3·e·f_e, fp32 router scores 4·E.
+    per_token = 4 * 4 * 16 + 2 * 16 + 4 * 4 * 16 + 2 * (2 * 4 * 16 + 3 * 4 * 8) + 3 * 4 * 8 + 4 * 4
+    core = (4 + 1 + 4) * 4 * 8 * 8
+    assert body(table, "none", "layer_moe").activation_mb * MB == 8 * per_token + core
+
+
+@pytest.mark.parametrize("model, total", [
+    (TransformerConfig(layers=80, hidden_size=8192, num_heads=64, num_kv_heads=8, ffn_size=28672,
+                       vocab_size=32000, seq_length=4096, gated_mlp=True), 68_976_648_192),
+    (TransformerConfig(layers=61, dense_layers=3, hidden_size=7168, num_heads=128, head_dim=192, v_head_dim=128,
+                       q_lora_rank=1536, kv_lora_rank=512, rope_head_dim=64, ffn_size=18432, experts=256,
+                       top_k=8, shared_experts=1, expert_ffn_size=2048, vocab_size=129280, seq_length=4096,
+                       gated_mlp=True), 671e9),
+], ids=["llama2-70b", "deepseek-v3"])
+def test_published_parameter_counts(model, total):
+    frame = estimate_layers(model, parallel=ParallelConfig(zero=0, dtype="fp32"), options=("none",)).frame
+    counted = (frame.param_mb * frame["count"]).sum() * MB / 16
+    assert counted == pytest.approx(total, rel=1e-3)
+
+
+def test_stacks_give_a_multimodal_table_in_model_order():
+    vision = TransformerConfig(layers=4, hidden_size=32, num_heads=4, ffn_size=128, seq_length=16, patch_size=2,
+                               name="vit", module="vision")
+    language = TransformerConfig(layers=6, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8, vocab_size=32,
+                                 name="decoder", module="language")
+    table = estimate_layers(vision, language, parallel=ParallelConfig(zero=0, dtype="fp32"), options=("full",))
+    assert table.body_kinds == ("vit", "decoder")
+    assert table.modules == ("vision", "language") and table.multimodal
+    assert (table.head.module, table.tail.module) == ("vision", "language")
+    # Head: patch embedding 3·p²·h and positions s·h of the tower, token embedding v·h of the language model.
+    assert table.head.param_mb * MB == 16 * (12 * 32 + 16 * 32 + 32 * 16)
+    assert table.tail.param_mb * MB == 16 * (16 + 32 * 16)
+
+
+def test_options_are_priced_in_sapp_order():
+    table = estimate_layers(GPT, options=["full", "none"])
+    assert table.options("layer") == ("none", "full")
+
+
+def test_const_mb_is_the_tables_constant():
+    assert estimate_layers(GPT, const_mb=2500).const_mb == 2500
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(layers=0), "layers must be an int >= 1; got 0"),
+    (dict(num_kv_heads=3), "num_kv_heads must divide num_heads=4 (and equal it under MLA); got 3"),
+    (dict(hidden_size=18), "hidden_size=18 is not a multiple of num_heads=4; give head_dim explicitly"),
+    (dict(rope_head_dim=8), "rope_head_dim and q_lora_rank are MLA settings; set kv_lora_rank > 0 to use MLA, "
+                            "got kv_lora_rank=0 with rope_head_dim=8, q_lora_rank=0"),
+    (dict(kv_lora_rank=8, rope_head_dim=4), "rope_head_dim must be < head_dim=4 (it is part of it); got 4"),
+    (dict(experts=4), "top_k must be an int >= 1; got 0 (a MoE layer routes each token to top_k experts)"),
+    (dict(experts=4, top_k=5), "top_k must be <= experts=4; got 5"),
+    (dict(experts=4, top_k=1, dense_layers=3), "dense_layers must be < layers=3 (a MoE stack needs a MoE layer); "
+                                               "got 3"),
+    (dict(top_k=2), "top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set experts > 0 "
+                    "to use them (got top_k=2, shared_experts=0, dense_layers=0, expert_ffn_size=None)"),
+    (dict(name=""), "name must be a non-empty string; got ''"),
+    (dict(vocab_size=-1), "vocab_size must be an int >= 0; got -1"),
+])
+def test_bad_transformer_config(settings, message):
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        TransformerConfig(**{**dict(layers=3, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8,
+                                    vocab_size=32), **settings})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ParallelConfig(tensor_parallel=0), "tensor_parallel must be an int >= 1; got 0"),
+    (lambda: ParallelConfig(zero=4), "zero must be one of 0, 1, 2, 3; got 4"),
+    (lambda: ParallelConfig(dtype="fp8"), "dtype must be one of 'bf16', 'fp16', 'fp32'; got 'fp8'"),
+    (lambda: ParallelConfig(sequence_parallel=1), "sequence_parallel must be a bool; got 1"),
+    (lambda: ParallelConfig(data_parallel=2, expert_parallel=4),
+     "expert_parallel * expert_tensor_parallel = 4 * 1 must divide tensor_parallel * context_parallel * "
+     "data_parallel = 2"),
+    (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),
+    (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
+])
+def test_bad_parallel_or_device_config(make, message):
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        make()
+
+
+VIT = TransformerConfig(layers=2, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8, patch_size=2, name="vit")
+
+
+@pytest.mark.parametrize("models, options, parallel, message", [
+    ((), SAPP_OPTIONS, {}, "estimate_layers needs at least one TransformerConfig; got none"),
+    ((GPT, "x"), SAPP_OPTIONS, {}, "models[1] must be a TransformerConfig; got str"),
+    ((GPT,), ("none", "offload"), {}, "options must be distinct names among 'none', 'selective', 'comm', 'both', "
+                                      "'full'; got ('none', 'offload')"),
+    ((GPT,), "none", {}, "options must be distinct names among 'none', 'selective', 'comm', 'both', 'full'; "
+                         "got 'none'"),
+    ((GPT,), SAPP_OPTIONS, dict(tensor_parallel=8), "models[0] ('layer') num_heads=4 is not a multiple of "
+                                                    "tensor_parallel = 8"),
+    ((GPT,), SAPP_OPTIONS, dict(tensor_parallel=4, context_parallel=4),
+     "models[0] ('layer') seq_length=8 is not a multiple of the sequence split (context_parallel, times "
+     "tensor_parallel under sequence_parallel) = 16"),
+    ((GPT, GPT), SAPP_OPTIONS, {}, "models[0] ('layer') vocab_size=32; only the last stack has a vocabulary "
+                                   "(its token embedding is the head, its LM head the tail)"),
+    ((VIT,), SAPP_OPTIONS, {}, "models[0] ('vit') needs vocab_size > 0: the last stack's LM head is the tail"),
+    ((VIT, VIT), SAPP_OPTIONS, {}, "models[1] ('vit') patch_size=2; only the first stack embeds patches"),
+    ((TransformerConfig(layers=2, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8, name="a"), GPT),
+     SAPP_OPTIONS, {}, "models[0] ('a') needs patch_size > 0: the head embeds the first stack's input, and only "
+                       "the last stack has a vocabulary"),
+    ((VIT, TransformerConfig(layers=2, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8, vocab_size=32,
+                             name="vit")),
+     SAPP_OPTIONS, {}, "layer kind name(s) 'vit' repeat; give each stack its own name (and moe_name); "
+                       "'embedding' and 'lm_head' are the head and tail"),
+])
+def test_bad_estimate_inputs(models, options, parallel, message):
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        estimate_layers(*models, parallel=ParallelConfig(**parallel), options=options)
+
+
+def test_bad_argument_types():
+    with pytest.raises(InputError, match=r"^parallel must be a ParallelConfig; got dict$"):
+        estimate_layers(GPT, parallel={})
+    with pytest.raises(InputError, match=r"^device must be a DeviceConfig; got dict$"):
+        estimate_layers(GPT, device={})
+    with pytest.raises(InputError, match=r"^const_mb must be a finite number >= 0; got -1$"):
+        estimate_layers(GPT, const_mb=-1)
