@@ -14,6 +14,8 @@ __all__ = ["main"]
 #: adding its parser with ``set_defaults(run=function)``.
 _COMMANDS = (
     "bench",
+    "demo",
+    "simulate",
 )
 
 

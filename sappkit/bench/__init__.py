@@ -19,6 +19,7 @@ __all__ = ["COLUMNS", "MODULES", "median_seconds", "row", "run"]
 COLUMNS = ("benchmark", "case", "median_ms", "target_ms", "passed", "detail")
 #: Bench modules under ``sappkit.bench``, in the order the table lists them.
 MODULES = (
+    "simulate",
 )
 
 

@@ -1,0 +1,68 @@
+"""Dashboard of ``notebooks/00_tour.ipynb``: schedule, stages, micro-batches, chunks and recompute option in,
+the simulated step (schedule and memory figure, stage-memory bars) out.
+
+Thin wiring of :func:`sappkit.demo.tour_simulation` and the pipeline plots;
+bad combinations (DualPipeV with fewer than ``2p`` micro-batches, ...) show
+the :class:`sappkit.InputError` message instead of a figure.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from ..demo import tour_simulation
+from ..errors import InputError
+from ..layers import as_layer_table
+from ..plots.pipeline import plot_simulation, plot_stage_memory
+
+__all__ = ["TourDashboard"]
+
+
+class TourDashboard:
+    """Sliders and dropdowns over a layer table; ``.widget`` to display, ``.last`` is the latest simulation.
+
+    ``.message`` holds the error text when the last settings were refused (``.last`` is then None).
+    """
+
+    def __init__(self, layers, *, stages: int = 16, micro_batches: int = 32, chunks: int = 2,
+                 schedule: str = "interleaved", option: str | None = None, limit_mb: float | None = None):
+        import ipywidgets as w
+
+        self.layers = as_layer_table(layers)
+        self.limit_mb = limit_mb
+        options = self.layers.options(self.layers.body_kinds[0])
+        self.controls = dict(
+            schedule=w.Dropdown(options=["1f1b", "interleaved", "dualpipev"], value=schedule, description="schedule"),
+            stages=w.IntSlider(value=stages, min=2, max=32, description="stages"),
+            micro_batches=w.IntSlider(value=micro_batches, min=1, max=128, description="micro-batches"),
+            chunks=w.IntSlider(value=chunks, min=2, max=4, description="chunks"),
+            option=w.Dropdown(options=options, value=option or options[0], description="recompute"),
+        )
+        self.output = w.Output()
+        self.last = None
+        self.message = ""
+        for control in self.controls.values():
+            control.observe(lambda _change: self.update(), names="value")
+        self.widget = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]),
+                              self.output])
+        self.update()
+
+    def update(self) -> None:
+        """Re-simulate with the controls' values and redraw (figures are closed once shown)."""
+        from IPython.display import display
+
+        settings = {name: control.value for name, control in self.controls.items()}
+        with self.output:
+            self.output.clear_output(wait=True)
+            try:
+                self.last = tour_simulation(self.layers, limit_mb=self.limit_mb, **settings)
+            except InputError as exc:
+                self.last, self.message = None, str(exc)
+                print(self.message)
+                return
+            self.message = ""
+            figure = plot_simulation(self.last)
+            bars = plot_stage_memory(self.last.stages).figure
+            display(figure, bars)
+            plt.close(figure)
+            plt.close(bars)

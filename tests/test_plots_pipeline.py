@@ -1,0 +1,119 @@
+"""The pipeline drawings show what the frames hold."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import pytest
+from matplotlib.collections import PolyCollection
+from matplotlib.colors import to_rgba
+
+from sappkit import InputError, plot_memory_timeline, plot_schedule, plot_simulation, plot_stage_memory, simulate
+from sappkit.plots.pipeline import _chunk_colors
+
+
+def small_sim(p=3, v=1, m=4, schedule="1f1b", recompute=0.5, limit_mb=None):
+    costs = pd.DataFrame(dict(stage=np.tile(np.arange(p), v), chunk=np.repeat(np.arange(v), p),
+                              forward_time=1.0, backward_time=2.0, recompute_time=recompute,
+                              activation_mb=10.0 + np.arange(p * v)))
+    return simulate(costs, schedule=schedule, micro_batches=m, static_mb=100.0, limit_mb=limit_mb)
+
+
+def test_schedule_draws_every_op_with_recompute_hatched():
+    sim = small_sim(p=3, v=2, m=3, schedule="interleaved")
+    ax = plot_schedule(sim)
+    boxes, hatched = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(boxes.get_paths()) == len(sim.timeline)
+    backward = sim.timeline.phase == "backward"
+    assert len(hatched.get_paths()) == backward.sum() and hatched.get_hatch() == "////"
+    colors = [tuple(c) for c in boxes.get_facecolors()]
+    expected = [to_rgba(_chunk_colors(c)[int(b)]) for c, b in zip(sim.timeline.chunk, backward)]
+    assert colors == expected
+    first = boxes.get_paths()[0].vertices
+    row = sim.timeline.iloc[0]
+    assert first[:, 0].min() == row.start and first[:, 0].max() == row.end
+    assert first[:, 1].min() == pytest.approx(row.stage - 0.4)
+    assert len(ax.texts) == len(sim.timeline)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "forward (chunk 0)", "backward (chunk 0)", "forward (chunk 1)", "backward (chunk 1)", "recompute"]
+    assert ax.get_ylim() == (2.5, -0.5) and ax.get_xlim() == (0, sim.step_time)
+
+
+def test_schedule_without_recompute_or_room_for_numbers():
+    sim = small_sim(p=4, m=32, recompute=0.0)
+    ax = plot_schedule(sim)
+    assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1
+    assert len(ax.texts) == 0
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward"]
+
+
+def test_memory_timeline_draws_each_stage_up_to_its_peak():
+    sim = small_sim(p=3, limit_mb=200)
+    fig, ax = plt.subplots()
+    assert plot_memory_timeline(sim, ax=ax) is ax
+    lines = ax.get_lines()
+    assert len(lines) == 4 and lines[-1].get_ydata()[0] == 200
+    for stage, line in enumerate(lines[:3]):
+        assert line.get_xdata()[-1] == sim.step_time
+        assert max(line.get_ydata()) == sim.stages.loc[stage, "memory_mb"]
+
+
+def test_simulation_figure_stacks_schedule_over_memory():
+    sim = small_sim()
+    fig = plot_simulation(sim)
+    top, bottom = fig.axes[:2]
+    assert top.get_ylabel() == "stage" and bottom.get_ylabel() == "memory (MB)"
+    b = sim.bubbles
+    assert fig._suptitle.get_text() == (
+        f"bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
+        f"+ recompute {b['recompute']:.1%};  peak {sim.stages.memory_mb.max():,.0f} MB")
+
+
+def stage_frame(**changes):
+    frame = pd.DataFrame(dict(stage=[0, 1, 2], param_mb=[100.0, 120.0, 90.0], activation_mb=[50.0, 20.0, 5.0],
+                              overhead_mb=[0.0, 7.0, 0.0], working_mb=0.0, const_mb=10.0, limit_mb=np.nan))
+    frame["memory_mb"] = frame[["param_mb", "activation_mb", "overhead_mb", "working_mb", "const_mb"]].sum(axis=1)
+    return frame.assign(**changes)
+
+
+def test_stage_memory_stacks_the_nonzero_parts():
+    frame = stage_frame()
+    ax = plot_stage_memory(frame, limit_mb=150)
+    parts = [c for c in ax.containers]
+    assert [c.get_label() for c in parts[:4]] == ["parameters", "activations", "interleave overhead", "constant"]
+    tops = np.sum([[bar.get_height() for bar in c] for c in parts[:4]], axis=0)
+    np.testing.assert_allclose(tops, frame.memory_mb)
+    np.testing.assert_allclose([bar.get_y() for bar in parts[1]], frame.param_mb)
+    outlined = parts[4]
+    assert [bar.get_x() + bar.get_width() / 2 for bar in outlined] == [0, 1]  # 160 and 157 MB > 150
+    assert ax.get_lines()[0].get_ydata()[0] == 150
+    assert len(ax.collections) == 0  # memory_mb is the sum: no peak ticks
+
+
+def test_stage_memory_marks_a_peak_beyond_the_parts_and_reads_the_frames_limit():
+    frame = stage_frame(memory_mb=[160.0, 180.0, 105.0], limit_mb=500.0)
+    ax = plot_stage_memory(frame)
+    (ticks,) = ax.collections
+    assert ticks.get_offsets().tolist() == [[1.0, 180.0]]
+    assert ax.get_lines()[0].get_ydata()[0] == 500
+    assert "peak" in [t.get_text() for t in ax.get_legend().get_texts()]
+
+
+def test_stage_memory_of_a_simulation():
+    sim = small_sim(limit_mb=1000)
+    ax = plot_stage_memory(sim.stages)
+    assert ax.get_lines()[0].get_ydata()[0] == 1000
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: plot_stage_memory(stage_frame().drop(columns=["working_mb", "const_mb"])),
+     "stages is missing column(s) 'working_mb', 'const_mb'; per-stage memory needs stage, param_mb, "
+     "activation_mb, overhead_mb, working_mb, const_mb, memory_mb"),
+    (lambda: plot_stage_memory([1, 2]), "stages must be a DataFrame of per-stage memory; got list"),
+    (lambda: plot_schedule(stage_frame()),
+     "sim must be a sappkit.Simulation (from sappkit.simulate); got DataFrame"),
+    (lambda: plot_simulation(None), "sim must be a sappkit.Simulation (from sappkit.simulate); got NoneType"),
+])
+def test_bad_input(call, message):
+    with pytest.raises(InputError) as caught:
+        call()
+    assert str(caught.value) == message
