@@ -16,6 +16,8 @@ _COMMANDS = (
     "bench",
     "demo",
     "simulate",
+    "alternatives",
+    "choose",
 )
 
 

@@ -20,6 +20,8 @@ COLUMNS = ("benchmark", "case", "median_ms", "target_ms", "passed", "detail")
 #: Bench modules under ``sappkit.bench``, in the order the table lists them.
 MODULES = (
     "simulate",
+    "alternatives",
+    "recompute",
 )
 
 

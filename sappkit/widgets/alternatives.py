@@ -1,0 +1,163 @@
+"""Dashboard of ``notebooks/04_alternatives.ipynb``: walk a path of plans, one more fully recomputed layer a step.
+
+Pick an alternative to see its stage-memory bars and trainer plan; "one more
+from here" makes it the plan the next alternatives start from, "back" undoes
+a step. The logic is :func:`walk_step`, :func:`one_more` and :func:`step_back`
+(pure, tested); :class:`AlternativesDashboard` only wires them to widgets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+
+from ..columns import LIMIT_MB, MEMORY_MB, STAGE
+from ..errors import InputError
+from ..one_more import RecomputeAnalysis, alternatives
+from ..one_more_result import Alternatives
+from ..plots.pipeline import plot_stage_memory
+from ..recompute_choice import RecomputeChoice
+
+__all__ = ["WalkStep", "walk_step", "one_more", "step_back", "AlternativesDashboard"]
+
+
+@dataclass(frozen=True, eq=False)
+class WalkStep:
+    """One state of the walk.
+
+    Attributes
+    ----------
+    analysis : RecomputeAnalysis
+        The prices every step reuses.
+    path : tuple of RecomputeChoice
+        The plans walked, the starting choice first; the alternatives start
+        from the last.
+    found : Alternatives
+        The alternatives from ``path[-1]``.
+    pick : int or None
+        The alternative picked (a row of ``found.frame``), or None.
+    """
+
+    analysis: RecomputeAnalysis
+    path: tuple[RecomputeChoice, ...]
+    found: Alternatives
+    pick: int | None
+
+    @property
+    def shown(self) -> RecomputeChoice:
+        """The plan on show: the alternative picked, else the path's last plan."""
+        return self.path[-1] if self.pick is None else self.found.plans[self.pick]
+
+    @property
+    def labels(self) -> list[tuple[str, int | None]]:
+        """Dropdown entries ``(label, pick)``: the path's last plan, then one per alternative."""
+        entries = [("(the plan the alternatives start from)", None)]
+        for row in self.found.frame.itertuples(index=False):
+            entries.append((f"#{row.alternative}: stage {row.stage} {row.kind}, {row.from_mode} -> full: frees "
+                            f"{row.memory_freed_mb:,.0f} MB for {row.time_cost:.3g} time", row.alternative))
+        return entries
+
+    def summary(self) -> str:
+        """The path so far, what binds, and the plan on show as the trainer reads it."""
+        stages = self.shown.stages
+        binding = int(stages[STAGE].iloc[int((stages[MEMORY_MB] - stages[LIMIT_MB]).to_numpy().argmax())])
+        mode, layers = self.shown.trainer_plan()
+        lines = [f"step {len(self.path) - 1} of the walk; {len(self.found.frame)} alternative(s) from its plan"
+                 + (f" ({self.found.reason})" if self.found.reason else ""),
+                 f"on show: {'the plan' if self.pick is None else f'alternative #{self.pick}'}, peak "
+                 f"{stages[MEMORY_MB].max():,.1f} MB on stage {binding} (limit {self.analysis.pricing.memory_mb:,.0f}"
+                 f" MB), time saved {self.shown.time_saved:.4g}",
+                 f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {layers}"]
+        return "\n".join(lines)
+
+
+def walk_step(analysis: RecomputeAnalysis, path, *, pick: int | None = None) -> WalkStep:
+    """The alternatives from the last plan of ``path``, with alternative ``pick`` on show.
+
+    Examples
+    --------
+    >>> from sappkit import Partition, RecomputeAnalysis, choose_recompute, read_layers_json
+    >>> llama = read_layers_json("data/llama2_70b.json")
+    >>> choice = choose_recompute(llama, Partition.from_offsets(llama, stages=4, micro_batches=8), memory_mb=40_000,
+    ...                           modes=("off", "selective", "full"), per_layer=True)
+    >>> step = walk_step(RecomputeAnalysis.from_pricing(choice.pricing), [choice], pick=0)
+    >>> for line in step.summary().splitlines()[:2]:
+    ...     print(line)
+    step 0 of the walk; 10 alternative(s) from its plan
+    on show: alternative #0, peak 39,482.3 MB on stage 2 (limit 40,000 MB), time saved -29.64
+    >>> print(one_more(step).summary().splitlines()[0])
+    step 1 of the walk; 10 alternative(s) from its plan
+    """
+    path = tuple(path)
+    if not path:
+        raise InputError("path must hold at least the plan to start from; got an empty path")
+    found = alternatives(path[-1], analysis=analysis)
+    if pick is not None and not 0 <= pick < len(found.plans):
+        raise InputError(f"pick must be an alternative number from 0 to {len(found.plans) - 1}, or None; got {pick!r}")
+    return WalkStep(analysis, path, found, pick)
+
+
+def one_more(step: WalkStep) -> WalkStep:
+    """The walk one step on: the alternative picked becomes the plan the next alternatives start from."""
+    if step.pick is None:
+        raise InputError("one more from here needs an alternative picked; pick one of the alternatives first")
+    return walk_step(step.analysis, step.path + (step.shown,))
+
+
+def step_back(step: WalkStep) -> WalkStep:
+    """The walk one step back (at the start, the start again)."""
+    return walk_step(step.analysis, step.path[:-1] or step.path)
+
+
+class AlternativesDashboard:
+    """A dropdown of alternatives, "one more from here" and "back"; ``.widget`` to display, ``.last`` the
+    latest :class:`WalkStep`.
+
+    Parameters
+    ----------
+    choice : RecomputeChoice
+        The per-layer choice the walk starts from.
+    analysis : RecomputeAnalysis, optional
+        Default: one on ``choice.pricing`` (nothing priced again).
+    """
+
+    def __init__(self, choice: RecomputeChoice, *, analysis: RecomputeAnalysis | None = None):
+        import ipywidgets as w
+
+        analysis = analysis if analysis is not None else RecomputeAnalysis.from_pricing(choice.pricing)
+        self.last = walk_step(analysis, (choice,))
+        self.picker = w.Dropdown(description="alternative", layout=w.Layout(width="640px"))
+        self.more = w.Button(description="one more from here")
+        self.back = w.Button(description="back")
+        self.output = w.Output()
+        self._relisting = False
+        self.picker.observe(self._picked, names="value")
+        self.more.on_click(lambda _button: self._show(step=one_more(self.last), relist=True))
+        self.back.on_click(lambda _button: self._show(step=step_back(self.last), relist=True))
+        self.widget = w.VBox([self.picker, w.HBox([self.more, self.back]), self.output])
+        self._show(step=self.last, relist=True)
+
+    def _picked(self, change) -> None:
+        if not self._relisting:
+            self._show(step=walk_step(self.last.analysis, self.last.path, pick=change["new"]))
+
+    def _show(self, *, step: WalkStep, relist: bool = False) -> None:
+        """Show ``step``: its plan's stage bars and summary (figures closed once shown)."""
+        from IPython.display import display
+
+        self.last = step
+        if relist:
+            self._relisting = True
+            self.picker.options = step.labels
+            self.picker.value = step.pick
+            self._relisting = False
+        self.more.disabled = step.pick is None
+        self.back.disabled = len(step.path) == 1
+        with self.output:
+            self.output.clear_output(wait=True)
+            print(step.summary())
+            ax = plot_stage_memory(step.shown.stages)
+            ax.set_title("stage memory of the plan on show")
+            display(ax.figure)
+            plt.close(ax.figure)

@@ -1,0 +1,127 @@
+"""Dashboard of ``notebooks/03_recompute.ipynb``: budget, modes, per-layer toggle and host link in; the choice,
+its stage memory before and after, each layer's option and the time-saved curve out.
+
+The callback logic is :func:`recompute_view` (pure, tested in pytest); the
+dashboard only wires controls to it and draws with :mod:`sappkit.plots.recompute`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from .._check import check_number
+from ..errors import InputError
+from ..layers import as_layer_table
+from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
+from ..recompute import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
+
+__all__ = ["MODE_SETS", "RecomputeView", "recompute_view", "RecomputeDashboard"]
+
+#: The dashboard's "modes" choices: a label -> the modes (None: each kind's front options).
+MODE_SETS = {"front options": None, "off / selective / full": ("off", "selective", "full"),
+             "selective / full": ("selective", "full"), "off / full": ("off", "full")}
+
+
+@dataclass(frozen=True)
+class RecomputeView:
+    """What the dashboard shows for one setting: the choice, the time-saved curve, and a summary text."""
+
+    choice: RecomputeChoice
+    curve: pd.DataFrame
+    text: str
+
+
+def recompute_view(layers, partition, *, memory_mb: float, modes: str = "front options", per_layer: bool = False,
+                   link_gbps: float = 0.0, time_unit_ms: float = 1.0, fsdp_holds_grads: bool = False,
+                   curve: pd.DataFrame | None = None) -> RecomputeView:
+    """Choose at ``memory_mb`` with the dashboard's settings, and sweep 25 budgets from half to 5/4 of it.
+
+    ``modes`` is a key of :data:`MODE_SETS`; ``per_layer`` applies to modes
+    only (front options are chosen per layer anyway); ``link_gbps`` > 0 adds
+    a host link of that many GB/s (the layer table's time unit being
+    ``time_unit_ms`` ms). The text is the choice's description and, where
+    it has one, its trainer plan. A ``curve`` given (an earlier view's, for
+    the same settings but the budget) is kept instead of sweeping again.
+    """
+    if modes not in MODE_SETS:
+        raise InputError(f"modes must be one of {', '.join(map(repr, MODE_SETS))}; got {modes!r}")
+    mode_set = MODE_SETS[modes]
+    link_gbps = check_number("link_gbps", link_gbps, minimum=0)
+    link = HostLink.from_gbps(link_gbps, time_unit_ms=time_unit_ms) if link_gbps > 0 else None
+    settings = dict(modes=mode_set, per_layer=bool(per_layer and mode_set is not None), link=link,
+                    fsdp_holds_grads=fsdp_holds_grads)
+    choice = choose_recompute(layers, partition, memory_mb=memory_mb, **settings)
+    if curve is None:
+        curve = sweep_recompute(layers, partition, memory_mb=np.linspace(0.5 * memory_mb, 1.25 * memory_mb, 25),
+                                **settings)
+    text = choice.describe()
+    if choice.chosen and choice.layer_options["mode"].notna().all():
+        mode, overrides = choice.trainer_plan()
+        text += f"\ntrainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}"
+    return RecomputeView(choice, curve, text)
+
+
+class RecomputeDashboard:
+    """Budget slider, modes, per-layer toggle and host-link bandwidth over one partition.
+
+    ``.widget`` to display; ``.last`` is the latest :class:`RecomputeView`
+    (None when the settings were refused, with the reason in ``.message``).
+    The curve is swept again only when a setting other than the budget changes.
+    """
+
+    def __init__(self, layers, partition, *, memory_mb: float, time_unit_ms: float = 1.0,
+                 fsdp_holds_grads: bool = False, max_gbps: float = 100.0):
+        import ipywidgets as w
+
+        self.layers = as_layer_table(layers)
+        self.partition = partition
+        self.time_unit_ms = time_unit_ms
+        self.fsdp_holds_grads = fsdp_holds_grads
+        self.controls = dict(
+            memory_mb=w.FloatSlider(value=memory_mb, min=0.5 * memory_mb, max=1.25 * memory_mb,
+                                    step=memory_mb / 200, description="memory (MB)", continuous_update=False),
+            modes=w.Dropdown(options=list(MODE_SETS), value="front options", description="modes"),
+            per_layer=w.Checkbox(value=True, description="a mode per layer"),
+            link_gbps=w.FloatSlider(value=0.0, min=0.0, max=max_gbps, step=1.0, description="host GB/s",
+                                    continuous_update=False),
+        )
+        self.output = w.Output()
+        self.last: RecomputeView | None = None
+        self.message = ""
+        self._curve_key = None
+        for control in self.controls.values():
+            control.observe(lambda _change: self.update(), names="value")
+        self.widget = w.VBox([w.HBox([self.controls["memory_mb"], self.controls["modes"]]),
+                              w.HBox([self.controls["per_layer"], self.controls["link_gbps"]]), self.output])
+        self.update()
+
+    def update(self) -> None:
+        """Re-choose with the controls' values and redraw (figures are closed once shown)."""
+        from IPython.display import display
+
+        settings = {name: control.value for name, control in self.controls.items()}
+        key = (settings["modes"], settings["per_layer"], settings["link_gbps"])
+        curve = None if key != self._curve_key or self.last is None else self.last.curve
+        with self.output:
+            self.output.clear_output(wait=True)
+            try:
+                view = recompute_view(self.layers, self.partition, time_unit_ms=self.time_unit_ms,
+                                      fsdp_holds_grads=self.fsdp_holds_grads, curve=curve, **settings)
+            except InputError as exc:
+                self.last, self.message = None, str(exc)
+                print(self.message)
+                return
+            self.last, self.message, self._curve_key = view, "", key
+            print(view.text)
+            figure = plt.figure(figsize=(12, 7), layout="constrained")
+            top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
+            if view.choice.pricing.reason is None:
+                plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
+            plot_layer_options(view.choice, ax=middle.subplots())
+            plot_time_saved(view.curve, current_mb=settings["memory_mb"], against="both", ax=bottom.subplots())
+            display(figure)
+            plt.close(figure)
