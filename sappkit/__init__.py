@@ -27,7 +27,7 @@ _EXPORTS = {
     "plot_fit": "plots.fit", "plot_fit_params": "plots.fit", "plot_fit_observations": "plots.fit",
     "plot_fit_residuals": "plots.fit",
     "balance": "balancer", "Plan": "plan", "SolverOptions": "solver",
-    "plan_from_offsets": "plan", "sweep_memory": "balancer",
+    "plan_from_offsets": "plan", "sweep_memory": "balance_views",
     "Partition": "partition",
     "choose_recompute": "recompute", "RecomputeChoice": "recompute", "HostLink": "recompute",
     "sweep_recompute": "recompute",

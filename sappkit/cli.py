@@ -18,6 +18,8 @@ _COMMANDS = (
     "simulate",
     "alternatives",
     "choose",
+    "fit",
+    "plan_dryruns",
 )
 
 

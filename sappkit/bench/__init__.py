@@ -22,6 +22,7 @@ MODULES = (
     "simulate",
     "alternatives",
     "recompute",
+    "fit",
 )
 
 

@@ -1,0 +1,139 @@
+"""Dashboard of ``notebooks/01_memory_fit.ipynb``: choose runs, stages, const and options; refit and redraw.
+
+The logic is :func:`refit` (pure, tested); :class:`FitDashboard` only wires it
+to widgets and draws with :func:`sappkit.plot_fit`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from ..columns import STAGE
+from ..dryruns import as_observations, count_columns
+from ..errors import InputError
+from ..memfit import MemoryFit, fit_memory
+from ..memmodel import observed_options
+from ..plots.fit import plot_fit
+from ..stage_config import RUN
+
+__all__ = ["Refit", "refit", "FitDashboard"]
+
+
+@dataclass(frozen=True, eq=False)
+class Refit:
+    """One refit of the dashboard.
+
+    Attributes
+    ----------
+    fit : MemoryFit or None
+        The fit, or None when the selection cannot be fitted.
+    message : str
+        The fit's description, or why there is no fit (the refusal).
+    excluded : DataFrame
+        ``run``, ``stage``, ``reason``: selected stages left out because they
+        run an option outside the chosen set.
+    """
+
+    fit: MemoryFit | None
+    message: str
+    excluded: pd.DataFrame
+
+    def summary(self) -> str:
+        """The message, and which stages the option set left out."""
+        if self.excluded.empty:
+            return self.message
+        left = ", ".join(f"{run} stage {stage}" for run, stage in zip(self.excluded[RUN], self.excluded[STAGE]))
+        return f"{self.message}\nleft out ({len(self.excluded)} stage(s) running other options): {left}"
+
+
+def refit(observations, *, runs=None, stages=None, const="auto", options=None) -> Refit:
+    """Fit the observations of ``runs`` and ``stages`` (default all) that run only ``options`` (default all).
+
+    A refusal becomes the message of a result without a fit, so a dashboard
+    can say why instead of failing.
+
+    Examples
+    --------
+    >>> from sappkit import read_dryrun_csv
+    >>> observed = read_dryrun_csv("data/llama2_70b_dryruns.csv")
+    >>> print(refit(observed, runs=["round2"], const=False).message.split(":")[0])
+    8 parameters from 16 observed stages in 1 run(s)
+    >>> print(refit(observed, stages=range(1, 16)).message)
+    fit_memory cannot fit head_mb (the embedding): no run observes stage 0; add stage 0's peak memory to a dry run
+    """
+    obs = as_observations(observations)
+    chosen = np.ones(len(obs), dtype=bool)
+    if runs is not None:
+        chosen &= obs[RUN].isin(list(runs)).to_numpy()
+    if stages is not None:
+        chosen &= obs[STAGE].isin(list(stages)).to_numpy()
+    obs = obs[chosen]
+    empty = pd.DataFrame({RUN: [], STAGE: [], "reason": []})
+    if obs.empty:
+        return Refit(None, "no stage selected: choose at least one run and stage", empty)
+    excluded = empty
+    if options is not None:
+        options = tuple(options)
+        others = [c for c in count_columns(obs) if c[2:] not in options]
+        running = obs[others].sum(axis=1) > 0 if others else pd.Series(False, index=obs.index)
+        out = obs.loc[running.groupby([obs[RUN], obs[STAGE]]).transform("any")]
+        excluded = out.drop_duplicates([RUN, STAGE])[[RUN, STAGE]].assign(reason=[
+            "runs " + ", ".join(repr(c[2:]) for c in others if rows[c].sum() > 0)
+            for _, rows in out.groupby([RUN, STAGE], sort=False)]).reset_index(drop=True)
+        obs = obs.drop(out.index)
+        if obs.empty:
+            return Refit(None, f"every selected stage runs an option outside {options!r}", excluded)
+    try:
+        fit = fit_memory(obs, const=const, options=options)
+    except InputError as error:
+        return Refit(None, str(error), excluded)
+    return Refit(fit, fit.describe(), excluded)
+
+
+class FitDashboard:
+    """Runs, stages, const and options to fit, then the parameters, peaks and residuals; ``.widget`` to display,
+    ``.last`` the latest :class:`Refit`.
+
+    Parameters
+    ----------
+    observations : DataFrame
+        Dry-run observations (e.g. :func:`sappkit.read_dryrun_csv`).
+    """
+
+    def __init__(self, observations):
+        import ipywidgets as w
+
+        self.observations = as_observations(observations)
+        runs = list(dict.fromkeys(self.observations[RUN]))
+        stages = sorted(set(self.observations[STAGE]))
+        options = list(dict.fromkeys(o for per in observed_options(self.observations).values() for o in per))
+        self.runs = w.SelectMultiple(options=runs, value=runs, description="runs", rows=min(len(runs), 5))
+        self.stages = w.SelectMultiple(options=stages, value=stages, description="stages", rows=6)
+        self.const = w.ToggleButtons(options=[("auto", "auto"), ("fit", True), ("none", False)], value="auto",
+                                     description="const")
+        self.options = w.SelectMultiple(options=options, value=options, description="options",
+                                        rows=min(len(options), 5))
+        self.output = w.Output()
+        for control in (self.runs, self.stages, self.const, self.options):
+            control.observe(lambda _change: self.redraw(), names="value")
+        self.widget = w.VBox([w.HBox([self.runs, self.stages, self.options]), self.const, self.output])
+        self.last: Refit | None = None
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Refit with the controls' values; show the summary and the three drawings (figures closed once shown)."""
+        from IPython.display import display
+
+        self.last = refit(self.observations, runs=self.runs.value, stages=self.stages.value,
+                          const=self.const.value, options=self.options.value)
+        with self.output:
+            self.output.clear_output(wait=True)
+            print(self.last.summary())
+            if self.last.fit is not None:
+                axes = plot_fit(self.last.fit)
+                display(axes[0].figure)
+                plt.close(axes[0].figure)
