@@ -28,6 +28,8 @@ _EXPORTS = {
     "plot_fit_residuals": "plots.fit",
     "balance": "balancer", "Plan": "plan", "SolverOptions": "solver",
     "plan_from_offsets": "plan", "sweep_memory": "balance_views",
+    "compare_plans": "balance_views", "even_plan": "balance_views", "plot_stage_times": "plots.balance",
+    "plot_memory_sweep": "plots.balance", "plot_plan_comparison": "plots.balance",
     "Partition": "partition",
     "choose_recompute": "recompute", "RecomputeChoice": "recompute", "HostLink": "recompute",
     "sweep_recompute": "recompute",

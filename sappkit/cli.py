@@ -16,10 +16,12 @@ _COMMANDS = (
     "bench",
     "demo",
     "simulate",
+    "report",
     "alternatives",
     "choose",
     "fit",
     "plan_dryruns",
+    "balance",
 )
 
 

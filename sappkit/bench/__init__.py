@@ -22,7 +22,9 @@ MODULES = (
     "simulate",
     "alternatives",
     "recompute",
+    "notebooks",
     "fit",
+    "balance",
 )
 
 

@@ -1,0 +1,144 @@
+"""``sappkit bench`` rows for the ILP balancer: DESIGN.md's grid, sappkit against seed 003's formulation.
+
+The grid: a 96-layer, 5-option decoder (a GPT-3-175B-class table from
+:func:`sappkit.estimate_layers`: hidden 12288, 96 heads, FFN 49152,
+sequence 2048, TP 8 with sequence parallelism, ZeRO-1 over DP 8, bf16,
+3000 MB per-stage constant), ``p = 16``, ``v`` in {1, 2, 3}, ``m`` in
+{16, 64}, a 32000 MB device (an even placement without recompute needs
+about 46 GB on stage 0, with full recompute about 14 GB), objectives
+``sapp`` (level 1) and ``step``. Target: every sappkit case proven optimal
+in under a second (:func:`sappkit.balance`, the whole call).
+
+The baseline is seed 003's integer program re-expressed here: integer
+layer counts per (option, chunk, stage) without upper bounds, the seed's
+``v^2`` stage-time constraints per stage (``F(f) + B(b) + head/tail``),
+its ``MAX_STAGE``/``MAX_LAST`` pair when ``m = p``, an unbounded integer
+overhead per stage, and its memory rows; for ``step`` the same constraints
+with sappkit's step objective. (With one body kind the seed adds no
+frontier or consistency rows.) It is solved by CBC with a time limit (90 s,
+5 s with ``--quick``), as the seed solves it.
+"""
+
+from __future__ import annotations
+
+import pulp
+
+from ..balance_setup import BalanceSetup, make_setup
+from ..balancer import balance, optimise
+from ..estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
+from ..solver import SolverOptions, solve
+from . import median_seconds, row
+
+__all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB"]
+
+LIMIT_MB = 32000.0
+_TARGET_MS = 1000.0
+
+
+def bench_layers():
+    """The 96-layer, 5-option table of the grid (module docstring)."""
+    return estimate_layers(
+        TransformerConfig(layers=96, hidden_size=12288, num_heads=96, ffn_size=49152, vocab_size=50257,
+                          seq_length=2048, name="decoder"),
+        parallel=ParallelConfig(micro_batch_size=1, tensor_parallel=8, sequence_parallel=True, data_parallel=8,
+                                zero=1, dtype="bf16"),
+        device=DeviceConfig(tflops=300.0, mfu=0.4, link_gbs=50.0, hbm_gbs=1600.0), const_mb=3000.0)
+
+
+def seed_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
+    """Seed 003's formulation of a one-body-kind instance (module docstring), and its layer variables."""
+    p, v, m = setup.stages, setup.chunks, setup.slices
+    problem = pulp.LpProblem("seed_003", pulp.LpMinimize)
+    items = range(len(setup.items))
+    x = {(i, c, s): problem.add_variable(f"x_{i}_{c}_{s}", 0, None, cat="Integer")
+         for i in items for c in range(v) for s in range(p)}
+
+    def cell(values, c, s):
+        return pulp.lpSum(float(values[i]) * x[i, c, s] for i in items)
+
+    problem += pulp.lpSum(x.values()) == int(setup.counts[0])
+    for c, s in setup.cells:
+        if (c, s) not in setup.reserved:
+            problem += pulp.lpSum(x[i, c, s] for i in items) >= 1
+    total = problem.add_variable("total", 0, None)
+    problem += total >= pulp.lpSum(cell(setup.forward + setup.backward, c, s) for c in range(v) for s in range(p))
+    fixed_f, fixed_b = setup.fixed_forward, setup.fixed_backward
+    for s in range(p):
+        overhead = 0
+        if v > 1 and m != p:
+            overhead = problem.add_variable(f"overhead_{s}", 0, None, cat="Integer")
+            problem += overhead >= pulp.lpSum(f * (cell(setup.activation, a, s) - cell(setup.activation, b, s))
+                                              for f, a, b in setup.overhead_terms(s))
+        fixed = sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage] for f in setup.fixed
+                    if f.stage == s)
+        problem += setup.memory_mb >= pulp.lpSum(cell(setup.param, c, s) + float(setup.in_flight[c, s])
+                                                 * cell(setup.activation, c, s) for c in range(v)) \
+            + overhead + float(fixed) + setup.const_mb
+    goal = problem.add_variable("pipeline_total_time", 0, None)
+    problem += goal
+    if setup.objective == "step":
+        busiest = problem.add_variable("busiest", 0, None)
+        for s in range(p):
+            problem += busiest >= pulp.lpSum(cell(setup.forward + setup.backward, c, s)
+                                             + float(fixed_f[c, s] + fixed_b[c, s]) for c in range(v))
+        work = pulp.lpSum(cell(setup.forward + setup.backward, c, s) for c in range(v) for s in range(p))
+        problem += goal >= (m - 1 / v) * busiest + (work + float(fixed_f.sum() + fixed_b.sum())) / v
+    elif setup.bottleneck_split:
+        first = problem.add_variable("max_stage", 0, None)
+        last = problem.add_variable("max_last_chunk", 0, None)
+        for s in range(p):
+            for c in range(v - 1):
+                problem += first >= cell(setup.backward, c, s) + float(fixed_b[c, s])
+            problem += last >= cell(setup.backward, v - 1, s) + float(fixed_b[v - 1, s] + fixed_f[v - 1, s]) \
+                + float(setup.last_chunk_factors[s]) / m * cell(setup.forward, v - 1, s)
+        problem += last >= first
+        problem += goal >= first + last
+    else:
+        stage_time = problem.add_variable("max_stage_time", 0, None)
+        for s in range(p):
+            for f in range(v):
+                for b in range(v):
+                    problem += stage_time >= cell(setup.forward, f, s) + cell(setup.backward, b, s) \
+                        + float(fixed_f[f, s] + fixed_b[b, s])
+        problem += goal >= stage_time
+    return problem, x
+
+
+def _grid(quick: bool):
+    for objective in ("sapp", "step"):
+        for chunks in (1, 2, 3):
+            for micro_batches in (16, 64):
+                yield objective, chunks, micro_batches
+
+
+def measure(quick: bool) -> list[dict]:
+    """One row per grid case for sappkit, one for the seed's formulation under CBC."""
+    layers = bench_layers()
+    limit = 5.0 if quick else 90.0
+    rows = []
+    for objective, chunks, micro_batches in _grid(quick):
+        pipeline = dict(stages=16, micro_batches=micro_batches, chunks=chunks, memory_mb=LIMIT_MB,
+                        objective=objective)
+        case = f"{objective} v={chunks} m={micro_batches}"
+        plan = balance(layers, **pipeline)
+        seconds = median_seconds(lambda: balance(layers, **pipeline), repeats=1 if quick else 3)
+        setup = make_setup(layers, **pipeline)
+        optimum = _optimum(setup, plan)
+        rows.append(row("balance", case, seconds, _TARGET_MS,
+                        f"{plan.status}, objective {optimum:.6g}, {plan.method}"
+                        + (f"; the {plan.chosen} plan simulates faster" if plan.chosen else "")))
+        problem, _ = seed_problem(setup)
+        result = solve(problem, SolverOptions(solver="cbc", time_limit=limit))
+        worse = "" if result.objective is None else f", {result.objective / optimum - 1:+.1%} vs optimum"
+        gap = "" if result.gap is None else f", gap {result.gap:.1%}"
+        objective_text = "none" if result.objective is None else f"{result.objective:.6g}"
+        rows.append(row("balance seed 003 (cbc)", case, result.seconds, None,
+                        f"{result.status}, objective {objective_text}{gap}{worse}"))
+    return rows
+
+
+def _optimum(setup: BalanceSetup, plan) -> float:
+    """The proven optimum of ``setup.objective`` (for ``step`` the plan returned may be the sapp plan)."""
+    if setup.objective == "sapp" or plan.chosen == "step":
+        return plan.objective
+    return optimise(setup, SolverOptions()).objective

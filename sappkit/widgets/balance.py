@@ -1,0 +1,77 @@
+"""Dashboard of ``notebooks/02_balance.ipynb``: memory limit, stages, chunks, micro-batches, schedule and
+objective in; the re-solved plan's status line, stage-memory bars and per-stage time bars out.
+
+Thin wiring of :func:`sappkit.balance_views.dashboard_plan` (which keeps the
+exact search's enumerations per pipeline, so dragging the memory slider
+re-solves in milliseconds to a few tenths of a second) and the plots.
+"""
+
+from __future__ import annotations
+
+import html
+
+import matplotlib.pyplot as plt
+
+from ..balance_views import dashboard_plan
+from ..layers import as_layer_table
+from ..plots.balance import plot_stage_times
+from ..plots.pipeline import plot_stage_memory
+
+__all__ = ["BalanceDashboard"]
+
+
+class BalanceDashboard:
+    """Controls over a layer table; ``.widget`` to display, ``.last`` the latest plan, ``.status`` its line.
+
+    ``.status_html`` (an ``ipywidgets.HTML``) shows the status line and
+    ``.output`` (an ``ipywidgets.Output``) the figures; both change whenever a
+    control does.
+    """
+
+    def __init__(self, layers, *, memory_mb: float = 53000.0, stages: int = 16, chunks: int = 1,
+                 micro_batches: int = 16, schedule: str = "1f1b", objective: str = "sapp",
+                 memory_range: tuple[float, float] = (20000.0, 80000.0)):
+        import ipywidgets as w
+
+        self.layers = as_layer_table(layers)
+        self.cache: dict = {}
+        self.controls = dict(
+            memory_mb=w.FloatSlider(value=memory_mb, min=memory_range[0], max=memory_range[1], step=500,
+                                    description="memory MB", continuous_update=False, readout_format=",.0f"),
+            stages=w.IntSlider(value=stages, min=2, max=32, description="stages", continuous_update=False),
+            chunks=w.IntSlider(value=chunks, min=1, max=4, description="chunks", continuous_update=False),
+            micro_batches=w.IntSlider(value=micro_batches, min=1, max=128, description="micro-batches",
+                                      continuous_update=False),
+            schedule=w.Dropdown(options=["1f1b", "interleaved", "dualpipev"], value=schedule,
+                                description="schedule"),
+            objective=w.Dropdown(options=["sapp", "step"], value=objective, description="objective"),
+        )
+        self.status_html = w.HTML()
+        self.output = w.Output()
+        self.last = None
+        self.status = ""
+        for control in self.controls.values():
+            control.observe(lambda _change: self.update(), names="value")
+        names = list(self.controls)
+        self.widget = w.VBox([w.HBox([self.controls[n] for n in names[:3]]),
+                              w.HBox([self.controls[n] for n in names[3:]]), self.status_html, self.output])
+        self.update()
+
+    def update(self) -> None:
+        """Re-solve with the controls' values, then redraw the status line and figures (closed once shown)."""
+        from IPython.display import display
+
+        settings = {name: control.value for name, control in self.controls.items()}
+        self.last, self.status = dashboard_plan(self.layers, cache=self.cache, **settings)
+        fits = self.last is not None and self.last.has_plan
+        color = "green" if fits else "red"
+        self.status_html.value = f'<b style="color:{color}">{html.escape(self.status)}</b>'
+        with self.output:
+            self.output.clear_output(wait=True)
+            if self.last is None or self.last.counts is None:
+                return
+            figure, (memory_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained")
+            plot_stage_memory(self.last.stages, ax=memory_ax)
+            plot_stage_times(self.last.stages, ax=time_ax)
+            display(figure)
+            plt.close(figure)

@@ -1,0 +1,184 @@
+"""``sappkit report``: executed pages, the index, overwrite protection and failing notebooks named to the cell."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from sappkit import InputError
+from sappkit.cli import main
+from sappkit.report import default_notebooks, notebook_summary, write_report
+
+new_code, new_markdown = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
+
+#: Reads ``../data/limit.txt`` (so it only works from the notebook's own folder), prints, plots, and leaves
+#: a slider at a value set after it was displayed (the stored widget state must hold the last value).
+_DASHBOARD_CELLS = [
+    new_markdown("# Stage memory under a **limit**\n\nHow the [limit](https://example.org) caps `memory_mb`.\n\n"
+                 "More prose."),
+    new_code("from pathlib import Path\nlimit_mb = int(Path('../data/limit.txt').read_text())\n"
+             "print(f'limit {limit_mb} MB')"),
+    new_code("import matplotlib.pyplot as plt\nplt.bar([0, 1], [limit_mb / 2, limit_mb / 3]);"),
+    new_code("import ipywidgets as widgets\nslider = widgets.IntSlider(value=1, max=99999, "
+             "description='memory limit')\nslider"),
+    new_code("slider.value = limit_mb"),
+]
+
+
+def _write(path: Path, cells) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """A two-page report written by the command line; yields (folder, notebooks, stdout)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "data").mkdir()
+    (root / "data" / "limit.txt").write_text("48000")
+    notebooks = [_write(root / "notebooks" / "01_stage_memory.ipynb", _DASHBOARD_CELLS),
+                 _write(root / "notebooks" / "02_plain.ipynb", [new_code("print('no heading here')")])]
+    out = root / "reports"
+    stdout = io.StringIO()
+    with contextlib.redirect_stdout(stdout):
+        assert main(["report", "--notebooks", str(root / "notebooks"), "--out", str(out)]) == 0
+    return out, notebooks, stdout.getvalue()
+
+
+def test_progress_lines_name_each_notebook_and_the_output(built):
+    out, _, stdout = built
+    lines = [re.sub(r"done in \d+\.\d s", "done in T s", line) for line in stdout.splitlines()]
+    assert lines == [
+        "[1/2] 01_stage_memory.ipynb: executing",
+        "[1/2] 01_stage_memory.ipynb: done in T s -> 01_stage_memory.html",
+        "[2/2] 02_plain.ipynb: executing",
+        "[2/2] 02_plain.ipynb: done in T s -> 02_plain.html",
+        f"report written to {out} (open {out / 'index.html'})",
+    ]
+
+
+def test_index_links_each_page_with_its_heading_and_first_line(built):
+    out, _, _ = built
+    assert sorted(path.name for path in out.iterdir()) == ["01_stage_memory.html", "02_plain.html", "index.html"]
+    index = (out / "index.html").read_text()
+    items = re.findall(r'<li><a href="([^"]+)">([^<]*)</a>(?:<br><span>([^<]*)</span>)?</li>', index)
+    assert items == [("01_stage_memory.html", "Stage memory under a limit", "How the limit caps memory_mb."),
+                     ("02_plain.html", "02_plain", "")]
+    assert '<meta name="generator" content="sappkit report 0.1.0">' in index
+    assert "<p>2 notebooks executed by sappkit 0.1.0 (code hidden).</p>" in index
+
+
+def test_page_runs_in_its_folder_hides_code_and_keeps_plots_and_widget_state(built):
+    out, _, _ = built
+    page = (out / "01_stage_memory.html").read_text()
+    assert "<title>Stage memory under a limit</title>" in page
+    assert "limit 48000 MB" in page
+    assert "class=\"jp-CodeMirrorEditor" not in page and "read_text" not in page and "plt.bar" not in page
+    assert len(re.findall(r'<img [^>]*src="data:image/png;base64,', page)) == 1
+    state = json.loads(re.search(r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>',
+                                 page, re.DOTALL).group(1))
+    sliders = [model["state"] for model in state["state"].values() if model["model_name"] == "IntSliderModel"]
+    assert [(slider["description"], slider["value"]) for slider in sliders] == [("memory limit", 48000)]
+
+
+def test_existing_report_is_refused_before_anything_runs(built, capsys):
+    out, notebooks, _ = built
+    before = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
+    message = (f"out: {str(out)!r} already exists and is not empty; pass force=True (--force) to replace the "
+               f"report there, or choose another folder")
+    with pytest.raises(InputError) as raised:
+        write_report(notebooks, out)
+    assert str(raised.value) == message
+    assert main(["report", "--notebooks", *map(str, notebooks), "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"sappkit report: {message}\n"
+    assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
+
+
+def test_force_replaces_a_previous_report_only(built, tmp_path):
+    out, notebooks, _ = built
+    stranger = tmp_path / "photos"
+    stranger.mkdir()
+    (stranger / "cat.jpg").write_bytes(b"\xff\xd8")
+    with pytest.raises(InputError) as raised:
+        write_report(notebooks, stranger, force=True)
+    assert str(raised.value) == (f"out: {str(stranger)!r} is not a sappkit report (no index.html written by "
+                                 f"'sappkit report'); force replaces only a previous report, choose another folder")
+    previous = shutil.copytree(out, tmp_path / "report")
+    lines = []
+    index = write_report([notebooks[1]], previous, with_input=True, force=True, progress=lines.append)
+    assert index == previous / "index.html"
+    assert sorted(path.name for path in previous.iterdir()) == ["02_plain.html", "index.html"]
+    assert "<span class=\"s1\">'no heading here'</span>" in (previous / "02_plain.html").read_text()
+    assert "(with code)" in index.read_text()
+    assert [line.split(":")[0] for line in lines] == ["[1/1] 02_plain.ipynb"] * 2
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["photos", "report"]
+
+
+def test_failing_notebook_names_cell_and_error_and_keeps_previous_report(built, tmp_path):
+    out, notebooks, _ = built
+    previous = shutil.copytree(out, tmp_path / "report")
+    broken = _write(tmp_path / "broken.ipynb", [new_markdown("# Broken"), new_code("x = 1"),
+                                                new_code("# check the plan\nraise ValueError(f'bad stage {x}')"),
+                                                new_code("print('never runs')")])
+    with pytest.raises(InputError) as raised:
+        write_report([broken, notebooks[1]], previous, force=True)
+    assert str(raised.value) == (f"notebook {str(broken)!r} failed at cell 3 of 4 ('# check the plan'): "
+                                 f"ValueError: bad stage 1; no report was written (run the notebook in "
+                                 f"JupyterLab to see the traceback)")
+    assert sorted(path.name for path in previous.iterdir()) == sorted(path.name for path in out.iterdir())
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["broken.ipynb", "report"]
+
+
+def test_bad_notebook_arguments_are_named(tmp_path):
+    text = tmp_path / "notes.txt"
+    text.write_text("hi")
+    first = _write(tmp_path / "a" / "tour.ipynb", [])
+    second = _write(tmp_path / "b" / "tour.ipynb", [])
+    (tmp_path / "junk.ipynb").write_text("{not json")
+    (tmp_path / "file").write_text("")
+    cases = [
+        ([text], tmp_path / "r", f"notebooks: {str(text)!r} is not an .ipynb file or a folder of them"),
+        ([tmp_path / "missing.ipynb"], tmp_path / "r",
+         f"notebooks: {str(tmp_path / 'missing.ipynb')!r} is not an .ipynb file or a folder of them"),
+        ([], tmp_path / "r", "notebooks must name at least one .ipynb file; got none"),
+        ([tmp_path / "empty"], tmp_path / "r", "notebooks must name at least one .ipynb file; got none"),
+        ([first, second], tmp_path / "r", (f"notebooks: {str(first)!r} and {str(second)!r} would both render "
+                                           f"as 'tour.html'; rename one or report them separately")),
+        ([first], tmp_path / "file", f"out: {str(tmp_path / 'file')!r} is a file, expected a report folder"),
+    ]
+    (tmp_path / "empty").mkdir()
+    for notebooks, out, message in cases:
+        with pytest.raises(InputError) as raised:
+            write_report(notebooks, out)
+        assert str(raised.value) == message
+    with pytest.raises(InputError) as raised:
+        write_report([tmp_path / "junk.ipynb"], tmp_path / "r")
+    assert str(raised.value).startswith(f"notebooks: cannot read {str(tmp_path / 'junk.ipynb')!r} as a notebook (")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize(("cells", "expected"), [
+    ([new_markdown("intro line\n\n## Fit `memory` *per* layer\n")], ("Fit memory per layer", "intro line")),
+    ([new_code("# not a heading"), new_markdown("<img src='x.png'>\n\n| a |\n\n- first **point**\n- second")],
+     ("", "first point - second")),
+    ([new_markdown("# Only a heading")], ("Only a heading", "")),
+    ([new_markdown("# T\n```\nx = 1\n\ny = 2\n```\n**Bold** start,\nwrapped *over\ntwo* lines. Next one.")],
+     ("T", "Bold start, wrapped over two lines.")),
+    ([new_markdown("# Long\n\n" + "word " * 40)], ("Long", ("word " * 32).strip() + " …")),
+    ([], ("", "")),
+])
+def test_notebook_summary(cells, expected):
+    assert notebook_summary(nbformat.v4.new_notebook(cells=cells)) == expected
+
+
+def test_default_notebooks_are_the_repository_notebooks_in_order():
+    folder = Path(__file__).resolve().parent.parent / "notebooks"
+    assert default_notebooks() == sorted(folder.glob("*.ipynb"))
