@@ -144,7 +144,7 @@ class AlternativesDashboard:
 
     def _show(self, *, step: WalkStep, relist: bool = False) -> None:
         """Show ``step``: its plan's stage bars and summary (figures closed once shown)."""
-        from IPython.display import display
+        from IPython.display import Pretty, display
 
         self.last = step
         if relist:
@@ -156,7 +156,7 @@ class AlternativesDashboard:
         self.back.disabled = len(step.path) == 1
         with self.output:
             self.output.clear_output(wait=True)
-            print(step.summary())
+            display(Pretty(step.summary()))
             ax = plot_stage_memory(step.shown.stages)
             ax.set_title("stage memory of the plan on show")
             display(ax.figure)

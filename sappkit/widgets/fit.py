@@ -126,13 +126,13 @@ class FitDashboard:
 
     def redraw(self) -> None:
         """Refit with the controls' values; show the summary and the three drawings (figures closed once shown)."""
-        from IPython.display import display
+        from IPython.display import Pretty, display
 
         self.last = refit(self.observations, runs=self.runs.value, stages=self.stages.value,
                           const=self.const.value, options=self.options.value)
         with self.output:
             self.output.clear_output(wait=True)
-            print(self.last.summary())
+            display(Pretty(self.last.summary()))
             if self.last.fit is not None:
                 axes = plot_fit(self.last.fit)
                 display(axes[0].figure)

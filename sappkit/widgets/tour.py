@@ -49,7 +49,7 @@ class TourDashboard:
 
     def update(self) -> None:
         """Re-simulate with the controls' values and redraw (figures are closed once shown)."""
-        from IPython.display import display
+        from IPython.display import Pretty, display
 
         settings = {name: control.value for name, control in self.controls.items()}
         with self.output:
@@ -58,7 +58,7 @@ class TourDashboard:
                 self.last = tour_simulation(self.layers, limit_mb=self.limit_mb, **settings)
             except InputError as exc:
                 self.last, self.message = None, str(exc)
-                print(self.message)
+                display(Pretty(self.message))
                 return
             self.message = ""
             figure = plot_simulation(self.last)
