@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ._frames import check_frame
 from .columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, CHUNK, COUNT, FORWARD_TIME, KIND, LAYERS, MEMORY_MB, OPTION, PARAM_MB,
     ROLE, SAPP_OPTIONS, STAGE,
@@ -317,10 +318,7 @@ def _times_frame(times) -> pd.DataFrame:
     if not isinstance(times, pd.DataFrame):
         raise InputError(f"times must be a LayerTable or a DataFrame with columns kind, option, forward_time, "
                          f"backward_time; got {type(times).__name__}")
-    missing = [c for c in (KIND, OPTION, FORWARD_TIME, BACKWARD_TIME) if c not in times]
-    if missing:
-        raise InputError(f"times is missing column(s) {', '.join(map(repr, missing))}; expected kind, option, "
-                         "forward_time, backward_time")
+    check_frame(times, "times", (KIND, OPTION, FORWARD_TIME, BACKWARD_TIME), "a times frame")
     return times.reset_index(drop=True).copy()
 
 

@@ -28,6 +28,7 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
+from ._frames import check_frame
 from .columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OPTION, OVERHEAD_MB, PARAM_MB, STAGE,
     TIME, WORKING_MB,
@@ -220,10 +221,7 @@ class RecomputeAnalysis:
             frame = current.reset_index(drop=True)
         else:
             raise InputError(f"current must be a RecomputeChoice or a ranges DataFrame; got {type(current).__name__}")
-        missing = [column for column in _CURRENT_COLUMNS if column not in frame.columns]
-        if missing:
-            raise InputError(f"current is missing column(s) {', '.join(map(repr, missing))}; a plan's ranges have "
-                             f"{', '.join(_CURRENT_COLUMNS)}")
+        check_frame(frame, "current", _CURRENT_COLUMNS, "a plan's ranges frame")
         body = self.pricing.body
         count = len(body)
         modes = np.full(count, -1)

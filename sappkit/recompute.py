@@ -274,7 +274,7 @@ def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_lay
 
 
 def _full_time(pricing: Pricing) -> float:
-    """Every body layer fully recomputed (``full``, else its kind's lightest option): the step's body time."""
+    """Every body layer fully recomputed (``full``, else its kind's lightest option): their summed time."""
     prices = pricing.prices
     total = 0.0
     for kind, count in pricing.body["kind"].value_counts().items():
@@ -298,9 +298,10 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
     DataFrame
         One row per capacity, in the order given: ``memory_mb``,
         ``feasible``, ``mode`` (one-mode choices), ``time`` (body layers'
-        forward + backward summed over stages), ``time_saved`` (against the
-        configured options) and ``time_saved_vs_full`` (against every layer
-        fully recomputed); NaN times where nothing fits.
+        forward + backward per micro-batch, summed over stages),
+        ``time_saved`` (against the configured options) and
+        ``time_saved_vs_full`` (against every layer fully recomputed); NaN
+        times where nothing fits.
 
     Examples
     --------

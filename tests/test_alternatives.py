@@ -1,5 +1,6 @@
 """One more recomputed layer: brute force, refusals, empty results, pricing once, frames, plot, CLI."""
 
+import json
 from collections import Counter
 
 import numpy as np
@@ -337,7 +338,7 @@ def test_refuses_bad_ranges(small_analysis):
     _refused(small_analysis, _frame([(0, 2, "b", "off"), (2, 2, "c", "off")]),
              "current range 1 gives layer 2 kind 'c'; the partition places kind 'b' there")
     _refused(small_analysis, pd.DataFrame({"first": [0], "count": [4], "kind": ["b"]}),
-             "current is missing column(s) 'mode'; a plan's ranges have first, count, kind, mode")
+             "current is missing column(s) 'mode'; a plan's ranges frame needs first, count, kind, mode")
     _refused(small_analysis, [("0", 4)], "current must be a RecomputeChoice or a ranges DataFrame; got list")
 
 
@@ -445,8 +446,8 @@ def test_plot_alternatives(walk_start):
     assert empty.get_title() == "no alternative fits" and [t.get_text() for t in empty.texts] == ["current"]
     with pytest.raises(InputError) as error:
         sappkit.plot_alternatives(found.frame.drop(columns="time_cost"))
-    assert str(error.value) == ("frame is missing column(s) 'time_cost'; plot_alternatives draws the frame "
-                                "sappkit.alternatives returns (stage, kind, from_mode, memory_freed_mb, time_cost)")
+    assert str(error.value) == ("frame is missing column(s) 'time_cost'; a sappkit.alternatives frame needs stage, "
+                                "kind, from_mode, memory_freed_mb, time_cost")
 
 
 def test_walk_steps_and_dashboard(walk_start):
@@ -494,10 +495,34 @@ def test_command_line(capsys):
                  "--dimensions", "tp"]) == 2
     assert capsys.readouterr().err == "sappkit alternatives: --dimensions entry 'tp' is not NAME=DEGREE (e.g. tp=4)\n"
     assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
-                 "--offset", "[1, 0"]) == 2
-    assert capsys.readouterr().err == ("sappkit alternatives: --offset must be JSON, e.g. '[1, 0, 0, -1]'; got "
-                                       "'[1, 0' (Expecting ',' delimiter)\n")
-    assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
-                 "--offset", "[1, 0, 0, 0, 0, 0, 0, -1]", "--modes", "off,selective"]) == 0
+                 "--offsets", "missing.yaml"]) == 2
+    assert capsys.readouterr().err == "sappkit alternatives: --offsets file 'missing.yaml' does not exist\n"
+
+
+def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):
+    """``--offsets`` places the layers (and configures recompute) exactly as ``sappkit choose --offsets`` does."""
+    from sappkit.cli import main
+
+    path = tmp_path / "plan.yaml"
+    path.write_text("model:\n  model_config:\n    offset: [1, 0, 0, 0, 0, 0, 0, -1]\n"
+                    "recompute_config:\n  recompute: [4, 4, 4, 4, 4, 4, 4, 4]\n")
+    shape = ["data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
+             "--offsets", str(path)]
+    assert main(["choose", *shape, "--per-layer", "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)
+    table = sappkit.read_layers_json("data/llama2_70b.json")
+    part = Partition.from_offsets(table, stages=8, micro_batches=16, offset=[1, 0, 0, 0, 0, 0, 0, -1],
+                                  recompute=[4] * 8)
+    choice = choose_recompute(table, part, memory_mb=60000, modes=MODES, per_layer=True)
+    assert chosen["ranges"] == choice.to_records()
+    assert main(["alternatives", *shape]) == 0
+    out = capsys.readouterr().out.splitlines()
+    mode, overrides = choice.trainer_plan()
+    found = alternatives(choice)
+    assert out[:3] == [f"current plan: peak {choice.memory_mb:,.1f} MB of 60,000 MB; binding stage "
+                       f"{found.binding_stage}; time saved {choice.time_saved:.4g}",
+                       f"trainer plan: mode {mode!r}, layers {overrides}",
+                       f"{len(found.frame)} plan(s) with one more layer at 'full':"]
+    assert main(["alternatives", *shape, "--modes", "off,selective"]) == 0
     assert capsys.readouterr().out.splitlines()[-1] == ("no alternative: 'full' is not among the modes ('off', "
                                                         "'selective'), so no layer can be turned up to it")

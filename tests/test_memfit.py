@@ -415,6 +415,9 @@ def test_to_layers_refusals():
     assert refusal(lambda: fit.to_layers("times.csv")) == (
         "times must be a LayerTable or a DataFrame with columns kind, option, forward_time, backward_time; got str")
     bare = pd.DataFrame({"kind": ["block"], "option": ["none"], "forward_time": [1.0], "backward_time": [2.0]})
+    assert refusal(lambda: fit.to_layers(bare.drop(columns=["option", "backward_time"]))) == (
+        "times is missing column(s) 'option', 'backward_time'; a times frame needs kind, option, forward_time, "
+        "backward_time")
     assert refusal(lambda: fit.to_layers(bare)) == (
         "times has no row for the head kind 'head'; add its forward_time and backward_time, or name it with head=")
     assert refusal(lambda: fit.to_layers(LLAMA.frame, kind="mlp")) == (
@@ -451,7 +454,7 @@ def test_drawings_show_the_fit():
     assert [bar.get_height() for bar in peaks.patches] == stages["memory_mb"].tolist()
     assert [bar.get_height() for bar in residuals.patches] == pytest.approx(stages["residual_mb"].tolist())
     assert refusal(lambda: plot_fit_params(fit.observations)) == (
-        "frame is missing column(s) 'name', 'value_mb'; plot_fit_params draws MemoryFit.params")
+        "params is missing column(s) 'name', 'value_mb'; a MemoryFit.params frame needs name, value_mb")
     assert refusal(lambda: plot_fit(fit.params)) == "fit must be a MemoryFit (sappkit.fit_memory); got DataFrame"
 
 

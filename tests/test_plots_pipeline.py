@@ -108,7 +108,8 @@ def test_stage_memory_of_a_simulation():
     (lambda: plot_stage_memory(stage_frame().drop(columns=["working_mb", "const_mb"])),
      "stages is missing column(s) 'working_mb', 'const_mb'; per-stage memory needs stage, param_mb, "
      "activation_mb, overhead_mb, working_mb, const_mb, memory_mb"),
-    (lambda: plot_stage_memory([1, 2]), "stages must be a DataFrame of per-stage memory; got list"),
+    (lambda: plot_stage_memory([1, 2]), "stages must be a DataFrame with columns stage, param_mb, activation_mb, "
+                                               "overhead_mb, working_mb, const_mb, memory_mb; got list"),
     (lambda: plot_schedule(stage_frame()),
      "sim must be a sappkit.Simulation (from sappkit.simulate); got DataFrame"),
     (lambda: plot_simulation(None), "sim must be a sappkit.Simulation (from sappkit.simulate); got NoneType"),

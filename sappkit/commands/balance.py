@@ -7,22 +7,14 @@ from pathlib import Path
 import pandas as pd
 
 from ..balancer import balance
-from ..schedules import SCHEDULES
 from ..solver import SolverOptions
-from .simulate import read_layers
+from ._common import add_pipeline_arguments, read_layers
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser("balance", help="place layers and recompute on the pipeline: fit memory, "
                                                    "minimise time (ILP balancer)")
-    parser.add_argument("layers", type=Path, metavar="LAYERS", help="layer table: MindFormers JSON or CSV")
-    parser.add_argument("--stages", type=int, required=True, help="pipeline stages p")
-    parser.add_argument("--micro-batches", type=int, required=True, help="micro-batches per step m")
-    parser.add_argument("--memory", type=float, required=True, metavar="MB", help="device memory per stage, MB")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per stage v")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="default: 1f1b for one chunk, interleaved for more")
-    parser.add_argument("--less-memory", action="store_true", help="less-memory interleaved order")
+    add_pipeline_arguments(parser)
     parser.add_argument("--objective", choices=("sapp", "step"), default="sapp",
                         help="sapp: seed 003's time model; step: sappkit's step-time estimate")
     parser.add_argument("--level", type=int, default=1, help="seed 003's optimization_level")

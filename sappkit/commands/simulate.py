@@ -7,9 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..demo import simulate_layers
-from ..errors import InputError
-from ..formats import read_layers_csv, read_layers_json
 from ..schedules import SCHEDULES
+from ._common import read_layers
 
 
 def register(subparsers) -> None:
@@ -28,14 +27,6 @@ def register(subparsers) -> None:
     parser.add_argument("--save", type=Path, default=None, metavar="FIG.png",
                         help="save the schedule and memory figure")
     parser.set_defaults(run=_run)
-
-
-def read_layers(path: Path):
-    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension."""
-    readers = {".json": read_layers_json, ".csv": read_layers_csv}
-    if path.suffix.lower() not in readers:
-        raise InputError(f"LAYERS must be a .json (MindFormers layer description) or .csv layer table; got {str(path)!r}")
-    return readers[path.suffix.lower()](path)
 
 
 def _run(args) -> int:

@@ -6,8 +6,8 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from .._frames import check_frame
 from ..columns import KIND, MEMORY_MB, STAGE
-from ..errors import InputError
 
 __all__ = ["plot_alternatives"]
 
@@ -55,10 +55,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     ['from off', 'from selective', 'lowers the peak']
     """
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())
-    missing = [column for column in needed if column not in frame.columns]
-    if missing:
-        raise InputError(f"frame is missing column(s) {', '.join(map(repr, missing))}; plot_alternatives "
-                         f"draws the frame sappkit.alternatives returns ({', '.join(needed)})")
+    check_frame(frame, "frame", needed, "a sappkit.alternatives frame")
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 5))
     ax.scatter([0.0], [0.0], marker="*", s=160, color="black", zorder=3)

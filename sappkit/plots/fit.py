@@ -6,18 +6,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from .._frames import check_frame
 from ..columns import MEMORY_MB, STAGE
 from ..errors import InputError
 from ..memfit import LOO_RESIDUAL_MB, NAME, PREDICTED_MB, RESIDUAL_MB, STDERR_MB, VALUE_MB, MemoryFit
 from ..stage_config import RUN
 
 __all__ = ["plot_fit_params", "plot_fit_observations", "plot_fit_residuals", "plot_fit"]
-
-
-def _require(frame: pd.DataFrame, columns: tuple[str, ...], what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
-    if missing:
-        raise InputError(f"frame is missing column(s) {', '.join(map(repr, missing))}; {what}")
 
 
 def plot_fit_params(params: pd.DataFrame, *, ax=None, errors: float = 2.0):
@@ -30,7 +25,7 @@ def plot_fit_params(params: pd.DataFrame, *, ax=None, errors: float = 2.0):
     >>> [label.get_text() for label in plot_fit_params(params).get_yticklabels()]
     ['const_mb', 'param_mb']
     """
-    _require(params, (NAME, VALUE_MB), "plot_fit_params draws MemoryFit.params")
+    check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame")
     ax = ax if ax is not None else plt.subplots(figsize=(6, 0.35 * len(params) + 1))[1]
     y = np.arange(len(params))
     values = params[VALUE_MB].to_numpy()
@@ -79,8 +74,7 @@ def plot_fit_observations(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in ax.patches]
     [10.0, 8.0, 9.0]
     """
-    _require(observations, (RUN, STAGE, MEMORY_MB, PREDICTED_MB), "plot_fit_observations draws "
-             "MemoryFit.observations")
+    check_frame(observations, "observations", (RUN, STAGE, MEMORY_MB, PREDICTED_MB), "a MemoryFit.observations frame")
     ax = ax if ax is not None else plt.subplots(figsize=(8, 3.5))[1]
     stages, x = _stages(observations)
     ax.bar(x, stages[MEMORY_MB], color="tab:blue", alpha=0.6, label="observed peak")
@@ -102,7 +96,7 @@ def plot_fit_residuals(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in plot_fit_residuals(frame).patches]
     [5.0, -5.0]
     """
-    _require(observations, (RUN, STAGE, RESIDUAL_MB), "plot_fit_residuals draws MemoryFit.observations")
+    check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB), "a MemoryFit.observations frame")
     ax = ax if ax is not None else plt.subplots(figsize=(8, 3))[1]
     stages, x = _stages(observations)
     residual = stages[RESIDUAL_MB].to_numpy()

@@ -10,6 +10,7 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .._frames import check_frame
 from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME,
     WORKING_MB,
@@ -167,12 +168,7 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     >>> [t.get_text() for t in plot_stage_memory(frame).get_legend().get_texts()]
     ['limit 150 MB', 'parameters', 'activations', 'constant']
     """
-    if not isinstance(stages, pd.DataFrame):
-        raise InputError(f"stages must be a DataFrame of per-stage memory; got {type(stages).__name__}")
-    missing = [c for c in (STAGE, MEMORY_MB, *(part for part, _ in MEMORY_PARTS)) if c not in stages.columns]
-    if missing:
-        raise InputError(f"stages is missing column(s) {', '.join(map(repr, missing))}; per-stage memory needs "
-                         f"stage, {', '.join(part for part, _ in MEMORY_PARTS)}, memory_mb")
+    check_frame(stages, "stages", (STAGE, *(part for part, _ in MEMORY_PARTS), MEMORY_MB), "per-stage memory")
     ax = ax if ax is not None else plt.subplots(figsize=(max(4.0, 0.45 * len(stages) + 2), 4))[1]
     x = stages[STAGE].to_numpy()
     bottom = np.zeros(len(stages))

@@ -26,6 +26,9 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
                     ax: Axes | None = None) -> Axes:
     """Time saved against the device capacity (:func:`sappkit.sweep_recompute`'s frame).
 
+    Time saved is the body layers' forward + backward time for one
+    micro-batch, summed over the stages (not a step time).
+
     ``against`` is ``"configured"`` or ``"full"`` (or ``"both"`` for two
     lines); capacities where nothing fits are shaded; ``current_mb`` marks
     the budget in use.
@@ -55,7 +58,7 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
         ax.axvline(current_mb, color="black", linestyle=":", label=f"budget {current_mb:,.0f} MB")
     ax.axhline(0, color="0.6", linewidth=0.8)
     ax.set_xlabel("device memory (MB)")
-    ax.set_ylabel("time saved per step")
+    ax.set_ylabel("time saved\n(fwd + bwd per micro-batch, all stages)")
     ax.legend(loc="lower right", fontsize=8, frameon=False)
     return ax
 

@@ -1,0 +1,94 @@
+"""What several sub-commands share: the layer file, the pipeline's shape, the recompute chooser's flags, and the
+MindFormers offsets YAML that places layers on the stages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from ..errors import InputError
+from ..formats import read_layers_csv, read_layers_json
+from ..partition import Partition
+from ..pipeline import even_assignment
+from ..schedules import SCHEDULES
+
+#: The runtime modes a per-layer choice picks among unless ``--modes`` names others.
+PER_LAYER_MODES = ("off", "selective", "full")
+
+#: Keys a MindFormers offsets YAML may give, and where (``Plan.to_yaml`` nests them; flat files work too).
+_OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute")
+_NESTED = {"offset": ("model", "model_config"), "recompute": ("recompute_config",),
+           "select_recompute": ("recompute_config",), "select_comm_recompute": ("recompute_config",)}
+
+
+def add_pipeline_arguments(parser) -> None:
+    """``LAYERS --stages P --micro-batches M --memory MB [--chunks V] [--schedule S] [--less-memory]``."""
+    parser.add_argument("layers", type=Path, metavar="LAYERS", help="layer table: MindFormers JSON or CSV")
+    parser.add_argument("--stages", type=int, required=True, help="pipeline stages p")
+    parser.add_argument("--micro-batches", type=int, required=True, help="micro-batches per step m")
+    parser.add_argument("--memory", type=float, required=True, metavar="MB", help="device memory per stage, MB")
+    parser.add_argument("--chunks", type=int, default=1, help="chunks per stage v")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
+                        help="pipeline schedule (default 1f1b, interleaved for --chunks > 1)")
+    parser.add_argument("--less-memory", action="store_true", help="less-memory interleaved order")
+
+
+def add_chooser_arguments(parser, *, modes_help: str) -> None:
+    """``[--offsets FILE.yaml] [--modes MODE,...] [--fsdp-holds-grads] [--bucket-mb MB]`` for the recompute chooser."""
+    parser.add_argument("--offsets", type=Path, default=None, metavar="FILE.yaml",
+                        help="MindFormers offset and recompute lists (e.g. a plan's to_yaml, or `sappkit balance "
+                             "--yaml`); default: layers placed evenly, configured without recompute")
+    parser.add_argument("--modes", default=None, metavar="MODE,...", help=modes_help)
+    parser.add_argument("--fsdp-holds-grads", action="store_true", help="price the second FSDP peak")
+    parser.add_argument("--bucket-mb", type=float, default=1.0, help="the knapsack's memory granularity (MB)")
+
+
+def read_layers(path: Path):
+    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension."""
+    readers = {".json": read_layers_json, ".csv": read_layers_csv}
+    if path.suffix.lower() not in readers:
+        raise InputError(f"LAYERS must be a .json (MindFormers layer description) or .csv layer table; "
+                         f"got {str(path)!r}")
+    return readers[path.suffix.lower()](path)
+
+
+def read_offsets(path: Path) -> dict:
+    """``offset`` and the recompute lists from a MindFormers YAML (nested as ``Plan.to_yaml`` writes, or flat)."""
+    if not path.is_file():
+        raise InputError(f"--offsets file {str(path)!r} does not exist")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise InputError(f"--offsets file {str(path)!r} is not YAML: {exc}") from None
+    if not isinstance(document, dict):
+        raise InputError(f"--offsets file {str(path)!r} must hold a mapping with {', '.join(_OFFSET_KEYS)}")
+    found = {}
+    for key in _OFFSET_KEYS:
+        where = document
+        for part in _NESTED[key]:
+            where = where.get(part, {}) if isinstance(where, dict) else {}
+        value = where.get(key) if isinstance(where, dict) and key in where else document.get(key)
+        if value is not None:
+            found[key] = value
+    if "offset" not in found:
+        raise InputError(f"--offsets file {str(path)!r} has no 'offset' (at the top or under model.model_config)")
+    return found
+
+
+def partition(layers, args) -> Partition:
+    """The partition ``--offsets`` gives, or the body layers placed evenly without recompute."""
+    shape = dict(stages=args.stages, micro_batches=args.micro_batches, chunks=args.chunks, schedule=args.schedule,
+                 less_memory=args.less_memory)
+    if args.offsets is not None:
+        return Partition.from_offsets(layers, **read_offsets(args.offsets), **shape)
+    schedule = args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
+    assignment = even_assignment(layers, stages=args.stages, chunks=args.chunks, schedule=schedule)
+    return Partition.from_assignment(assignment, kind_order=layers.body_kinds, **shape)
+
+
+def modes(args, *, per_layer: bool) -> tuple[str, ...] | None:
+    """``--modes`` as a tuple; without it :data:`PER_LAYER_MODES` for a per-layer choice, else None."""
+    if args.modes is None:
+        return PER_LAYER_MODES if per_layer else None
+    return tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
