@@ -15,8 +15,9 @@ Memory (DESIGN.md "Per-stage memory", ``sapp`` terms): parameters, activation
 × in-flight (+ memory kept once), the interleaved overhead
 ``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
 chunks (as seed 003; the simulator also counts head and tail activations
-there, so the two agree where those keep none), the working set when asked,
-and the constant.
+there, so the two agree where those keep none), the working set when asked
+(:func:`working_set_mb`: the recompute chooser's rule and numbers), and the
+constant.
 
 Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
 
@@ -46,14 +47,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .balance_setup import BalanceSetup, make_setup, positional_rank
+from .balance_setup import BalanceSetup, make_setup
 from .columns import (
     ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB,
     OPTION, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 
-__all__ = ["Evaluation", "evaluate", "assignment_frame", "counts_from_assignment", "STAGE_COLUMNS",
-           "OVERHEAD_TOLERANCE"]
+__all__ = ["Evaluation", "evaluate", "working_set_mb", "assignment_frame", "counts_from_assignment",
+           "STAGE_COLUMNS", "OVERHEAD_TOLERANCE"]
 
 #: Columns of a plan's ``stages`` frame: the shared memory schema, then layers and times.
 STAGE_COLUMNS = (STAGE, LAYERS, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, MEMORY_MB,
@@ -97,6 +98,24 @@ def overhead_mb(setup: BalanceSetup, body_activation: np.ndarray) -> np.ndarray:
     return result
 
 
+def working_set_mb(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """Per-stage working set of the layer that ends warm-up (:meth:`~sappkit.LayerTable.working_set_mb`).
+
+    That layer is the last body layer of the stage's last-chunk cell in the
+    order the cell's layers run (:attr:`BalanceSetup.cell_order`); the tail
+    where that cell ends with it; nothing when the cell holds neither.
+    """
+    working, order = np.zeros(setup.stages), setup.cell_order
+    for s in range(setup.stages):
+        if s == setup.tail_ends_warm_up:
+            working[s] = setup.tail.working_mb
+            continue
+        present = [i for i in order if counts[i, -1, s] > 0]
+        if present:
+            working[s] = setup.working[present[-1]]
+    return working
+
+
 def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     """Per-stage memory and time of ``counts`` and its ``sapp`` and ``step`` objectives.
 
@@ -120,10 +139,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
         activation[fixed.stage] += (fixed.activation_mb * setup.in_flight[fixed.chunk, fixed.stage]
                                     + fixed.memory_once_mb)
     overhead = overhead_mb(setup, body_activation)
-    working = np.zeros(setup.stages)
-    if setup.working_set:
-        last = counts[:, -1, :] > 0
-        working = np.where(last, setup.working[:, None], 0.0).max(axis=0, initial=0.0)
+    working = working_set_mb(setup, counts) if setup.working_set else np.zeros(setup.stages)
     memory = param + activation + overhead + working + setup.const_mb
     stages = pd.DataFrame({
         STAGE: np.arange(setup.stages),
@@ -209,9 +225,8 @@ def assignment_frame(setup: BalanceSetup, counts: np.ndarray) -> pd.DataFrame:
     recomputed first (the order MindFormers gives a cell's layers).
     """
     rows = []
-    order = sorted(range(len(setup.items)), key=lambda i: (setup.kind_index[i], positional_rank(setup.items[i][1])))
     for chunk, stage in setup.cells:
-        for item in order:
+        for item in setup.cell_order:
             kind, option = setup.items[item]
             layers = int(round(counts[item, chunk, stage]))
             if layers:

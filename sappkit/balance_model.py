@@ -18,8 +18,12 @@ tail on their cells) and :math:`A_{cs} = \sum_i a_i x_{ics}`:
 
 with :math:`P_s` body and head/tail parameters, :math:`\mathit{if}` the
 in-flight counts, :math:`u` memory kept once, :math:`W_s` the end-of-warm-up
-working set (``working_set=True``: :math:`W_s \ge w_i y_{is}`,
-:math:`n_k y_{is} \ge x_{i,v-1,s}`, :math:`y` binary).
+working set (``working_set=True``): with :math:`y_{is}` binary, exactly
+"item :math:`i` is on the last chunk" (:math:`n_k y_{is} \ge x_{i,v-1,s}`,
+:math:`y_{is} \le x_{i,v-1,s}`) and items in the order a cell's layers run,
+:math:`W_s \ge w_i (y_{is} - \sum_{j \succ i} y_{js})`: the working set of
+the last item present, exactly as ``balance_eval`` charges it (the tail's
+constant where the cell ends with the tail).
 Multimodal frontier, for adjacent body kinds :math:`k-1, k` and every cell:
 :math:`n_k \phi_{kcs} \ge` (layers of :math:`k` on cells before
 :math:`(c, s)` in model order; DualPipeV's chunk 1 includes the cell) and
@@ -238,18 +242,26 @@ class BalanceModel:
         return overhead
 
     def _working(self, s: int):
-        # The largest working set among the items on the stage's last chunk.
+        # The working set of the layer ending warm-up: the last item present, in the order a cell's
+        # layers run, on the stage's last chunk (the tail's, a constant, where that cell ends with it).
         setup = self.setup
         if not setup.working_set:
             return 0
-        working = self._var(f"working_{s}", 0, float(setup.working.max(initial=0.0)))
+        if s == setup.tail_ends_warm_up:
+            return setup.tail.working_mb
         c = setup.chunks - 1
-        for i in range(len(setup.items)):
-            if setup.working[i] <= 0:
-                continue
-            present = self._var(f"present_{i}_{s}", 0, 1, "Binary")
-            self._add(layer_bound(setup, [setup.kind_index[i]]) * present >= self.x[i, c, s], f"present_{i}_{s}")
-            self._add(working >= float(setup.working[i]) * present, f"working_{i}_{s}")
+        order = setup.cell_order
+        present = {}
+        for i in order:
+            present[i] = self._var(f"present_{i}_{s}", 0, 1, "Binary")
+            self._add(layer_bound(setup, [setup.kind_index[i]]) * present[i] >= self.x[i, c, s],
+                      f"present_if_placed_{i}_{s}")
+            self._add(present[i] <= self.x[i, c, s], f"present_only_if_placed_{i}_{s}")
+        working = self._var(f"working_{s}", 0, float(setup.working.max(initial=0.0)))
+        for position, i in enumerate(order):
+            if setup.working[i] > 0:
+                later = pulp.lpSum(present[j] for j in order[position + 1:])
+                self._add(working >= float(setup.working[i]) * (present[i] - later), f"working_{i}_{s}")
         return working
 
     # ------------------------------------------------------------ time

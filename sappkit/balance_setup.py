@@ -17,7 +17,7 @@ import numpy as np
 
 from ._check import check_choice, check_int, check_number
 from .columns import (
-    ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_ONCE_MB, PARAM_MB, SAPP_OPTIONS, WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, PARAM_MB, SAPP_OPTIONS,
 )
 from .errors import InputError
 from .layers import LayerTable, as_layer_table
@@ -41,6 +41,8 @@ class Fixed:
     param_mb: float
     activation_mb: float
     memory_once_mb: float
+    working_mb: float
+    """Its end-of-warm-up working set (:meth:`~sappkit.LayerTable.working_set_mb`)."""
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -72,7 +74,7 @@ class BalanceSetup:
     once: np.ndarray
     param: np.ndarray
     working: np.ndarray
-    """End-of-warm-up working set of a layer of the item: ``working_mb`` + what it rebuilds."""
+    """End-of-warm-up working set of a layer of the item (:meth:`~sappkit.LayerTable.working_set_mb`)."""
     counts: np.ndarray
     """Layers of each body kind."""
     head: Fixed | None
@@ -160,6 +162,18 @@ class BalanceSetup:
         options = _considered(self.items)
         return (options[0], options[-1]) if len(options) == 2 else None
 
+    @property
+    def cell_order(self) -> list[int]:
+        """Item indices in the order a cell's layers run: kinds in model order, a kind's options by
+        :func:`positional_rank` (table order among other names), as the plan's assignment lists them."""
+        return sorted(range(len(self.items)), key=lambda i: (self.kind_index[i], positional_rank(self.items[i][1])))
+
+    @property
+    def tail_ends_warm_up(self) -> int | None:
+        """The stage whose last-chunk cell ends with the tail (the tail ends its warm-up), or None."""
+        tail = self.tail
+        return tail.stage if tail is not None and tail.chunk == self.chunks - 1 else None
+
     def item_indices(self, kind: str) -> list[int]:
         """Indices of ``kind``'s items."""
         return [i for i, (k, _) in enumerate(self.items) if k == kind]
@@ -187,7 +201,8 @@ def _fixed(layers: LayerTable, role_row, chunk: int, stage: int) -> Fixed | None
     return Fixed(kind=str(role_row[KIND]), chunk=chunk, stage=stage,
                  forward_time=float(role_row[FORWARD_TIME]), backward_time=float(role_row[BACKWARD_TIME]),
                  param_mb=float(role_row[PARAM_MB]), activation_mb=float(role_row[ACTIVATION_MB]),
-                 memory_once_mb=float(role_row[MEMORY_ONCE_MB]))
+                 memory_once_mb=float(role_row[MEMORY_ONCE_MB]),
+                 working_mb=layers.working_set_mb(str(role_row[KIND]), str(role_row[OPTION])))
 
 
 def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
@@ -231,7 +246,6 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     for index, kind in enumerate(kinds):
         rows = table.rows(kind)
         fastest = float(rows[BACKWARD_TIME].min())
-        plain = float(rows[ACTIVATION_MB].max())
         for option, row in rows.iterrows():
             items.append((kind, str(option)))
             columns["kind_index"].append(index)
@@ -241,7 +255,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
             columns["activation"].append(float(row[ACTIVATION_MB]))
             columns["once"].append(float(row[MEMORY_ONCE_MB]))
             columns["param"].append(table.param_mb(kind))
-            columns["working"].append(float(row[WORKING_MB]) + plain - float(row[ACTIVATION_MB]))
+            columns["working"].append(table.working_set_mb(kind, str(option)))
     tail_cell = (1, 0) if schedule == "dualpipev" else (v - 1, p - 1)
     setup = BalanceSetup(
         layers=table, schedule=schedule, stages=p, micro_batches=m, chunks=v, less_memory=bool(less_memory),

@@ -13,8 +13,6 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import numpy as np
-
 from .columns import (
     ACTIVATION_MB, BACKWARD_TIME, DEFAULT_MODES, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, KIND, MEMORY_ONCE_MB,
     OPTION, PARAM_MB, TIME, WORKING_MB,
@@ -40,13 +38,13 @@ class LayerPrices:
     options, front : dict
         Kind -> its options in table order, and its front (fastest first).
     plain : dict
-        Kind -> its plain option: ``none``, else the one keeping the most.
+        Kind -> its plain option (:meth:`LayerTable.plain`).
     costs : dict
         ``(kind, option)`` -> one layer's ``activation_mb``,
         ``memory_once_mb``, ``forward_time``, ``time`` (forward + backward),
-        ``working_mb`` (``W``: kept at one micro-batch, the plain option's
-        under ``full``, + ``working_mb``), ``first_working_mb`` (``W1``, the
-        same with ``first_working_mb``) and ``grad_mb``.
+        ``working_mb`` (``W``, :meth:`LayerTable.working_set_mb`),
+        ``first_working_mb`` (``W1``, the same with ``first=True``) and
+        ``grad_mb``.
     head, tail : dict or None
         The head's and tail's rows.
     const_mb : float
@@ -78,34 +76,23 @@ def _prices(table: LayerTable) -> LayerPrices:
     records = table.frame.to_dict("records")
     kinds = table.body_kinds
     by_kind = {kind: {r[OPTION]: r for r in records if r[KIND] == kind} for kind in kinds}
-    plain = {kind: _plain(rows) for kind, rows in by_kind.items()}
-    costs = {(kind, option): _costs(rows, option, plain[kind]) for kind, rows in by_kind.items() for option in rows}
+    costs = {(kind, option): _costs(table, kind, row) for kind, rows in by_kind.items() for option, row in rows.items()}
     head, tail = table.head, table.tail
     return LayerPrices(
         kinds=kinds, counts={kind: table.count(kind) for kind in kinds},
         param_mb={kind: float(next(iter(rows.values()))[PARAM_MB]) for kind, rows in by_kind.items()},
         options={kind: tuple(rows) for kind, rows in by_kind.items()},
-        front={kind: table.front(kind) for kind in kinds}, plain=plain, costs=costs,
-        head=None if head is None else head.to_dict(), tail=None if tail is None else tail.to_dict(),
+        front={kind: table.front(kind) for kind in kinds}, plain={kind: table.plain(kind) for kind in kinds},
+        costs=costs, head=None if head is None else head.to_dict(), tail=None if tail is None else tail.to_dict(),
         const_mb=float(table.const_mb), modules=table.modules)
 
 
-def _plain(rows: dict[str, dict]) -> str:
-    if "none" in rows:
-        return "none"
-    names = list(rows)
-    time = np.array([rows[o][FORWARD_TIME] + rows[o][BACKWARD_TIME] for o in names])
-    memory = np.array([rows[o][ACTIVATION_MB] for o in names])
-    return names[int(np.lexsort((np.arange(len(names)), time, -memory))[0])]
-
-
-def _costs(rows: dict[str, dict], option: str, plain: str) -> dict[str, float]:
-    row, run = rows[option], rows[plain if option == "full" else option]
-    at_one = run[ACTIVATION_MB] + run[MEMORY_ONCE_MB]
+def _costs(table: LayerTable, kind: str, row: dict) -> dict[str, float]:
+    option = row[OPTION]
     return {ACTIVATION_MB: row[ACTIVATION_MB], MEMORY_ONCE_MB: row[MEMORY_ONCE_MB],
             FORWARD_TIME: row[FORWARD_TIME], TIME: row[FORWARD_TIME] + row[BACKWARD_TIME],
-            WORKING_MB: at_one + row[WORKING_MB], FIRST_WORKING_MB: at_one + row[FIRST_WORKING_MB],
-            GRAD_MB: row[GRAD_MB]}
+            WORKING_MB: table.working_set_mb(kind, option),
+            FIRST_WORKING_MB: table.working_set_mb(kind, option, first=True), GRAD_MB: row[GRAD_MB]}
 
 
 def resolve_modes(modes, prices: LayerPrices) -> dict[str, str] | None:

@@ -60,12 +60,18 @@ class LayerTable:
     frame: pd.DataFrame
     const_mb: float = 0.0
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
+    _records: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         frame = _validated(self.frame)
         object.__setattr__(self, "frame", frame)
         object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0))
         object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
+        # Plain dicts, so the per-option lookups below cost no pandas filtering.
+        records: dict[str, dict[str, dict]] = {}
+        for record in frame.to_dict("records"):
+            records.setdefault(record[KIND], {})[record[OPTION]] = record
+        object.__setattr__(self, "_records", records)
 
     def _role_kinds(self, role: str) -> tuple[str, ...]:
         return tuple(self._kinds.index[self._kinds[ROLE] == role])
@@ -143,6 +149,65 @@ class LayerTable:
                 keep.append(i)
         keep.sort(key=lambda i: (time[i], memory[i]))
         return tuple(rows.index[keep])
+
+    def plain(self, kind: str) -> str:
+        """The option of ``kind`` that recomputes nothing: ``none``, else the one keeping the most activation.
+
+        Without a ``none`` row, the option keeping the most ``activation_mb``
+        is the one that recomputes least; of equal ones the fastest (forward +
+        backward: less recompute), then the first in table order. This is what
+        a fully recomputed layer runs again in its backward (seed 000
+        ``_plain``, which takes the option recomputing nothing).
+
+        Examples
+        --------
+        >>> rows = [dict(kind="block", role="body", count=8, param_mb=900, option=o, forward_time=4,
+        ...              backward_time=b, activation_mb=a)
+        ...         for o, b, a in (("comm", 9, 300), ("quick", 8, 300), ("full", 12, 20))]
+        >>> LayerTable(pd.DataFrame(rows)).plain("block")
+        'quick'
+        """
+        rows = self._option_records(kind)
+        if "none" in rows:
+            return "none"
+        # max() keeps the first of equal keys, so table order breaks the last tie.
+        return max(rows, key=lambda o: (rows[o][ACTIVATION_MB], -(rows[o][FORWARD_TIME] + rows[o][BACKWARD_TIME])))
+
+    def working_set_mb(self, kind: str, option: str, *, first: bool = False) -> float:
+        """What a layer of ``kind`` running ``option`` holds beyond what it keeps, when it ends warm-up.
+
+        The layer that ends a stage's warm-up (the last body layer of the
+        stage's last chunk; the tail when that cell ends with it) runs its
+        backward right after its forward on the last warm-up micro-batch, so
+        besides its activations at the micro-batches in flight it holds, once:
+        what it keeps at one micro-batch, ``activation_mb + memory_once_mb``
+        of the option it runs — the :meth:`plain` option's when ``option`` is
+        ``full``, since its backward rebuilds the plain layer — plus its
+        ``working_mb`` (seed 000 ``_working``, seed 004's 1F1B working set).
+        With ``first`` the same with ``first_working_mb``: the stage's first
+        layer, whose backward is the stage's last (the second FSDP peak).
+        The balancer (``working_set=True``) and the recompute chooser both
+        charge this number.
+
+        Examples
+        --------
+        >>> rows = [dict(kind="block", role="body", count=8, param_mb=900, option=o, forward_time=4,
+        ...              backward_time=b, activation_mb=a, memory_once_mb=5, working_mb=w)
+        ...         for o, b, a, w in (("none", 8, 300, 40), ("selective", 9, 120, 30), ("full", 12, 20, 10))]
+        >>> table = LayerTable(pd.DataFrame(rows))
+        >>> [table.working_set_mb("block", o) for o in ("none", "selective", "full")]
+        [345.0, 155.0, 315.0]
+        """
+        rows = self._option_records(kind)
+        if option not in rows:
+            raise InputError(f"kind {kind!r} has no option {option!r}; its options are "
+                             f"{', '.join(map(repr, rows))}")
+        run = rows[self.plain(kind) if option == "full" else option]
+        extra = rows[option][FIRST_WORKING_MB if first else WORKING_MB]
+        return float(run[ACTIVATION_MB] + run[MEMORY_ONCE_MB] + extra)
+
+    def _option_records(self, kind: str) -> dict[str, dict]:
+        return self._records[self._known(kind)]
 
     def with_frame(self, frame: pd.DataFrame) -> LayerTable:
         """A new table with ``frame`` and this table's constant."""

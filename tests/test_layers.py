@@ -69,6 +69,49 @@ def test_front_keeps_first_of_identical_options():
     assert LayerTable(frame).front("block") == ("none", "selective")
 
 
+def test_plain_is_none_when_the_kind_has_it():
+    table = _table()
+    assert (table.plain("block"), table.plain("vit"), table.plain("lm_head")) == ("none", "none", "none")
+
+
+def test_plain_without_none_keeps_the_most_then_is_fastest_then_first():
+    frame = pd.DataFrame(_rows())
+    # 'none' renamed 'keep'; most activation wins whatever its table position.
+    frame.loc[3, "option"] = "keep"
+    frame = pd.concat([frame.iloc[4:7], frame.iloc[[3]], frame.iloc[[0, 1, 2, 7]]], ignore_index=True)
+    assert LayerTable(frame).plain("block") == "keep"
+    # A tie in activation: the faster one (less recompute), wherever it sits.
+    tied = frame.copy()
+    tied.loc[tied.option == "slow", "activation_mb"] = 300
+    assert LayerTable(tied).plain("block") == "keep"
+    tied.loc[tied.option == "slow", "backward_time"] = 7
+    assert LayerTable(tied).plain("block") == "slow"
+    # A full tie: the first in table order ('slow' now precedes 'keep').
+    tied.loc[tied.option == "slow", "backward_time"] = 8
+    assert LayerTable(tied).plain("block") == "slow"
+
+
+def test_working_set_is_kept_at_one_micro_batch_plus_the_backward_extra():
+    frame = pd.DataFrame(_rows()).assign(memory_once_mb=[0, 0, 0, 7, 3, 5, 1, 9],
+                                         working_mb=[0, 0, 0, 50, 40, 30, 20, 6],
+                                         first_working_mb=[0, 0, 0, 11, 12, 13, 14, 2])
+    table = LayerTable(frame)
+    # Own option's activation + memory_once + working_mb ...
+    assert table.working_set_mb("block", "none") == 300 + 7 + 50
+    assert table.working_set_mb("block", "selective") == 120 + 3 + 40
+    assert table.working_set_mb("block", "slow", first=True) == 150 + 5 + 13
+    # ... but a fully recomputed layer rebuilds the plain one: its activation and memory_once, own extra.
+    assert table.working_set_mb("block", "full") == 300 + 7 + 20
+    assert table.working_set_mb("block", "full", first=True) == 300 + 7 + 14
+    assert table.working_set_mb("lm_head", "none") == 400 + 9 + 6
+    with pytest.raises(InputError) as err:
+        table.working_set_mb("block", "both")
+    assert str(err.value) == "kind 'block' has no option 'both'; its options are 'none', 'selective', 'slow', 'full'"
+    with pytest.raises(InputError) as err:
+        table.working_set_mb("mlp", "none")
+    assert str(err.value) == "kind 'mlp' is not in the layer table; its kinds are 'embed', 'vit', 'block', 'lm_head'"
+
+
 def test_as_layer_table_accepts_frames_and_tables():
     table = _table()
     assert as_layer_table(table) is table
