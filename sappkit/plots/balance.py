@@ -42,6 +42,9 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.bar(x, backward, bottom=forward, width=0.8, color="#3182bd", label="backward")
     ax.bar(x, recompute, bottom=forward + backward, width=0.8, color="#fd8d3c", label="recompute")
     ax.scatter(x, stages[TIME], marker="_", s=300, color="black", zorder=3, label="stage time")
+    # Zero-height recompute bars pin the autoscale at the tallest bar; leave room for its marker.
+    top = max(float((forward + backward + recompute).max()), float(stages[TIME].max()))
+    ax.set_ylim(0, 1.06 * top)
     ax.set_xticks(x)
     ax.set_xlabel("stage")
     ax.set_ylabel("time per micro-batch")
