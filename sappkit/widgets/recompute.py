@@ -101,7 +101,7 @@ class RecomputeDashboard:
 
     def update(self) -> None:
         """Re-choose with the controls' values and redraw (figures are closed once shown)."""
-        from IPython.display import display
+        from IPython.display import Pretty, display
 
         settings = {name: control.value for name, control in self.controls.items()}
         key = (settings["modes"], settings["per_layer"], settings["link_gbps"])
@@ -113,10 +113,10 @@ class RecomputeDashboard:
                                       fsdp_holds_grads=self.fsdp_holds_grads, curve=curve, **settings)
             except InputError as exc:
                 self.last, self.message = None, str(exc)
-                print(self.message)
+                display(Pretty(self.message))
                 return
             self.last, self.message, self._curve_key = view, "", key
-            print(view.text)
+            display(Pretty(view.text))
             figure = plt.figure(figsize=(12, 7), layout="constrained")
             top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
             if view.choice.pricing.reason is None:
