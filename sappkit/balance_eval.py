@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .balance_setup import BalanceSetup, make_setup
+from .balance_setup import BalanceSetup
 from .columns import (
     ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB,
     OPTION, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
@@ -121,6 +121,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
 
     Examples
     --------
+    >>> from sappkit.balance_setup import make_setup
     >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1,
     ...              backward_time=bt, activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))]
     >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)

@@ -34,6 +34,7 @@ import pandas as pd
 import yaml
 
 from ._check import check_choice
+from ._frames import plain as _plain
 from .columns import CHUNK, KIND, LAYERS, MEMORY_MB, STAGE
 from .errors import InputError
 from .stage_config import COUNT_PREFIX, RUN, STAGES, dryrun_config, short
@@ -86,10 +87,6 @@ def _where(frame: pd.DataFrame, name: str, row: int) -> str:
     run, stage = (_plain(frame.at[row, column]) for column in (RUN, STAGE))
     return f"{name} row {row} (run {run!r}, stage {stage!r})"
 
-
-def _plain(value):
-    """A numpy scalar as the Python value it holds, so messages show ``3``, not ``np.int64(3)``."""
-    return value.item() if isinstance(value, np.generic) else value
 
 
 def _int_column(frame: pd.DataFrame, name: str, column: str) -> np.ndarray:

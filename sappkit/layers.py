@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ._check import check_number
+from ._frames import plain as _plain
 from .columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, HEAD,
     KIND, LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES,
@@ -297,8 +298,3 @@ def _check_per_kind(frame: pd.DataFrame) -> None:
         if len(kinds) > 1:
             raise InputError(f"layers has {len(kinds)} {role} kinds ({', '.join(map(repr, kinds))}); "
                              f"at most one {role} is allowed")
-
-
-def _plain(value):
-    """A numpy scalar as the Python value, so messages read ``2.5`` rather than ``np.float64(2.5)``."""
-    return value.item() if isinstance(value, np.generic) else value

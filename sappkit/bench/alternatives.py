@@ -8,8 +8,7 @@ analysis does once.
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from ..demo import bundled
 from ..formats import read_layers_json
 from ..one_more import RecomputeAnalysis, alternatives
 from ..partition import Partition
@@ -19,14 +18,13 @@ from . import median_seconds, row
 
 __all__ = ["measure"]
 
-_DATA = Path(__file__).resolve().parents[2] / "data" / "deepseek_v3.json"
 _MODES = ("off", "selective", "full")
 _TARGET_MS = 100.0
 
 
 def measure(quick: bool) -> list[dict]:
     """Median times of the analysis on DeepSeek-V3 (61 layers), 16 stages, 32 micro-batches, 70 000 MB."""
-    layers = read_layers_json(_DATA)
+    layers = read_layers_json(bundled("deepseek_v3.json"))
     partition = Partition.from_assignment(even_assignment(layers, stages=16), stages=16, micro_batches=32,
                                           kind_order=layers.body_kinds)
     settings = dict(memory_mb=70_000, modes=_MODES)

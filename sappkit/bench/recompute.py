@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
+from ..demo import bundled
 from ..formats import read_layers_json
 from ..knapsack import Group, budget_buckets, build_front, to_buckets
 from ..partition import Partition
@@ -17,15 +16,14 @@ from . import median_seconds, row
 
 __all__ = ["measure"]
 
-_DATA = Path(__file__).resolve().parents[2] / "data"
 _MEMORY_MB = 80_000.0
 _MODES = ("off", "selective", "full")
 
 
 def _models():
     """(name, layer table) for the bundled DeepSeek-V3-class model and the 70B-class model stretched to 128 layers."""
-    deepseek = read_layers_json(_DATA / "deepseek_v3.json")
-    llama = read_layers_json(_DATA / "llama2_70b.json")
+    deepseek = read_layers_json(bundled("deepseek_v3.json"))
+    llama = read_layers_json(bundled("llama2_70b.json"))
     frame = llama.frame.copy()
     frame.loc[frame["role"] == "body", "count"] = 128
     return [("deepseek_v3 61 layers", deepseek), ("dense 128 layers", llama.with_frame(frame))]
