@@ -29,6 +29,7 @@ from .columns import LIMIT_MB, MEMORY_MB, RECOMPUTE_TIME
 from .errors import InputError
 from .pipeline import even_assignment
 from .plan import Plan, make_plan
+from .schedules import schedule_chunks
 
 __all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
 
@@ -203,9 +204,6 @@ def even_plan(layers, *, option: str, stages, micro_batches, memory_mb, chunks=1
                      solve_seconds=0.0, method=f"even, {option}", notes=setup.notes)
 
 
-#: Chunks a schedule fixes; the dashboard's chunk slider applies to the others.
-_FIXED_CHUNKS = {"1f1b": 1, "dualpipev": 2}
-
 
 def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_batches: int, memory_mb: float,
                    objective: str = "sapp", cache: dict | None = None) -> tuple[Plan | None, str]:
@@ -226,7 +224,7 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     >>> status
     'infeasible: no placement fits 400 MB; the least-memory placement needs 440.0 MB on stage 0'
     """
-    chunks = _FIXED_CHUNKS.get(schedule, chunks)
+    chunks = schedule_chunks(schedule, chunks)
     key = (schedule, stages, chunks, micro_batches, objective)
     search_cache = None if cache is None else cache.setdefault(key, balance_fast.Cache())
     try:

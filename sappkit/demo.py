@@ -34,6 +34,7 @@ from .pipeline import cell_costs, even_assignment, stage_memory
 from .plan import Plan
 from .recompute import choose_recompute
 from .recompute_choice import OFFLOADED_MB, RecomputeChoice
+from .schedules import schedule_chunks
 from .simulator import Simulation, simulate
 
 __all__ = ["BUNDLED_DATA", "DEMO_LAYERS", "DEMO_DRYRUNS", "MODES", "Demo", "Loop", "bundled", "compare_tables",
@@ -387,9 +388,6 @@ def run_demo(*, micro_batches: int = 32, chunks: int = 2, option: str = "selecti
     return Demo(setting=setting, layers=layers, simulations=simulations, summary=headline(simulations), loop=loop)
 
 
-#: Chunks a schedule fixes; the others take the caller's.
-_FIXED_CHUNKS = {"1f1b": 1, "dualpipev": 2}
-
 
 def tour_simulation(layers, *, schedule: str, stages: int, micro_batches: int, chunks: int, option: str,
                     limit_mb: float | None = None) -> Simulation:
@@ -406,4 +404,4 @@ def tour_simulation(layers, *, schedule: str, stages: int, micro_batches: int, c
     2
     """
     return simulate_layers(layers, stages=stages, micro_batches=micro_batches, schedule=schedule,
-                           chunks=_FIXED_CHUNKS.get(schedule, chunks), option=option, limit_mb=limit_mb)
+                           chunks=schedule_chunks(schedule, chunks), option=option, limit_mb=limit_mb)

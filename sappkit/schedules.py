@@ -29,11 +29,24 @@ from ._check import check_choice, check_int
 from .columns import CHUNK, IN_FLIGHT, STAGE
 from .errors import InputError
 
-__all__ = ["Schedule", "SCHEDULES", "in_flight", "in_flight_counts", "forward_in_backward",
+__all__ = ["Schedule", "SCHEDULES", "schedule_chunks", "in_flight", "in_flight_counts", "forward_in_backward",
            "check_pipeline", "model_order"]
 
 Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe"]
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe")
+#: Chunks a schedule fixes; the others take the caller's.
+_FIXED_CHUNKS = {"1f1b": 1, "dualpipev": 2}
+
+
+def schedule_chunks(schedule: str, chunks: int) -> int:
+    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for ``dualpipev``, else ``chunks`` (for dashboards' sliders).
+
+    Examples
+    --------
+    >>> schedule_chunks("dualpipev", 3), schedule_chunks("interleaved", 3)
+    (2, 3)
+    """
+    return _FIXED_CHUNKS.get(schedule, chunks)
 
 
 def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: bool = False,
