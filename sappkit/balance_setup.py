@@ -21,7 +21,7 @@ from .columns import (
 )
 from .errors import InputError
 from .layers import LayerTable, as_layer_table
-from .schedules import check_pipeline, forward_in_backward, in_flight_counts, model_order
+from .schedules import check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell
 from .seqpipe import rescale_for_seqpipe
 
 __all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup", "positional_rank"]
@@ -256,14 +256,13 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
             columns["once"].append(float(row[MEMORY_ONCE_MB]))
             columns["param"].append(table.param_mb(kind))
             columns["working"].append(table.working_set_mb(kind, str(option)))
-    tail_cell = (1, 0) if schedule == "dualpipev" else (v - 1, p - 1)
     setup = BalanceSetup(
         layers=table, schedule=schedule, stages=p, micro_batches=m, chunks=v, less_memory=bool(less_memory),
         seq_split=k, memory_mb=memory_mb, const_mb=const, objective=objective, level=level,
         consistent_recompute=consistent_recompute, working_set=working_set, kinds=kinds, items=tuple(items),
         **{name: np.array(values, dtype=int if name == "kind_index" else float) for name, values in columns.items()},
         counts=np.array([table.count(kind) for kind in kinds]),
-        head=_fixed(table, table.head, 0, 0), tail=_fixed(table, table.tail, *tail_cell),
+        head=_fixed(table, table.head, 0, 0), tail=_fixed(table, table.tail, *tail_cell(schedule, p, v)),
         in_flight=in_flight_counts(schedule, p, m, v, less_memory, k).astype(float),
     )
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:

@@ -29,7 +29,7 @@ from .columns import (
 )
 from .errors import InputError
 from .layers import LayerTable, as_layer_table
-from .schedules import check_pipeline, in_flight_counts, model_order
+from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
 
 __all__ = ["even_assignment", "cell_costs", "stage_memory", "ASSIGNMENT", "COSTS"]
@@ -80,8 +80,7 @@ def even_assignment(layers, *, stages: int, chunks: int = 1, schedule: str = "1f
     schedule, p, v = _check_shape(schedule, stages, chunks)
     chosen = _options(table, option)
     cells = model_order(schedule, p, v)
-    tail_stage = 0 if schedule == "dualpipev" else p - 1
-    per_cell = _even_counts(table.body_layers, cells, p, head_tail_stages=(0, tail_stage))
+    per_cell = _even_counts(table.body_layers, cells, p, head_tail_stages=(0, cells[-1][1]))
 
     rows, kinds = [], [(kind, table.count(kind)) for kind in table.body_kinds]
     kind_index, left_of_kind = 0, kinds[0][1]
@@ -145,8 +144,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     per_row[RECOMPUTE_TIME] = per_row[BACKWARD_TIME] - least_backward.loc[placed[KIND]].to_numpy()
     sums = {column: np.bincount(cell, weights=count * per_row[column], minlength=p * v) for column in _SUMMED}
 
-    tail_cell = (1, 0) if schedule == "dualpipev" else (v - 1, p - 1)
-    for row, (chunk, stage) in ((table.head, (0, 0)), (table.tail, tail_cell)):
+    for row, (chunk, stage) in ((table.head, (0, 0)), (table.tail, tail_cell(schedule, p, v))):
         if row is not None:
             for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, PARAM_MB, MEMORY_ONCE_MB):
                 sums[column][chunk * p + stage] += row[column]

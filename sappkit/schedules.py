@@ -30,7 +30,7 @@ from .columns import CHUNK, IN_FLIGHT, STAGE
 from .errors import InputError
 
 __all__ = ["Schedule", "SCHEDULES", "schedule_chunks", "in_flight", "in_flight_counts", "forward_in_backward",
-           "check_pipeline", "model_order"]
+           "check_pipeline", "model_order", "tail_cell"]
 
 Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe"]
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe")
@@ -201,3 +201,14 @@ def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int,
         stage_order = range(stages - 1, -1, -1) if schedule == "dualpipev" and c == 1 else range(stages)
         cells.extend((c, s) for s in stage_order)
     return cells
+
+
+def tail_cell(schedule: Schedule, stages: int, chunks: int) -> tuple[int, int]:
+    """The cell ``(chunk, stage)`` the tail runs on: the model's last cell, (1, 0) for ``dualpipev``'s V.
+
+    Examples
+    --------
+    >>> tail_cell("interleaved", 4, 2), tail_cell("dualpipev", 4, 2)
+    ((1, 3), (1, 0))
+    """
+    return model_order(schedule, stages, chunks)[-1]
