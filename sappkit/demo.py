@@ -20,22 +20,22 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .balance_views import compare_plans, even_plan
-from .balancer import balance
+from .balancer.optimise import balance
+from .balancer.plan import Plan
+from .balancer.views import compare_plans, even_plan
 from .columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
-from .dryruns import read_dryrun_csv
 from .errors import InputError
-from .formats import read_layers_json
-from .layers import LayerTable, as_layer_table
-from .memfit import MemoryFit, fit_memory
-from .one_more import alternatives
-from .one_more_result import Alternatives
-from .pipeline import cell_costs, even_assignment, stage_memory
-from .plan import Plan
-from .recompute import choose_recompute
-from .recompute_choice import OFFLOADED_MB, RecomputeChoice
-from .schedules import schedule_chunks
-from .simulator import Simulation, simulate
+from .layers.formats import read_layers_json
+from .layers.table import LayerTable, as_layer_table
+from .memfit.dryruns import read_dryrun_csv
+from .memfit.fit import MemoryFit, fit_memory
+from .one_more.analysis import alternatives
+from .one_more.result import Alternatives
+from .pipeline.costs import cell_costs, even_assignment, stage_memory
+from .pipeline.schedules import schedule_chunks
+from .pipeline.simulator import Simulation, simulate
+from .recompute.choice import OFFLOADED_MB, RecomputeChoice
+from .recompute.chooser import choose_recompute
 
 __all__ = ["BUNDLED_DATA", "DEMO_LAYERS", "DEMO_DRYRUNS", "MODES", "Demo", "Loop", "bundled", "compare_tables",
            "headline", "run_demo", "run_loop", "simulate_choice", "simulate_layers", "tour_simulation"]
@@ -202,7 +202,7 @@ class Loop:
     plan : Plan
         :func:`sappkit.balance` on ``layers``.
     plans : DataFrame
-        :func:`~sappkit.balance_views.compare_plans` of ``balanced`` and the
+        :func:`~sappkit.balancer.views.compare_plans` of ``balanced`` and the
         even partitions ``even, <option>`` (simulated step times).
     choices : DataFrame
         Recompute on the balanced partition: ``choice`` (``one mode``, ``a

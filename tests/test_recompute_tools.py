@@ -10,13 +10,13 @@ import pytest
 from sappkit.bench.recompute import _dense_least_time
 from sappkit.cli import main
 from sappkit.errors import InputError
-from sappkit.formats import read_layers_json
-from sappkit.knapsack import build_front
-from sappkit.partition import Partition
-from sappkit.pipeline import even_assignment
+from sappkit.layers.formats import read_layers_json
+from sappkit.pipeline.costs import even_assignment
 from sappkit.plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
-from sappkit.pricing import price
-from sappkit.recompute import HostLink, choose_recompute, sweep_recompute
+from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
+from sappkit.recompute.knapsack import build_front
+from sappkit.recompute.partition import Partition
+from sappkit.recompute.pricing import price
 from sappkit.widgets.recompute import recompute_view
 
 DATA = Path(__file__).resolve().parents[1] / "data"

@@ -9,11 +9,11 @@ analysis does once.
 from __future__ import annotations
 
 from ..demo import bundled
-from ..formats import read_layers_json
-from ..one_more import RecomputeAnalysis, alternatives
-from ..partition import Partition
-from ..pipeline import even_assignment
-from ..recompute import choose_recompute
+from ..layers.formats import read_layers_json
+from ..one_more.analysis import RecomputeAnalysis, alternatives
+from ..pipeline.costs import even_assignment
+from ..recompute.chooser import choose_recompute
+from ..recompute.partition import Partition
 from . import median_seconds, row
 
 __all__ = ["measure"]

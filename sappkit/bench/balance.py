@@ -23,10 +23,10 @@ from __future__ import annotations
 
 import pulp
 
-from ..balance_setup import BalanceSetup, make_setup
-from ..balancer import balance, optimise
-from ..estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
-from ..solver import SolverOptions, solve
+from ..balancer.optimise import balance, optimise
+from ..balancer.setup import BalanceSetup, make_setup
+from ..balancer.solver import SolverOptions, solve
+from ..layers.estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
 from . import median_seconds, row
 
 __all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB"]

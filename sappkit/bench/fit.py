@@ -9,9 +9,9 @@ neighbouring sizes and the readers.
 from __future__ import annotations
 
 from ..demo import bundled
-from ..dryrun_plan import plan_dryruns
-from ..dryruns import read_dryrun_csv, read_dryrun_yaml
-from ..memfit import fit_memory
+from ..memfit.dryruns import read_dryrun_csv, read_dryrun_yaml
+from ..memfit.fit import fit_memory
+from ..memfit.planner import plan_dryruns
 from ..widgets.fit import refit
 from . import median_seconds, row
 

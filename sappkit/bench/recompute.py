@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..demo import bundled
-from ..formats import read_layers_json
-from ..knapsack import Group, budget_buckets, build_front, to_buckets
-from ..partition import Partition
-from ..pipeline import even_assignment
-from ..pricing import BUDGET_MB, price
-from ..recompute import HostLink, choose_recompute, sweep_recompute
+from ..layers.formats import read_layers_json
+from ..pipeline.costs import even_assignment
+from ..recompute.chooser import HostLink, choose_recompute, sweep_recompute
+from ..recompute.knapsack import Group, budget_buckets, build_front, to_buckets
+from ..recompute.partition import Partition
+from ..recompute.pricing import BUDGET_MB, price
 from . import median_seconds, row
 
 __all__ = ["measure"]

@@ -8,9 +8,9 @@ the neighbouring schedules and the glue that builds the costs.
 from __future__ import annotations
 
 from ..demo import DEMO_LAYERS, bundled
-from ..formats import read_layers_json
-from ..pipeline import cell_costs, even_assignment
-from ..simulator import simulate
+from ..layers.formats import read_layers_json
+from ..pipeline.costs import cell_costs, even_assignment
+from ..pipeline.simulator import simulate
 from . import median_seconds, row
 
 #: (schedule, stages, chunks, micro-batches, target in ms or None).

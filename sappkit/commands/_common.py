@@ -8,10 +8,10 @@ from pathlib import Path
 import yaml
 
 from ..errors import InputError
-from ..formats import read_layers_csv, read_layers_json
-from ..partition import Partition
-from ..pipeline import even_assignment
-from ..schedules import SCHEDULES
+from ..layers.formats import read_layers_csv, read_layers_json
+from ..pipeline.costs import even_assignment
+from ..pipeline.schedules import SCHEDULES
+from ..recompute.partition import Partition
 
 #: The runtime modes a per-layer choice picks among unless ``--modes`` names others.
 PER_LAYER_MODES = ("off", "selective", "full")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pandas as pd
 
 from ..errors import InputError
-from ..one_more import alternatives
-from ..recompute import choose_recompute
+from ..one_more.analysis import alternatives
+from ..recompute.chooser import choose_recompute
 from . import _common
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..balancer import balance
-from ..solver import SolverOptions
+from ..balancer.optimise import balance
+from ..balancer.solver import SolverOptions
 from ._common import add_pipeline_arguments, read_layers
 
 

@@ -7,7 +7,7 @@ import json
 
 import pandas as pd
 
-from ..recompute import HostLink, choose_recompute
+from ..recompute.chooser import HostLink, choose_recompute
 from . import _common
 
 

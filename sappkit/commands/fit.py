@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..dryruns import read_dryrun_csv, read_dryrun_yaml
 from ..errors import InputError
-from ..memfit import fit_memory
+from ..memfit.dryruns import read_dryrun_csv, read_dryrun_yaml
+from ..memfit.fit import fit_memory
 
 
 def register(subparsers) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..dryrun_plan import plan_dryruns
 from ..errors import InputError
+from ..memfit.planner import plan_dryruns
 
 
 def register(subparsers) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..demo import simulate_layers
-from ..schedules import SCHEDULES
+from ..pipeline.schedules import SCHEDULES
 from ._common import read_layers
 
 

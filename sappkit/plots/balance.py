@@ -90,7 +90,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
 def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     """Simulated step time per plan, plans over the memory limit outlined red with their peak.
 
-    ``comparison`` is :func:`sappkit.balance_views.compare_plans`'s frame.
+    ``comparison`` is :func:`sappkit.balancer.views.compare_plans`'s frame.
 
     Examples
     --------

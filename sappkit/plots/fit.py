@@ -9,8 +9,8 @@ import pandas as pd
 from .._frames import check_frame
 from ..columns import MEMORY_MB, STAGE
 from ..errors import InputError
-from ..memfit import LOO_RESIDUAL_MB, NAME, PREDICTED_MB, RESIDUAL_MB, STDERR_MB, VALUE_MB, MemoryFit
-from ..stage_config import RUN
+from ..memfit.fit import LOO_RESIDUAL_MB, NAME, PREDICTED_MB, RESIDUAL_MB, STDERR_MB, VALUE_MB, MemoryFit
+from ..memfit.stage_config import RUN
 
 __all__ = ["plot_fit_params", "plot_fit_observations", "plot_fit_residuals", "plot_fit"]
 

@@ -12,11 +12,20 @@ from matplotlib.patches import Patch
 
 from .._frames import check_frame
 from ..columns import (
-    ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME,
+    ACTIVATION_MB,
+    CHUNK,
+    CONST_MB,
+    LIMIT_MB,
+    MEMORY_MB,
+    OVERHEAD_MB,
+    PARAM_MB,
+    RECOMPUTE_TIME,
+    STAGE,
+    TIME,
     WORKING_MB,
 )
 from ..errors import InputError
-from ..simulator import END, MICRO_BATCH, PHASE, START, Simulation
+from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
 
 __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
 

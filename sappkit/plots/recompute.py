@@ -9,7 +9,7 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
 from ..errors import InputError
-from ..recompute import SWEEP_COLUMNS, RecomputeChoice
+from ..recompute.chooser import SWEEP_COLUMNS, RecomputeChoice
 from .pipeline import plot_stage_memory
 
 __all__ = ["plot_time_saved", "plot_before_after", "plot_layer_options"]
@@ -87,9 +87,9 @@ def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label
 
     Examples
     --------
-    >>> from sappkit.layers import LayerTable
-    >>> from sappkit.partition import Partition
-    >>> from sappkit.recompute import choose_recompute
+    >>> from sappkit.layers.table import LayerTable
+    >>> from sappkit.recompute.partition import Partition
+    >>> from sappkit.recompute.chooser import choose_recompute
     >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1, backward_time=b,
     ...              activation_mb=a) for o, a, b in (("none", 40, 2), ("full", 5, 3))]
     >>> cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})

@@ -14,10 +14,10 @@ import matplotlib.pyplot as plt
 
 from ..columns import LIMIT_MB, MEMORY_MB, STAGE
 from ..errors import InputError
-from ..one_more import RecomputeAnalysis, alternatives
-from ..one_more_result import Alternatives
+from ..one_more.analysis import RecomputeAnalysis, alternatives
+from ..one_more.result import Alternatives
 from ..plots.pipeline import plot_stage_memory
-from ..recompute_choice import RecomputeChoice
+from ..recompute.choice import RecomputeChoice
 
 __all__ = ["WalkStep", "walk_step", "one_more", "step_back", "AlternativesDashboard"]
 

@@ -1,7 +1,7 @@
 """Dashboard of ``notebooks/02_balance.ipynb``: memory limit, stages, chunks, micro-batches, schedule and
 objective in; the re-solved plan's status line, stage-memory bars and per-stage time bars out.
 
-Thin wiring of :func:`sappkit.balance_views.dashboard_plan` (which keeps the
+Thin wiring of :func:`sappkit.balancer.views.dashboard_plan` (which keeps the
 exact search's enumerations per pipeline, so dragging the memory slider
 re-solves in milliseconds to a few tenths of a second) and the plots.
 """
@@ -12,8 +12,8 @@ import html
 
 import matplotlib.pyplot as plt
 
-from ..balance_views import dashboard_plan
-from ..layers import as_layer_table
+from ..balancer.views import dashboard_plan
+from ..layers.table import as_layer_table
 from ..plots.balance import plot_stage_times
 from ..plots.pipeline import plot_stage_memory
 

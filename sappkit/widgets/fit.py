@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 
 from ..columns import STAGE
-from ..dryruns import as_observations, count_columns
 from ..errors import InputError
-from ..memfit import MemoryFit, fit_memory
-from ..memmodel import observed_options
+from ..memfit.dryruns import as_observations, count_columns
+from ..memfit.fit import MemoryFit, fit_memory
+from ..memfit.model import observed_options
+from ..memfit.stage_config import RUN
 from ..plots.fit import plot_fit
-from ..stage_config import RUN
 
 __all__ = ["Refit", "refit", "FitDashboard"]
 

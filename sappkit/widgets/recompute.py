@@ -15,9 +15,9 @@ import pandas as pd
 
 from .._check import check_number
 from ..errors import InputError
-from ..layers import as_layer_table
+from ..layers.table import as_layer_table
 from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
-from ..recompute import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
+from ..recompute.chooser import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
 
 __all__ = ["MODE_SETS", "RecomputeView", "recompute_view", "RecomputeDashboard"]
 

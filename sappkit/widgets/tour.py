@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 
 from ..demo import tour_simulation
 from ..errors import InputError
-from ..layers import as_layer_table
+from ..layers.table import as_layer_table
 from ..plots.pipeline import plot_simulation, plot_stage_memory
 
 __all__ = ["TourDashboard"]

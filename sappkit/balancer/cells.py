@@ -1,0 +1,336 @@
+"""The exact search's building blocks: cell contents worth considering, stage enumerations, stage DPs.
+
+For one body kind whose options share a forward time, a cell holding ``n``
+layers is a *mix* of options with summed backward ``B`` and activation
+``A``. Where a stage's memory grows with the cell's activation, only mixes
+on the Pareto front of (``B``, ``A``) matter (:func:`pareto_fronts`);
+elsewhere every distinct mix does. :func:`enumerate_stage` lists a stage's
+products of cell contents under caps, each with its relaxed and exact
+memory; :func:`min_max` and :func:`min_sum` combine per-stage tables over
+``Σ n_s = L``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .evaluate import OVERHEAD_TOLERANCE
+from .setup import BalanceSetup
+
+__all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
+           "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "min_sum", "monotone_chunks",
+           "overhead_weights", "pareto_fronts", "placement", "split_values", "stage_value", "subset"]
+
+#: Stage enumerations larger than this hand the instance to the integer program.
+COMBO_BUDGET = 400_000
+#: Relative tolerance of comparisons between sums of floats.
+EPS = 1e-9
+
+
+@dataclass
+class Cache:
+    """Fronts and stage enumerations, reusable across memory limits and objectives of one instance.
+
+    :meth:`bind` empties the stage enumerations when the instance (layer
+    costs, pipeline, constant) changes, so a cache can never serve another's.
+    """
+
+    fronts: dict = field(default_factory=dict)
+    stages: dict = field(default_factory=dict)
+    instance: tuple = ()
+
+    def bind(self, setup: BalanceSetup) -> Cache:
+        """Use this cache for ``setup``: keep what it holds only if it was built for the same instance."""
+        instance = (setup.schedule, setup.stages, setup.slices, setup.chunks, setup.less_memory, setup.level,
+                    setup.const_mb, setup.items, *(tuple(a) for a in (setup.forward, setup.backward,
+                                                                      setup.activation, setup.param, setup.once)),
+                    setup.fixed)
+        if instance != self.instance:
+            self.stages.clear()
+            self.instance = instance
+        return self
+
+
+def monotone_chunks(setup: BalanceSetup, s: int) -> np.ndarray:
+    """Per chunk: stage memory never falls as the chunk's activation grows.
+
+    Relaxed memory is ``Σ_c if_c A_c + max(0, Σ_c d_c A_c)``; a chunk whose
+    ``if_c + d_c`` is negative (DualPipeV's second chunk under the seed's
+    overhead) can lower it by holding more.
+    """
+    weights = overhead_weights(setup, s) if setup.overhead_active else 0.0
+    return setup.in_flight[:, s] + np.minimum(weights, 0.0) >= 0
+
+
+def overhead_weights(setup: BalanceSetup, s: int) -> np.ndarray:
+    """``d_c``: the overhead expression of stage ``s`` is ``Σ_c d_c A_c``."""
+    weights = np.zeros(setup.chunks)
+    for factor, a, b in setup.overhead_terms(s):
+        weights[a] += factor
+        weights[b] -= factor
+    return weights
+
+
+# ------------------------------------------------------------------ fronts
+
+
+@dataclass(frozen=True)
+class Front:
+    """Pareto-optimal mixes of ``n`` layers: backward ascending, activation descending."""
+
+    backward: np.ndarray
+    activation: np.ndarray
+    mix: np.ndarray
+    """Layers per option, one row per point."""
+
+
+def _pareto(backward, activation, mix) -> Front:
+    order = np.lexsort((activation, backward))
+    backward, activation, mix = backward[order], activation[order], mix[order]
+    best_before = np.minimum.accumulate(np.r_[np.inf, activation[:-1]])
+    keep = activation < best_before - EPS * np.maximum(1.0, np.abs(activation))
+    return Front(backward[keep], activation[keep], mix[keep])
+
+
+def pareto_fronts(backward: np.ndarray, activation: np.ndarray, n_max: int, known: list | None = None) -> list[Front]:
+    """Fronts for 0..``n_max`` layers of one kind (extending ``known`` in place when given).
+
+    Examples
+    --------
+    >>> fronts = pareto_fronts(np.array([2.0, 3.0]), np.array([50.0, 5.0]), 2)
+    >>> fronts[2].backward.tolist(), fronts[2].activation.tolist(), fronts[2].mix.tolist()
+    ([4.0, 5.0, 6.0], [100.0, 55.0, 10.0], [[2, 0], [1, 1], [0, 2]])
+    """
+    fronts = known if known is not None else []
+    if not fronts:
+        fronts.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(backward)), dtype=int)))
+    eye = np.eye(len(backward), dtype=int)
+    while len(fronts) <= n_max:
+        last = fronts[-1]
+        fronts.append(_pareto((last.backward[:, None] + backward[None, :]).ravel(),
+                              (last.activation[:, None] + activation[None, :]).ravel(),
+                              (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(backward))))
+    return fronts
+
+
+def _distinct(backward, activation, mix) -> Front:
+    """Every distinct (backward, activation) of the mixes, one mix each, ordered as a front is."""
+    order = np.lexsort((activation, backward))
+    backward, activation, mix = backward[order], activation[order], mix[order]
+    keep = np.r_[True, (np.diff(backward) > EPS) | (np.abs(np.diff(activation)) > EPS)]
+    return Front(backward[keep], activation[keep], mix[keep])
+
+
+def kind_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool = True) -> list[Front]:
+    """Cell contents worth considering for 0..``n_max`` layers: the Pareto fronts, or every distinct mix
+    for a chunk whose memory is not monotone."""
+    key = (tuple(setup.backward), tuple(setup.activation), monotone)
+    known = cache.fronts.setdefault(key, [])
+    if monotone:
+        return pareto_fronts(setup.backward, setup.activation, n_max, known)
+    if not known:
+        known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(setup.backward)), dtype=int)))
+    eye = np.eye(len(setup.backward), dtype=int)
+    while len(known) <= n_max:
+        last = known[-1]
+        known.append(_distinct((last.backward[:, None] + setup.backward[None, :]).ravel(),
+                               (last.activation[:, None] + setup.activation[None, :]).ravel(),
+                               (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(setup.backward))))
+    return known
+
+
+def cell_fronts(setup: BalanceSetup, s: int, n_max, cache: Cache, monotone=None) -> list[list[Front]]:
+    """Per chunk of stage ``s``, the contents :func:`kind_fronts` offers it, up to ``n_max[c]`` layers."""
+    n_max = np.broadcast_to(np.minimum(n_max, int(setup.counts[0])), (setup.chunks,))
+    monotone = monotone_chunks(setup, s) if monotone is None else monotone
+    return [kind_fronts(setup, max(int(n), 0), cache, monotone=bool(flag)) for n, flag in zip(n_max, monotone)]
+
+
+# ------------------------------------------------------------------ stage enumeration
+
+
+@dataclass(frozen=True)
+class Combos:
+    """Every enumerated content of one stage: per combo its cells' layers, backward, activation, point."""
+
+    layers: np.ndarray       # [combo, chunk]
+    backward: np.ndarray     # [combo, chunk], head/tail included
+    activation: np.ndarray   # [combo, chunk]
+    point: np.ndarray        # [combo, chunk] index into the cell's front
+    relaxed_mb: np.ndarray
+    exact_mb: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.layers.sum(axis=1)
+
+
+def _cell_choices(setup, fronts, s, c, cap_layers, cap_backward, only_lightest):
+    """(layers, backward, activation, point) of the front points a cell may take under the caps.
+
+    ``only_lightest`` keeps the least-activation point per layer count (enough
+    when memory is all that matters and the cell is monotone).
+    """
+    low = 0 if (c, s) in setup.reserved else 1
+    rows = []
+    for n in range(low, min(cap_layers, len(fronts) - 1) + 1):
+        front = fronts[n]
+        points = [len(front.backward) - 1] if only_lightest else range(len(front.backward))
+        limit = cap_backward(n) + EPS
+        for j in points:
+            b = front.backward[j] + setup.fixed_backward[c, s]
+            if b <= limit:
+                rows.append((n, b, front.activation[j], j))
+    return np.array(rows, dtype=float).reshape(-1, 4)
+
+
+def memory_bounds(setup: BalanceSetup, s: int, layers, activation,
+                  overhead: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Relaxed and exact stage memory of every combo (``overhead=False``: both without the overhead)."""
+    memory = (fixed_memory(setup, s) + layers.sum(axis=1) * (setup.param[0] + setup.once[0])
+              + activation @ setup.in_flight[:, s])
+    if not overhead or not setup.overhead_active or not setup.overhead_terms(s):
+        return memory, memory
+    expr = activation @ overhead_weights(setup, s)
+    return memory + np.maximum(expr, 0.0), memory + np.maximum(np.ceil(expr - OVERHEAD_TOLERANCE), 0.0)
+
+
+def fixed_memory(setup: BalanceSetup, s: int) -> float:
+    """What stage ``s`` holds whatever its body layers: constant, head and tail."""
+    return setup.const_mb + sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage] + f.memory_once_mb
+                                for f in setup.fixed if f.stage == s)
+
+
+def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, stage_cap=None,
+               overhead=True) -> Combos | None:
+    """Products of the cells' choices with at most ``max_total`` layers; None past :data:`COMBO_BUDGET`.
+
+    ``stage_cap`` = ("time" | "work", value) prunes partial products as soon
+    as their stage time (max forward + max backward) or work exceeds ``value``;
+    both only grow as cells are added.
+    """
+    monotone = monotone_chunks(setup, s) | (not overhead)
+    caps = [cell_caps(c) for c in range(setup.chunks)]
+    cells = cell_fronts(setup, s, [min(cap, max_total) for cap, _ in caps], cache, monotone)
+    parts = [_cell_choices(setup, cells[c], s, c, *caps[c], only_lightest and monotone[c])
+             for c in range(setup.chunks)]
+    rows = np.zeros((1, 0), dtype=int)
+    totals = np.zeros(1, dtype=int)
+    most_forward, most_backward, work = np.zeros(1), np.zeros(1), np.zeros(1)
+    for c, part in enumerate(parts):
+        left, right = np.repeat(np.arange(len(rows)), len(part)), np.tile(np.arange(len(part)), len(rows))
+        forward = setup.forward[0] * part[right, 0] + setup.fixed_forward[c, s]
+        new_forward = np.maximum(most_forward[left], forward)
+        new_backward = np.maximum(most_backward[left], part[right, 1])
+        new_work = work[left] + forward + part[right, 1]
+        keep = totals[left] + part[right, 0].astype(int) <= max_total
+        if stage_cap is not None:
+            measure = new_forward + new_backward if stage_cap[0] == "time" else new_work
+            keep &= measure <= stage_cap[1] + EPS * max(1.0, abs(stage_cap[1]))
+        left, right = left[keep], right[keep]
+        if len(left) > COMBO_BUDGET:
+            return None
+        rows = np.column_stack([rows[left], right])
+        totals = totals[left] + part[right, 0].astype(int)
+        most_forward, most_backward, work = new_forward[keep], new_backward[keep], new_work[keep]
+    picked = [part[rows[:, c]] for c, part in enumerate(parts)] if len(rows) else [np.zeros((0, 4))] * len(parts)
+    layers, backward, activation, point = (np.stack([p[:, k] for p in picked], axis=1) for k in range(4))
+    relaxed, exact = memory_bounds(setup, s, layers, activation, overhead)
+    return Combos(layers.astype(np.int64), backward, activation, point.astype(np.int64), relaxed, exact)
+
+
+def subset(combos: Combos, keep: np.ndarray) -> Combos:
+    return Combos(*(getattr(combos, name)[keep] for name in Combos.__dataclass_fields__))
+
+
+def _forward(setup: BalanceSetup, s: int, combos: Combos) -> np.ndarray:
+    return setup.forward[0] * combos.layers + setup.fixed_forward[:, s]
+
+
+def split_values(setup: BalanceSetup, s: int, combos: Combos) -> tuple[np.ndarray, np.ndarray]:
+    """(S, L) of the split objective for every combo of stage ``s``."""
+    v = setup.chunks
+    first = combos.backward[:, : v - 1].max(axis=1)
+    factor = setup.last_chunk_factors[s] / setup.slices
+    last = (combos.backward[:, v - 1] + setup.fixed_forward[v - 1, s]
+            + factor * setup.forward[0] * combos.layers[:, v - 1])
+    return first, last
+
+
+def stage_value(setup: BalanceSetup, s: int, combos: Combos, kind: str) -> np.ndarray:
+    if kind == "time":
+        return _forward(setup, s, combos).max(axis=1) + combos.backward.max(axis=1)
+    return (_forward(setup, s, combos) + combos.backward).sum(axis=1)
+
+
+# ------------------------------------------------------------------ dynamic programs over stages
+
+
+def best_per_total(totals, values, feasible, width):
+    """Per stage total ``n``: the least value among feasible combos and its combo index."""
+    best = np.full(width, np.inf)
+    pick = np.full(width, -1)
+    ok = np.flatnonzero(feasible)
+    if ok.size:
+        order = ok[np.lexsort((values[ok], totals[ok]))]
+        first = np.r_[True, totals[order][1:] != totals[order][:-1]]
+        chosen = order[first]
+        best[totals[chosen]] = values[chosen]
+        pick[totals[chosen]] = chosen
+    return best, pick
+
+
+def _dp(tables: list[np.ndarray], total: int, combine) -> tuple[float, list[int]]:
+    """Best ``combine`` over Σ n_s = total of table_s[n_s] (``np.maximum``: min-max; ``np.add``: min-sum)."""
+    best = np.full(total + 1, np.inf)
+    best[0] = -np.inf if combine is np.maximum else 0.0
+    columns = np.arange(total + 1)
+    choices = []
+    for table in tables:
+        ks = np.flatnonzero(np.isfinite(table[: total + 1]))
+        if not ks.size:
+            return np.inf, []
+        source = columns[None, :] - ks[:, None]
+        shifted = np.where(source >= 0, best[np.maximum(source, 0)], np.inf)
+        candidate = combine(shifted, table[ks][:, None])
+        row = candidate.argmin(axis=0)
+        choices.append(ks[row])
+        best = candidate[row, columns]
+    return float(best[total]), _walk_back(choices, total) if np.isfinite(best[total]) else []
+
+
+def min_max(tables: list[np.ndarray], total: int) -> tuple[float, list[int]]:
+    """min over Σ n_s = total of max_s table_s[n_s], and the n_s.
+
+    Examples
+    --------
+    >>> min_max([np.array([np.inf, 1.0, 5.0]), np.array([0.0, 2.0, 3.0])], 2)
+    (2.0, [1, 1])
+    """
+    return _dp(tables, total, np.maximum)
+
+
+def min_sum(tables: list[np.ndarray], total: int) -> tuple[float, list[int]]:
+    """min over Σ n_s = total of Σ_s table_s[n_s], and the n_s."""
+    return _dp(tables, total, np.add)
+
+
+def _walk_back(choices, total) -> list[int]:
+    picked, left = [], total
+    for choice in reversed(choices):
+        n = int(choice[left])
+        picked.append(n)
+        left -= n
+    return picked[::-1]
+
+
+def placement(setup: BalanceSetup, combos: list[Combos], picks: list[int], cache: Cache) -> np.ndarray:
+    """The placement of the chosen combo on every stage."""
+    counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
+    for s, index in enumerate(picks):
+        cells = cell_fronts(setup, s, combos[s].layers.max(axis=0, initial=0), cache)
+        for c in range(setup.chunks):
+            counts[:, c, s] = cells[c][combos[s].layers[index, c]].mix[combos[s].point[index, c]]
+    return counts

@@ -1,0 +1,259 @@
+"""Evaluate a placement: per-stage memory and time, and both objectives, in closed form.
+
+A *placement* is an int array ``counts[item, chunk, stage]``: body layers of
+each (kind, option) item of a :class:`~sappkit.balancer.setup.BalanceSetup`
+on each cell. Everything a :class:`~sappkit.Plan` reports is computed here
+from the placement alone, never read back from solver variables, so a plan
+from the ILP, from the exact search or from MindFormers offsets is judged
+the same way.
+
+Time (DESIGN.md "Per-stage time"): ``F(c, s)`` and ``B(c, s)`` sum the
+forward and backward of the cell's body layers plus the head or tail on
+their cell. The stage time is ``max_c F(c, s) + max_c B(c, s)``.
+
+Memory (DESIGN.md "Per-stage memory", ``sapp`` terms): parameters, activation
+× in-flight (+ memory kept once), the interleaved overhead
+``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
+chunks (as seed 003; the simulator also counts head and tail activations
+there, so the two agree where those keep none), the working set when asked
+(:func:`working_set_mb`: the recompute chooser's rule and numbers), and the
+constant.
+
+Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
+
+- levels 0 and 1, ``bottleneck_split`` off: ``T = max_s`` stage time;
+- ``bottleneck_split`` (level >= 1, ``v > 1``, ``m = p``):
+  ``S = max_{s, c < v-1} B(c, s)``,
+  ``L = max_s B(v-1, s) + Fht(v-1, s) + f_s / m * Fbody(v-1, s)``
+  (``Fht`` the head/tail forward on the cell, ``f_s`` the forward-in-backward
+  factors); level 1 minimises ``S + max(L, S)``, level >= 2 uses
+  ``max(S, L)`` as its stage term;
+- level >= 2 (approach A): ``(total + Σ chunks + Σ prev + next) / max(1, v-2)
+  + stage term * (m - 2)`` with the seed's bubble terms at their least
+  feasible values (see :func:`_approach_a`).
+
+Objective ``step`` (sappkit's own estimate of the simulated step):
+``(m - 1/v) W + Σ_cells (F + B) / v`` with ``W = max_s Σ_c (F + B)(c, s)``
+the busiest stage's work per micro-batch; for ``v = 1`` this is the 1F1B
+formula ``(m - 1) W + Σ_s (F + B)``, for uniform stages Megatron's
+``(m v + p - 1)`` chunk times.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..columns import (
+    ACTIVATION_MB,
+    BACKWARD_TIME,
+    CHUNK,
+    CONST_MB,
+    FORWARD_TIME,
+    KIND,
+    LAYERS,
+    LIMIT_MB,
+    MEMORY_MB,
+    OPTION,
+    OVERHEAD_MB,
+    PARAM_MB,
+    RECOMPUTE_TIME,
+    STAGE,
+    TIME,
+    WORKING_MB,
+)
+from .setup import BalanceSetup
+
+__all__ = ["Evaluation", "evaluate", "working_set_mb", "assignment_frame", "counts_from_assignment",
+           "STAGE_COLUMNS", "OVERHEAD_TOLERANCE"]
+
+#: Columns of a plan's ``stages`` frame: the shared memory schema, then layers and times.
+STAGE_COLUMNS = (STAGE, LAYERS, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, MEMORY_MB,
+                 LIMIT_MB, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
+#: The overhead is an integer >= a float expression; this much above an integer still rounds down,
+#: as the solvers' integrality tolerance allows.
+OVERHEAD_TOLERANCE = 1e-6
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """A placement's per-stage frame and objective values."""
+
+    stages: pd.DataFrame
+    forward: np.ndarray
+    """``F(c, s)``, head and tail included."""
+    backward: np.ndarray
+    """``B(c, s)``, head and tail included."""
+    sapp: float
+    step: float
+
+    @property
+    def fits(self) -> bool:
+        """Every stage within the limit (up to float rounding)."""
+        memory = self.stages[MEMORY_MB].to_numpy()
+        return bool(np.all(memory <= self.stages[LIMIT_MB].to_numpy() * (1 + 1e-9) + 1e-6))
+
+
+def _cell_sums(setup: BalanceSetup, counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
+    return np.tensordot(per_item, counts, axes=(0, 0))
+
+
+def overhead_mb(setup: BalanceSetup, body_activation: np.ndarray) -> np.ndarray:
+    """Per-stage interleaved overhead ``max(0, ceil(Σ factor ΔA))`` (0 when it does not apply)."""
+    result = np.zeros(setup.stages)
+    if not setup.overhead_active:
+        return result
+    for s in range(setup.stages):
+        expr = sum(f * (body_activation[a, s] - body_activation[b, s]) for f, a, b in setup.overhead_terms(s))
+        result[s] = max(0, math.ceil(expr - OVERHEAD_TOLERANCE))
+    return result
+
+
+def working_set_mb(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """Per-stage working set of the layer that ends warm-up (:meth:`~sappkit.LayerTable.working_set_mb`).
+
+    That layer is the last body layer of the stage's last-chunk cell in the
+    order the cell's layers run (:attr:`BalanceSetup.cell_order`); the tail
+    where that cell ends with it; nothing when the cell holds neither.
+    """
+    working, order = np.zeros(setup.stages), setup.cell_order
+    for s in range(setup.stages):
+        if s == setup.tail_ends_warm_up:
+            working[s] = setup.tail.working_mb
+            continue
+        present = [i for i in order if counts[i, -1, s] > 0]
+        if present:
+            working[s] = setup.working[present[-1]]
+    return working
+
+
+def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
+    """Per-stage memory and time of ``counts`` and its ``sapp`` and ``step`` objectives.
+
+    Examples
+    --------
+    >>> from sappkit.balancer.setup import make_setup
+    >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1,
+    ...              backward_time=bt, activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
+    >>> result = evaluate(setup, np.array([[[0, 2]], [[2, 0]]]))
+    >>> result.stages["memory_mb"].tolist(), result.sapp, result.step
+    ([220.0, 300.0], 8.0, 38.0)
+    """
+    counts = np.asarray(counts, dtype=float)
+    forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward
+    backward = _cell_sums(setup, counts, setup.backward) + setup.fixed_backward
+    body_activation = _cell_sums(setup, counts, setup.activation)
+    param = _cell_sums(setup, counts, setup.param).sum(axis=0)
+    activation = (setup.in_flight * body_activation).sum(axis=0) + _cell_sums(setup, counts, setup.once).sum(axis=0)
+    for fixed in setup.fixed:
+        param[fixed.stage] += fixed.param_mb
+        activation[fixed.stage] += (fixed.activation_mb * setup.in_flight[fixed.chunk, fixed.stage]
+                                    + fixed.memory_once_mb)
+    overhead = overhead_mb(setup, body_activation)
+    working = working_set_mb(setup, counts) if setup.working_set else np.zeros(setup.stages)
+    memory = param + activation + overhead + working + setup.const_mb
+    stages = pd.DataFrame({
+        STAGE: np.arange(setup.stages),
+        LAYERS: counts.sum(axis=(0, 1)).astype(int),
+        PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: overhead, WORKING_MB: working,
+        CONST_MB: setup.const_mb, MEMORY_MB: memory, LIMIT_MB: setup.memory_mb,
+        FORWARD_TIME: forward.sum(axis=0), BACKWARD_TIME: backward.sum(axis=0),
+        RECOMPUTE_TIME: _cell_sums(setup, counts, setup.recompute).sum(axis=0),
+        TIME: forward.max(axis=0) + backward.max(axis=0),
+    })
+    body_forward = forward - setup.fixed_forward
+    return Evaluation(stages=stages, forward=forward, backward=backward,
+                      sapp=sapp_objective(setup, forward, backward, body_forward),
+                      step=step_objective(setup, forward, backward))
+
+
+def step_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray) -> float:
+    """sappkit's step-time estimate ``(m - 1/v) W + Σ (F + B) / v`` (module docstring)."""
+    work = forward + backward
+    v = setup.chunks
+    return float((setup.slices - 1 / v) * work.sum(axis=0).max() + work.sum() / v)
+
+
+def split_terms(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
+                body_forward: np.ndarray) -> tuple[float, float]:
+    """``(S, L)`` of the ``bottleneck_split`` objective: non-last chunks' and the last chunk's bound."""
+    v = setup.chunks
+    first = float(backward[: v - 1].max(initial=0.0))
+    fixed_last = setup.fixed_forward[v - 1]
+    last = backward[v - 1] + fixed_last + setup.last_chunk_factors / setup.slices * body_forward[v - 1]
+    return max(first, 0.0), float(last.max())
+
+
+def stage_term(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, body_forward: np.ndarray) -> float:
+    """The stage term: the stage time, or for ``bottleneck_split`` the level's combination of S and L."""
+    if not setup.bottleneck_split:
+        return float((forward.max(axis=0) + backward.max(axis=0)).max())
+    first, last = split_terms(setup, forward, backward, body_forward)
+    return max(first, last) if setup.level >= 2 else first + max(first, last)
+
+
+def sapp_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
+                   body_forward: np.ndarray) -> float:
+    """Seed 003's objective for this placement at ``setup.level`` (module docstring)."""
+    term = stage_term(setup, forward, backward, body_forward)
+    if setup.level < 2:
+        return term
+    return _approach_a(setup, forward, backward, body_forward) / max(1, setup.chunks - 2) + term * (setup.slices - 2)
+
+
+def _approach_a(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, body_forward: np.ndarray) -> float:
+    """``total + Σ chunks_sum + Σ prev_diff + next_diff`` at their least feasible values (seed 003).
+
+    ``total`` sums body work; ``chunks_sum[c] = (v - c)/v * Σ_s (F + B)(c, s) / p``
+    for non-last chunks; ``prev_diff[c] = m Σ_{s>=1} max(0, R(s-1) - F(c, s))``
+    with ``R`` the running maximum of ``F(c, 0) - head forward, F(c, 1), ...``
+    (at least 0); ``next_diff = m Σ_{s<p-1} max(0, Q(s+1) - F(v-1, s))`` with
+    ``Q`` the running maximum of the last chunk's forwards from the last stage back.
+    """
+    v, p, m = setup.chunks, setup.stages, setup.slices
+    body_backward = backward - setup.fixed_backward
+    total = float((body_forward + body_backward).sum())
+    head_forward = setup.head.forward_time if setup.head is not None else 0.0
+    chunks_sum = prev_diff = 0.0
+    for c in range(v - 1):
+        chunks_sum += (v - c) / v * float((forward[c] + backward[c]).sum()) / p
+        running = max(0.0, forward[c, 0] - head_forward)
+        for s in range(1, p):
+            prev_diff += m * max(0.0, running - forward[c, s])
+            running = max(running, forward[c, s])
+    next_diff = 0.0
+    running = forward[v - 1, p - 1]
+    for s in range(p - 2, -1, -1):
+        next_diff += m * max(0.0, running - forward[v - 1, s])
+        running = max(running, forward[v - 1, s])
+    return total + chunks_sum + prev_diff + next_diff
+
+
+def assignment_frame(setup: BalanceSetup, counts: np.ndarray) -> pd.DataFrame:
+    """Tidy rows ``kind, chunk, stage, option, layers`` (layers > 0).
+
+    Cells in model order, a cell's kinds in model order, a kind's options most
+    recomputed first (the order MindFormers gives a cell's layers).
+    """
+    rows = []
+    for chunk, stage in setup.cells:
+        for item in setup.cell_order:
+            kind, option = setup.items[item]
+            layers = int(round(counts[item, chunk, stage]))
+            if layers:
+                rows.append((kind, chunk, stage, option, layers))
+    return pd.DataFrame(rows, columns=[KIND, CHUNK, STAGE, OPTION, LAYERS])
+
+
+def counts_from_assignment(setup: BalanceSetup, assignment: pd.DataFrame) -> np.ndarray:
+    """The ``counts[item, chunk, stage]`` array of an assignment frame."""
+    counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
+    index = {item: i for i, item in enumerate(setup.items)}
+    for row in assignment.itertuples(index=False):
+        counts[index[(getattr(row, KIND), getattr(row, OPTION))], getattr(row, CHUNK), getattr(row, STAGE)] += int(
+            getattr(row, LAYERS))
+    return counts

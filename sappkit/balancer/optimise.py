@@ -1,0 +1,218 @@
+"""The ILP balancer: how many body layers, under which recompute, on each (chunk, stage).
+
+:func:`balance` decides, for every cell, how many layers of each body kind
+run each recompute option so that every stage fits the device and the step
+is fastest (seed 003; DESIGN.md "ILP balancer"). Two routes reach the same
+proven optimum:
+
+- the **exact search** (:mod:`sappkit.balancer.exact`): one body kind, no working set,
+  levels 0 and 1: per-stage enumeration of Pareto-optimal cell contents and
+  a dynamic program over stages, exact for the model; it proves most
+  instances in milliseconds and otherwise hands the integer program a
+  proven lower bound and an incumbent;
+- the **integer program** (``ilp``; HiGHS or CBC through PuLP) for
+  everything else.
+
+Infeasible instances come back as a :class:`~sappkit.Plan` with status
+``"infeasible"``, the least ``memory_mb`` that would fit and the stage that
+sets it. ``views`` builds the notebook's views on top (memory sweeps, plan
+comparisons, the dashboard's callback).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..columns import MEMORY_MB
+from ..errors import InputError
+from . import exact
+from .evaluate import evaluate
+from .ilp import BalanceModel
+from .plan import Plan, make_plan
+from .setup import BalanceSetup, make_setup
+from .solver import SolverOptions, solve
+
+__all__ = ["balance", "optimise", "least_memory", "Solved"]
+
+
+@dataclass(frozen=True)
+class Solved:
+    """One optimisation's outcome, before it becomes a :class:`Plan`."""
+
+    status: str
+    counts: np.ndarray | None
+    objective: float | None
+    bound: float | None
+    gap: float | None
+    seconds: float
+    method: str
+    message: str = ""
+
+
+def _structural_problem(setup: BalanceSetup) -> str:
+    """Why no memory limit could give a plan, or '' (too few layers for the cells)."""
+    needed = len(setup.cells) - len(setup.reserved)
+    if setup.layers.body_layers < needed:
+        return (f"the model has {setup.layers.body_layers} body layers but the pipeline has {needed} cells "
+                "that must each hold one; use fewer stages or chunks")
+    return ""
+
+
+def optimise(setup: BalanceSetup, options: SolverOptions, *, cache: exact.Cache | None = None) -> Solved:
+    """Minimise ``setup.objective`` within ``setup.memory_mb``: exact search first, the ILP where needed."""
+    start = time.perf_counter()
+    problem = _structural_problem(setup)
+    if problem:
+        return Solved("infeasible", None, None, None, None, 0.0, "check", problem)
+    search = exact.search(setup, cache=cache)
+    if search is not None and search.proven:
+        status = "optimal" if search.counts is not None else "infeasible"
+        message = "" if search.counts is not None else "no placement fits the memory limit"
+        return Solved(status, search.counts, search.upper, search.lower, 0.0 if search.counts is not None else None,
+                      time.perf_counter() - start, "exact search", message)
+    model = BalanceModel(setup)
+    method = f"ilp ({options.solver})"
+    if search is not None:
+        model.add_objective_bounds(search.lower, search.upper)
+        method += " bounded by exact search"
+    result = solve(model.problem, options)
+    counts = model.counts() if result.has_solution else None
+    objective, bound = result.objective, result.bound
+    if search is not None and search.counts is not None and (counts is None or search.upper <= objective):
+        counts, objective = search.counts, search.upper
+    if search is not None and bound is not None:
+        bound = max(bound, search.lower)
+    status = result.status
+    gap = result.gap
+    if counts is not None and objective is not None and bound is not None:
+        gap = max(0.0, objective - bound) / max(abs(objective), 1e-12)
+        status = "optimal" if gap <= options.gap + 1e-9 or status == "optimal" else "time_limit"
+    return Solved(status, counts, objective, bound, gap, time.perf_counter() - start, method, result.message)
+
+
+def least_memory(setup: BalanceSetup, options: SolverOptions, *,
+                 cache: exact.Cache | None = None) -> tuple[np.ndarray | None, float | None, str]:
+    """The placement with the smallest largest-stage memory (time ignored), its memory and how it was found."""
+    if _structural_problem(setup):
+        return None, None, ""
+    found = exact.least_memory(setup, cache=cache)
+    if found is not None:
+        return found, float(evaluate(setup, found).stages[MEMORY_MB].max()), ""
+    model = BalanceModel(setup, memory="minimise")
+    result = solve(model.problem, options)
+    if not result.has_solution:
+        return None, None, result.message
+    counts = model.counts()
+    note = "" if result.status == "optimal" else f"least memory not proven ({result.message})"
+    return counts, float(evaluate(setup, counts).stages[MEMORY_MB].max()), note
+
+
+def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache, **extra) -> Plan:
+    if solved.counts is not None:
+        return make_plan(setup, solved.counts, status=solved.status, gap=solved.gap,
+                         solve_seconds=solved.seconds, method=solved.method, message=solved.message,
+                         notes=setup.notes, **extra)
+    if solved.status != "infeasible":
+        return make_plan(setup, None, status=solved.status, gap=None, solve_seconds=solved.seconds,
+                         method=solved.method, message=solved.message, notes=setup.notes)
+    counts, needed, note = least_memory(setup, options, cache=cache)
+    notes = setup.notes + ((note,) if note else ())
+    if counts is None:
+        return make_plan(setup, None, status="infeasible", gap=None, solve_seconds=solved.seconds,
+                         method=solved.method, message=solved.message, notes=notes)
+    binding = int(evaluate(setup, counts).stages[MEMORY_MB].to_numpy().argmax())
+    plan = make_plan(setup, counts, status="infeasible", gap=None, solve_seconds=solved.seconds,
+                     method=solved.method, notes=notes, memory_needed_mb=needed, binding_stage=binding,
+                     message=f"no placement fits {setup.memory_mb:g} MB; the least-memory placement needs "
+                             f"{needed:.1f} MB on stage {binding}")
+    return replace(plan, objective=None)
+
+
+def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
+            seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
+            consistent_recompute=True, working_set=False, solver: SolverOptions | None = None,
+            _cache: exact.Cache | None = None) -> Plan:
+    """Place the body layers and their recompute on the pipeline cells: fit the device, minimise time.
+
+    Parameters
+    ----------
+    layers : LayerTable or DataFrame
+        The layer table (``read_layers_json``, ``estimate_layers`` or a memory fit).
+    stages, micro_batches, chunks : int
+        ``p``, ``m`` and ``v``.
+    memory_mb : float
+        Device memory every stage must fit.
+    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}, optional
+        Default ``"1f1b"`` for one chunk, ``"interleaved"`` for more.
+    less_memory : bool
+        The less-memory interleaved variant.
+    seq_split : int
+        SeqPipe's slices per micro-batch ``k``; needs ``seq_params``
+        (``batch_size``, ``num_heads``, ``seq_length``, ``head_dim``,
+        ``hidden_size``, ``vocab_size``, ``model_parallel``, optional
+        ``ffn_size``) and drops full recompute.
+    const_mb : float, optional
+        Per-stage constant memory; default the table's (``stage_const_mem``).
+    objective : {"sapp", "step"}
+        ``"sapp"``: seed 003's time model at ``optimization_level`` (DESIGN.md's
+        table). ``"step"``: sappkit's step-time estimate ``(m - 1/v) W +
+        Σ(F + B)/v``; the ``sapp`` optimum is also found, both are simulated
+        and the faster is returned (``plan.chosen`` says which).
+    optimization_level : int
+        0, 1 (default) or >= 2, as seed 003.
+    consistent_recompute : bool
+        MindFormers' recompute-consistency rule across body kinds (two options only).
+    working_set : bool
+        Add the end-of-warm-up working set to every stage's memory.
+    solver : SolverOptions, optional
+
+    Returns
+    -------
+    Plan
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o,
+    ...              forward_time=1, backward_time=b, activation_mb=a)
+    ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> plan = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
+    >>> plan.status, plan.objective, plan.stages["layers"].tolist()
+    ('optimal', 12.0, [4, 4])
+    >>> small = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=400)
+    >>> small.status, small.memory_needed_mb, small.binding_stage
+    ('infeasible', 440.0, 0)
+    """
+    options = SolverOptions() if solver is None else solver
+    if not isinstance(options, SolverOptions):
+        raise InputError(f"solver must be a SolverOptions; got {type(options).__name__}")
+    setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
+                       schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
+                       const_mb=const_mb, objective=objective, optimization_level=optimization_level,
+                       consistent_recompute=consistent_recompute, working_set=working_set)
+    if setup.objective == "sapp":
+        return _plan(setup, optimise(setup, options, cache=_cache), options, _cache)
+    return _best_simulated(setup, options, _cache)
+
+
+def _best_simulated(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
+    """Objective ``step``: solve it and the ``sapp`` objective, return the plan that simulates faster."""
+    solved = optimise(setup, options, cache=cache)
+    if solved.counts is None or solved.status == "infeasible":
+        return _plan(setup, solved, options, cache)
+    sapp_setup = replace(setup, objective="sapp")
+    rival = optimise(sapp_setup, options, cache=cache)
+    plan = _plan(setup, solved, options, cache, chosen="step")
+    step_time = plan.simulate().step_time
+    if rival.counts is not None:
+        rival_plan = make_plan(setup, rival.counts, status=solved.status, gap=solved.gap,
+                               solve_seconds=solved.seconds + rival.seconds, method=solved.method,
+                               message=solved.message, notes=setup.notes, chosen="sapp")
+        rival_time = rival_plan.simulate().step_time
+        if rival_time < step_time:
+            return replace(rival_plan, step_time=rival_time)
+    return replace(plan, step_time=step_time, solve_seconds=solved.seconds + rival.seconds)
+

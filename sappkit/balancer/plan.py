@@ -1,0 +1,282 @@
+"""A balancer plan: where the body layers go, under which recompute, and what that costs.
+
+:class:`Plan` is what :func:`sappkit.balance` returns and what
+:func:`plan_from_offsets` builds from a hand-written MindFormers config. Its
+frames are computed from the placement alone (``evaluate``), so a solved
+plan and an evaluated config are judged the same way.
+
+MindFormers offsets (:meth:`Plan.offsets`): cell ``(c, s)`` holds
+``L // (p v) + offset[c][s]`` body layers; ``recompute`` counts its ``full``
+layers, ``select_recompute`` its ``selective + both + full`` layers and
+``select_comm_recompute`` its ``comm + both + full`` layers, applied to the
+cell's *first* layers (so a cell cannot hold ``selective`` and ``comm``
+layers without the overlap running ``both``). One chunk: lists per stage;
+more: lists of lists per chunk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
+from ..errors import InputError
+from ..recompute.partition import Partition
+from .evaluate import assignment_frame, counts_from_assignment, evaluate
+from .setup import BalanceSetup, make_setup
+from .solver import Status
+
+__all__ = ["Plan", "plan_from_offsets", "OFFSET_KEYS"]
+
+#: The keys of :meth:`Plan.offsets`, MindFormers' names.
+OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Plan:
+    """A placement of the body layers with its per-stage costs and how it was found.
+
+    Attributes
+    ----------
+    assignment : DataFrame
+        ``kind``, ``chunk``, ``stage``, ``option``, ``layers`` (> 0); cells in
+        model order, a cell's kinds in model order, most recomputed first.
+    stages : DataFrame
+        The shared memory schema (``param_mb``, ``activation_mb``,
+        ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb``,
+        ``limit_mb``) plus ``layers``, ``forward_time``, ``backward_time``,
+        ``recompute_time`` (per micro-batch, head and tail included) and
+        ``time`` (the stage time ``max_c F + max_c B``).
+    objective : float or None
+        The plan's value of ``objective_name`` (None without a plan).
+    objective_name : {"sapp", "step"}
+    status : {"optimal", "time_limit", "infeasible", "failed", "evaluated"}
+        How the plan was found; ``"evaluated"`` for :func:`plan_from_offsets`.
+    gap : float or None
+        Relative gap to the proven bound (0 when optimal, None when unknown).
+    solve_seconds : float
+    method : str
+        What found the plan (``"exact search"``, ``"ilp (highs)"``, ...).
+    chosen : str
+        For ``objective="step"``: ``"step"`` or ``"sapp"``, whichever plan
+        simulated faster (the one returned).
+    step_time : float or None
+        The simulated step time, where computed.
+    memory_needed_mb, binding_stage
+        For an infeasible plan: the smallest ``memory_mb`` at which a plan
+        exists, and the stage whose memory sets it (``assignment`` and
+        ``stages`` then show that least-memory placement).
+    notes : tuple of str
+        What the balancer changed or did not apply (SeqPipe, recompute consistency).
+    message : str
+        Why a solve is not optimal, in words.
+    """
+
+    assignment: pd.DataFrame
+    stages: pd.DataFrame
+    objective: float | None
+    objective_name: str
+    status: Status | str
+    gap: float | None
+    solve_seconds: float
+    method: str
+    chosen: str = ""
+    step_time: float | None = None
+    memory_needed_mb: float | None = None
+    binding_stage: int | None = None
+    notes: tuple[str, ...] = ()
+    message: str = ""
+    setup: BalanceSetup = field(repr=False)
+    counts: np.ndarray | None = field(default=None, repr=False)
+
+    @property
+    def has_plan(self) -> bool:
+        """True when the plan places the layers within the limit (not infeasible or failed)."""
+        return self.status in ("optimal", "time_limit") or (self.status == "evaluated" and self.fits)
+
+    @property
+    def fits(self) -> bool:
+        """Every stage's memory within ``limit_mb``."""
+        if self.stages.empty:
+            return False
+        return bool((self.stages[MEMORY_MB] <= self.stages[LIMIT_MB] * (1 + 1e-9) + 1e-6).all())
+
+    def describe(self) -> str:
+        """A header line, then one line per stage: layers per chunk and option, memory and time."""
+        setup = self.setup
+        shape = (f"{setup.schedule}: p={setup.stages}, v={setup.chunks}, m={setup.micro_batches}"
+                 + (f" x {setup.seq_split} slices" if setup.seq_split > 1 else ""))
+        value = "no plan" if self.objective is None else f"{self.objective_name} objective {self.objective:.6g}"
+        head = f"{shape}, limit {setup.memory_mb:g} MB: {self.status}, {value}"
+        if self.memory_needed_mb is not None:
+            head += (f"; needs {self.memory_needed_mb:.1f} MB (stage {self.binding_stage} binds)")
+        if self.chosen:
+            head += f"; returned the {self.chosen} plan"
+        lines = [head]
+        several = len(setup.kinds) > 1
+        for stage in self.stages.itertuples(index=False):
+            rows = self.assignment[self.assignment[STAGE] == stage.stage]
+            parts = " ".join(f"c{r.chunk}:{f'{r.kind}/' if several else ''}{r.option}x{r.layers}"
+                             for r in rows.itertuples(index=False))
+            lines.append(f"stage {stage.stage:>2}: {getattr(stage, MEMORY_MB):9.1f} MB, "
+                         f"time {getattr(stage, TIME):.4g}  {parts}")
+        lines.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ exports
+
+    def offsets(self, *, strict: bool = True) -> dict[str, list]:
+        """MindFormers ``offset`` and cumulative recompute counts (module docstring).
+
+        Raises an :class:`InputError` when the counts would configure other
+        options than the plan runs (``strict=False`` returns them anyway).
+        """
+        counts = self._require_counts()
+        setup = self.setup
+        unknown = sorted(set(self.assignment[OPTION]) - set(SAPP_OPTIONS))
+        if unknown:
+            raise InputError(f"the plan runs option(s) {', '.join(map(repr, unknown))}, which MindFormers' "
+                             f"recompute lists cannot express (they know {', '.join(SAPP_OPTIONS)})")
+        per_option = {o: np.zeros((setup.chunks, setup.stages), dtype=int) for o in SAPP_OPTIONS}
+        for i, (_, option) in enumerate(setup.items):
+            if option in per_option:
+                per_option[option] += counts[i]
+        cells = counts.sum(axis=0)
+        base = setup.layers.body_layers // (setup.stages * setup.chunks)
+        lists = {
+            "offset": cells - base,
+            "recompute": per_option["full"],
+            "select_recompute": per_option["selective"] + per_option["both"] + per_option["full"],
+            "select_comm_recompute": per_option["comm"] + per_option["both"] + per_option["full"],
+        }
+        result = {key: _as_lists(value) for key, value in lists.items()}
+        if strict:
+            self._check_round_trip(result)
+        return result
+
+    def _check_round_trip(self, lists: dict[str, list]) -> None:
+        setup = self.setup
+        try:
+            decoded = Partition.from_offsets(setup.layers, stages=setup.stages, micro_batches=setup.micro_batches,
+                                             chunks=setup.chunks, schedule=setup.schedule,
+                                             less_memory=setup.less_memory, seq_split=setup.seq_split, **lists)
+        except InputError as error:
+            raise InputError(f"MindFormers' recompute lists cannot express this plan: read back, {error}; "
+                             "use offsets(strict=False) for the nearest config") from None
+        mine = counts_from_assignment(setup, self.assignment)
+        theirs = counts_from_assignment(setup, decoded.assignment)
+        differs = np.argwhere((mine != theirs).any(axis=0))
+        if differs.size:
+            c, s = differs[0]
+            cell = self.assignment[(self.assignment[CHUNK] == c) & (self.assignment[STAGE] == s)]
+            runs = ", ".join(f"{r.kind} {r.option} x{r.layers}" for r in cell.itertuples(index=False))
+            raise InputError(f"MindFormers' recompute lists cannot express cell (chunk {c}, stage {s}) "
+                             f"({runs}): they recompute a cell's first layers, so selective and comm layers "
+                             "overlap into 'both' and earlier kinds recompute first; use offsets(strict=False) "
+                             "for the nearest config")
+
+    def to_yaml(self, *, strict: bool = True) -> str:
+        """The plan as a MindFormers YAML fragment (parallel, model and recompute config)."""
+        setup = self.setup
+        lists = self.offsets(strict=strict)
+        document = {
+            "parallel_config": {"pipeline_stage": setup.stages, "micro_batch_num": setup.micro_batches},
+            "model": {"model_config": {"num_layers": setup.layers.body_layers,
+                                       "pp_interleave_num": setup.chunks, "offset": lists["offset"]}},
+            "recompute_config": {key: lists[key] for key in OFFSET_KEYS[1:]},
+        }
+        return yaml.safe_dump(document, sort_keys=False, default_flow_style=None)
+
+    def write_lp(self, path) -> None:
+        """Write the plan's integer program (objective ``objective_name``) as an LP file at ``path``."""
+        from .ilp import BalanceModel
+
+        BalanceModel(self.setup, objective=self.objective_name).problem.writeLP(str(path))
+
+    def partition(self) -> Partition:
+        """The plan as the recompute chooser's :class:`~sappkit.Partition` (options as configured)."""
+        self._require_counts()
+        setup = self.setup
+        return Partition.from_assignment(self.assignment, stages=setup.stages, micro_batches=setup.micro_batches,
+                                         chunks=setup.chunks, schedule=setup.schedule,
+                                         less_memory=setup.less_memory, seq_split=setup.seq_split,
+                                         kind_order=setup.kinds)
+
+    def costs(self) -> pd.DataFrame:
+        """Per-cell costs (:func:`sappkit.cell_costs`) of the placement, the simulator's input."""
+        from ..pipeline.costs import cell_costs
+
+        self._require_counts()
+        setup = self.setup
+        return cell_costs(setup.layers, self.assignment, stages=setup.stages, chunks=setup.chunks,
+                          schedule=setup.schedule, const_mb=setup.const_mb)
+
+    def simulate(self, **options):
+        """Simulate one step of the plan (:func:`sappkit.simulate`; ``options`` such as ``p2p_time``)."""
+        from ..pipeline.simulator import simulate
+
+        setup = self.setup
+        return simulate(self.costs(), schedule=setup.schedule, micro_batches=setup.micro_batches,
+                        less_memory=setup.less_memory, seq_split=setup.seq_split, limit_mb=setup.memory_mb,
+                        **options)
+
+    def _require_counts(self) -> np.ndarray:
+        if self.counts is None:
+            raise InputError(f"this plan has no placement (status {self.status!r}: {self.message or 'no solution'})")
+        return self.counts
+
+
+def _as_lists(grid: np.ndarray) -> list:
+    """One chunk: a list per stage; more: a list of lists per chunk."""
+    values = [[int(x) for x in row] for row in grid]
+    return values[0] if len(values) == 1 else values
+
+
+def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
+    """A :class:`Plan` whose frames and objective are evaluated from ``counts`` (None: no placement)."""
+    if counts is None:
+        empty = pd.DataFrame(columns=[KIND, CHUNK, STAGE, OPTION, LAYERS])
+        return Plan(assignment=empty, stages=pd.DataFrame(), objective=None, setup=setup, counts=None,
+                    objective_name=setup.objective, **fields)
+    evaluation = evaluate(setup, counts)
+    objective = fields.pop("objective", getattr(evaluation, setup.objective))
+    return Plan(assignment=assignment_frame(setup, counts), stages=evaluation.stages, objective=objective,
+                objective_name=setup.objective, setup=setup, counts=np.asarray(counts, dtype=int), **fields)
+
+
+def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, recompute=None,
+                      select_recompute=None, select_comm_recompute=None, chunks=1, schedule=None,
+                      less_memory=False, seq_split=1, seq_params=None, const_mb=None, objective="sapp",
+                      optimization_level=1, working_set=False) -> Plan:
+    """Evaluate a hand-written MindFormers config as a :class:`Plan` (status ``"evaluated"``).
+
+    ``offset`` and the recompute lists as :meth:`Plan.offsets` writes them (an
+    int for every cell, a list per stage, or a list of lists per chunk;
+    ``True`` for every layer of a cell). The other arguments are
+    :func:`sappkit.balance`'s.
+
+    Examples
+    --------
+    >>> rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o,
+    ...              forward_time=1, backward_time=b, activation_mb=a)
+    ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> plan = plan_from_offsets(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000,
+    ...                          offset=[1, -1], recompute=[2, 0])
+    >>> plan.stages["layers"].tolist(), plan.offsets()["recompute"], plan.fits
+    ([5, 3], [2, 0], True)
+    """
+    setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
+                       schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
+                       const_mb=const_mb, objective=objective, optimization_level=optimization_level,
+                       working_set=working_set)
+    partition = Partition.from_offsets(setup.layers, stages=setup.stages, micro_batches=setup.micro_batches,
+                                       offset=offset, chunks=setup.chunks, schedule=setup.schedule,
+                                       less_memory=setup.less_memory, seq_split=setup.seq_split,
+                                       recompute=recompute, select_recompute=select_recompute,
+                                       select_comm_recompute=select_comm_recompute)
+    counts = counts_from_assignment(setup, partition.assignment)
+    return make_plan(setup, counts, status="evaluated", gap=None, solve_seconds=0.0, method="offsets",
+                     notes=setup.notes)

@@ -1,0 +1,242 @@
+"""The balancer's views for notebooks and dashboards: memory sweeps, plan comparisons, the dashboard's callback.
+
+- :func:`sweep_memory`: objective and simulated step time against the
+  memory limit, largest limit first so that an optimal plan that still fits
+  a smaller limit is reused (it is optimal there too), with one cache of
+  stage enumerations for the whole sweep.
+- :func:`compare_plans`: labelled plans side by side (status, objective,
+  simulated step time, peak memory against the limit).
+- :func:`even_plan`: the even partition under one option, as a plan (what
+  SAPP users compare a balanced plan with).
+- :func:`dashboard_plan`: what the balance dashboard computes for its controls.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from ..columns import LIMIT_MB, MEMORY_MB, RECOMPUTE_TIME
+from ..errors import InputError
+from ..pipeline.costs import even_assignment
+from ..pipeline.schedules import schedule_chunks
+from . import exact
+from .evaluate import counts_from_assignment
+from .optimise import balance
+from .plan import Plan, make_plan
+from .setup import make_setup
+
+__all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
+
+
+#: Columns of :func:`sweep_memory`'s frame.
+SWEEP_COLUMNS = ("memory_mb", "status", "objective", "step_time", "peak_mb", "memory_needed_mb",
+                 "solve_seconds", "method")
+
+
+def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = None, **options) -> pd.DataFrame:
+    """Objective and simulated step time against the memory limit.
+
+    Parameters
+    ----------
+    layers : LayerTable or DataFrame
+    memory_mb : sequence of float
+        The limits to solve at.
+    progress : bool, optional
+        Show progress (a bar in a notebook, a line on the terminal); by
+        default only once the sweep has taken more than a second.
+    **options
+        :func:`balance`'s other arguments (``stages``, ``micro_batches``, ...).
+
+    Returns
+    -------
+    DataFrame
+        One row per limit, ascending: ``memory_mb``, ``status``,
+        ``objective``, ``step_time`` (simulated; NaN without a plan),
+        ``peak_mb`` (the plan's largest stage), ``memory_needed_mb`` (for
+        infeasible limits), ``solve_seconds``, ``method`` (``"reused"`` where
+        the ``sapp`` plan of a larger limit fitted and so is optimal here too;
+        ``step`` sweeps solve every limit, as their plan is the faster of two).
+
+    Examples
+    --------
+    >>> rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o,
+    ...              forward_time=1, backward_time=b, activation_mb=a)
+    ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> frame = sweep_memory(pd.DataFrame(rows), memory_mb=[400, 600, 1000], stages=2, micro_batches=4)
+    >>> frame[["memory_mb", "status", "objective", "step_time"]].values.tolist()
+    [[400.0, 'infeasible', nan, nan], [600.0, 'optimal', 15.0, 69.0], [1000.0, 'optimal', 12.0, 60.0]]
+    """
+    limits = sorted(float(m) for m in memory_mb)
+    if not limits:
+        raise InputError("memory_mb must list at least one memory limit; got an empty sequence")
+    for limit in limits:
+        if not np.isfinite(limit) or limit <= 0:
+            raise InputError(f"memory_mb must hold finite numbers > 0; got {limit!r}")
+    if "memory_mb" in options or "_cache" in options:
+        raise InputError("sweep_memory takes the limits in memory_mb=[...]; pass balance's other arguments only")
+    cache = exact.Cache()
+    reporter = _Progress(len(limits), progress)
+    rows, previous = [], None
+    # Largest limit first: an optimal plan that fits a smaller limit is optimal there too.
+    for done, limit in enumerate(reversed(limits), start=1):
+        if (previous is not None and previous.objective_name == "sapp" and previous.status == "optimal"
+                and previous.stages[MEMORY_MB].max() <= limit):
+            stages = previous.stages.assign(**{LIMIT_MB: limit})
+            plan = replace(previous, stages=stages, setup=replace(previous.setup, memory_mb=limit),
+                           solve_seconds=0.0, method="reused", step_time=rows[-1]["step_time"])
+        else:
+            plan = balance(layers, memory_mb=limit, _cache=cache, **options)
+        previous = plan
+        rows.append(_sweep_row(limit, plan))
+        reporter.update(done)
+    reporter.close()
+    return pd.DataFrame(rows[::-1], columns=list(SWEEP_COLUMNS))
+
+
+def _sweep_row(limit: float, plan: Plan) -> dict:
+    placed = plan.counts is not None and plan.status != "infeasible"
+    step_time = plan.step_time if plan.step_time is not None else (plan.simulate().step_time if placed else np.nan)
+    return dict(memory_mb=limit, status=plan.status,
+                objective=np.nan if plan.objective is None else plan.objective,
+                step_time=step_time, peak_mb=float(plan.stages[MEMORY_MB].max()) if placed else np.nan,
+                memory_needed_mb=np.nan if plan.memory_needed_mb is None else plan.memory_needed_mb,
+                solve_seconds=plan.solve_seconds, method=plan.method)
+
+
+class _Progress:
+    """Progress of a sweep: silent for its first second (unless asked), then a bar or a terminal line."""
+
+    def __init__(self, total: int, enabled: bool | None):
+        self.total, self.enabled = total, enabled
+        self.start = time.perf_counter()
+        self.bar = None
+
+    def update(self, done: int) -> None:
+        if self.enabled is False or (self.enabled is None and time.perf_counter() - self.start < 1.0):
+            return
+        if self.bar is None:
+            self.bar = _notebook_bar(self.total)
+        if self.bar is not None and self.bar is not False:
+            self.bar.value = done
+            self.bar.description = f"{done}/{self.total}"
+        else:
+            self.bar = False
+            sys.stderr.write(f"\rsweep_memory: {done}/{self.total} limits solved")
+            sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.bar is False:
+            sys.stderr.write("\n")
+
+
+def _notebook_bar(total: int):
+    """An ipywidgets progress bar when running in a notebook kernel, else None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        return None
+    import ipywidgets
+    from IPython.display import display
+
+    bar = ipywidgets.IntProgress(min=0, max=total, description="sweep")
+    display(bar)
+    return bar
+
+
+#: Columns of :func:`compare_plans`'s frame.
+COMPARE_COLUMNS = ("plan", "status", "objective", "step_time", "recompute_time", "peak_mb", "limit_mb", "fits")
+
+
+def compare_plans(plans: Mapping[str, Plan]) -> pd.DataFrame:
+    """Labelled plans side by side.
+
+    Returns
+    -------
+    DataFrame
+        One row per plan: ``plan`` (its label), ``status``, ``objective``
+        (the plan's own objective; NaN without a plan), ``step_time``
+        (simulated), ``recompute_time`` (all stages, per micro-batch),
+        ``peak_mb`` (largest stage), ``limit_mb``, ``fits``.
+    """
+    rows = []
+    for label, plan in plans.items():
+        if plan.counts is None:
+            rows.append(dict(plan=label, status=plan.status, objective=np.nan, step_time=np.nan,
+                             recompute_time=np.nan, peak_mb=np.nan, limit_mb=plan.setup.memory_mb, fits=False))
+            continue
+        rows.append(dict(plan=label, status=plan.status,
+                         objective=np.nan if plan.objective is None else plan.objective,
+                         step_time=plan.step_time if plan.step_time is not None else plan.simulate().step_time,
+                         recompute_time=float(plan.stages[RECOMPUTE_TIME].sum()),
+                         peak_mb=float(plan.stages[MEMORY_MB].max()), limit_mb=plan.setup.memory_mb,
+                         fits=plan.fits))
+    return pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+
+
+def even_plan(layers, *, option: str, stages, micro_batches, memory_mb, chunks=1, schedule=None,
+              objective="sapp", **options) -> Plan:
+    """The even partition (:func:`sappkit.even_assignment`) with every layer on ``option``, as a plan.
+
+    Its status is ``"evaluated"``; ``options`` are :func:`sappkit.balance`'s.
+
+    Examples
+    --------
+    >>> rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o,
+    ...              forward_time=1, backward_time=b, activation_mb=a)
+    ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> even_plan(pd.DataFrame(rows), option="full", stages=2, micro_batches=4, memory_mb=1000).objective
+    16.0
+    """
+    setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
+                       schedule=schedule, objective=objective, **options)
+    assignment = even_assignment(setup.layers, stages=setup.stages, chunks=setup.chunks, schedule=setup.schedule,
+                                 option=option)
+    return make_plan(setup, counts_from_assignment(setup, assignment), status="evaluated", gap=None,
+                     solve_seconds=0.0, method=f"even, {option}", notes=setup.notes)
+
+
+
+def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_batches: int, memory_mb: float,
+                   objective: str = "sapp", cache: dict | None = None) -> tuple[Plan | None, str]:
+    """The balance dashboard's computation: the plan for its controls and a one-line status.
+
+    ``chunks`` applies to ``interleaved`` and ``seqpipe``; ``1f1b`` runs one
+    chunk and ``dualpipev`` two. Refused settings give ``(None, message)``.
+    ``cache`` (a dict the dashboard keeps) holds the search's enumerations per
+    pipeline, so moving the memory slider reuses them.
+
+    Examples
+    --------
+    >>> rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o,
+    ...              forward_time=1, backward_time=b, activation_mb=a)
+    ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+    >>> plan, status = dashboard_plan(pd.DataFrame(rows), schedule="1f1b", stages=2, chunks=3,
+    ...                               micro_batches=4, memory_mb=400)
+    >>> status
+    'infeasible: no placement fits 400 MB; the least-memory placement needs 440.0 MB on stage 0'
+    """
+    chunks = schedule_chunks(schedule, chunks)
+    key = (schedule, stages, chunks, micro_batches, objective)
+    search_cache = None if cache is None else cache.setdefault(key, exact.Cache())
+    try:
+        plan = balance(layers, schedule=schedule, stages=stages, chunks=chunks, micro_batches=micro_batches,
+                       memory_mb=memory_mb, objective=objective, _cache=search_cache)
+    except InputError as error:
+        return None, str(error)
+    if plan.counts is None or plan.status == "infeasible":
+        return plan, f"{plan.status}: {plan.message}"
+    peak = plan.stages[MEMORY_MB]
+    text = (f"{plan.status}: {plan.objective_name} objective {plan.objective:.6g}, peak {peak.max():,.0f} MB "
+            f"on stage {int(peak.to_numpy().argmax())} of {memory_mb:,.0f} MB, {plan.method}")
+    if plan.chosen:
+        text += f", {plan.chosen} plan simulates faster"
+    return plan, text

@@ -1,0 +1,12 @@
+"""The layer table: what one layer of each kind costs in memory and time, per recompute option.
+
+Built by hand, read from MindFormers/SAPP layer JSON or CSV, or estimated
+analytically from a transformer's shape; every other model reads it.
+"""
+
+from .estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
+from .formats import read_layers_csv, read_layers_json, write_layers_csv, write_layers_json
+from .table import LayerTable, as_layer_table
+
+__all__ = ["LayerTable", "as_layer_table", "read_layers_json", "write_layers_json", "read_layers_csv",
+           "write_layers_csv", "TransformerConfig", "ParallelConfig", "DeviceConfig", "estimate_layers"]

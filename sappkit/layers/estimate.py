@@ -1,0 +1,486 @@
+"""Analytic layer tables from a transformer's shape, for users without a profile.
+
+Notation: ``s`` sequence, ``b`` micro-batch size, ``h`` hidden size, ``a``
+attention heads, ``a_kv`` key/value heads, ``d``/``d_v`` query-key/value
+head sizes, ``f`` FFN size, ``v`` vocabulary, ``t``/``c`` tensor/context
+parallel degrees, ``e`` bytes per element of ``dtype``; masks take 1 byte.
+
+**Activations** (Korthikanti et al. 2022, "Reducing Activation Recomputation
+in Large Transformer Models", sec. 4): one layer keeps per token
+``R = 4eh`` (two layer-norm inputs and the two linear inputs they feed)
+``+ 2h`` (two dropout masks), replicated across tensor-parallel ranks unless
+sequence parallel splits them; ``S = e(a·d + a_kv·d + a_kv·d_v + a·d_v)``
+(Q, K, V, projection input) ``+ 2ef`` (GeLU input and output; SwiGLU
+``3ef``) split over ``t``; and per (query, key) pair the attention core
+``(e + 1 + e)·a`` (softmax output, dropout mask, dropout output; ``e·a``
+without dropout), split over ``t``. Per device: ``s·b/c·(R/t_sp + S/t) +
+core·(s/c)·s·b/t`` with ``t_sp = t`` under sequence parallel, else 1. With
+MHA, GeLU, ``f = 4h``, dropout and ``e = 2`` this is the paper's
+``s·b·h·(10 + 24/t + 5·a·s/(h·t))`` without sequence parallel (eq. 2) and
+``s·b·h/t·(34 + 5·a·s/h)`` with it (eq. 5). Options:
+
+- ``none``: all of it; ``selective`` drops the attention core (paper sec. 4.2.1:
+  ``34·s·b·h/t``); ``full`` keeps the layer input, ``e·s·b·h/t_sp`` (sec. 4.2.1);
+- ``comm`` (sappkit's approximation of MindFormers' communication recompute):
+  re-runs the two layer norms and the sequence-parallel all-gathers in the
+  backward, so the two gathered linear inputs (``2eh`` per token of ``R``)
+  are not kept; ``both``: ``selective`` and ``comm`` together.
+
+MoE layers (Megatron-style token routing, balanced, tokens split over TP
+ranks) keep per token ``top_k·(2eh + m·e·f_e)`` (dispatched input, expert
+output, the expert MLP's ``m·e·f_e``, ``m`` = 3 gated else 2) ``+
+shared·m·e·f_e + 4·E`` (fp32 router scores) in ``S``. MLA (DeepSeek-V2/V3,
+approximate): K and V are materialised per head (``a_kv = a``), plus the
+latents ``2e·q_r + 2e·kv_r + e·d_rope`` in ``R``.
+
+**Parameters** (Rajbhandari et al. 2020, ZeRO, sec. 3; Megatron mixed
+precision): per parameter ``w = e`` bytes of weight, ``g = 4`` of fp32
+gradient, ``o = 12`` of fp32 master weight and Adam moments (8 for fp32
+training). ZeRO stage 1 (Megatron's distributed optimizer) shards ``o``,
+stage 2 also ``g``, stage 3 (FSDP) also ``w``, over ``D`` = ``dp·c`` ranks
+(experts: ``dp·c·t/(ep·etp)``). Dense parameters are split over ``t``
+(norms, router and MLA down-projections too: < 10% of a layer), routed
+experts over ``ep·etp``. Under stage 3 a layer gathers its weights and
+gradients for compute: ``working_mb = (w + g)·P·(1 − 1/D)``.
+
+**Time** (Narayanan et al. 2021, "Efficient Large-Scale Language Model
+Training on GPU Clusters using Megatron-LM", app.: ``6·P·tokens`` per step
+plus attention): forward FLOPs per token ``2·P_active``, plus ``2·a·(d +
+d_v)`` per (query, key) pair for ``QKᵀ`` and ``AV`` (no causal discount,
+as in that paper); split over ``t·c``; time = FLOPs / (``tflops``·``mfu``)
+in ms. Backward ``2×`` forward; ``selective`` adds the attention core's
+forward, ``full`` a whole forward, ``comm`` the all-gathers (received bytes
+``(t−1)/t·e·s·b·h/c`` twice, at ``link_gbs``) and the layer norms
+(reading and writing ``2e·s·b·h/(c·t_sp)``, at ``hbm_gbs``).
+
+**Head** (embeddings, on the first stage): token embedding ``v·h`` (0 FLOPs;
+with dropout it keeps a mask, ``h`` bytes per token) and, for a vision tower, the patch
+embedding ``3·p²·h + s·h`` (positions; ``2·3p²·h`` FLOPs and the ``e·3p²``
+pixels per token). **Tail**: final norm and LM head ``h + v·h`` (``2hv``
+FLOPs per token) keeping ``R = 2eh`` and ``S = 4v`` (fp32 logits) per token:
+the paper's ``4·s·b·h/t·(1 + v/h)`` (sec. 4.3). Head and tail backward is
+``2×`` forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pandas as pd
+
+from .._check import check_choice, check_int, check_number
+from ..columns import (
+    ACTIVATION_MB,
+    BACKWARD_TIME,
+    BODY,
+    COUNT,
+    FIRST_WORKING_MB,
+    FORWARD_TIME,
+    GRAD_MB,
+    HEAD,
+    KIND,
+    MEMORY_ONCE_MB,
+    MODULE,
+    OPTION,
+    PARAM_MB,
+    ROLE,
+    SAPP_OPTIONS,
+    TAIL,
+    WORKING_MB,
+)
+from ..errors import InputError
+from .table import LayerTable
+
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "estimate_layers"]
+
+_MB = 2**20
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """One stack of transformer layers: a language model or a vision tower."""
+
+    layers: int
+    """Layers in the stack (MoE stacks: dense and MoE together)."""
+    hidden_size: int
+    """Model width ``h``."""
+    num_heads: int
+    """Attention (query) heads ``a``."""
+    ffn_size: int
+    """FFN width ``f`` of a dense layer."""
+    seq_length: int
+    """Tokens per sample ``s`` (patches for a vision tower)."""
+    num_kv_heads: int | None = None
+    """Key/value heads (GQA); default ``num_heads``."""
+    head_dim: int | None = None
+    """Query/key head size (with MLA's rope part); default ``hidden_size // num_heads``."""
+    v_head_dim: int | None = None
+    """Value head size; default ``head_dim``."""
+    vocab_size: int = 0
+    """Vocabulary; required on the last stack (its LM head is the tail), 0 on the others."""
+    patch_size: int = 0
+    """Patch side for a vision tower's patch embedding (first stack only); 0 for none."""
+    gated_mlp: bool = False
+    """SwiGLU-style MLP with three matrices (Llama, DeepSeek); False: two (GPT's GeLU)."""
+    dropout: bool = True
+    """Keep dropout masks and outputs as the paper does (also a stand-in for fp32 softmax buffers)."""
+    q_lora_rank: int = 0
+    """MLA query latent rank; 0 for a plain query projection."""
+    kv_lora_rank: int = 0
+    """MLA key/value latent rank; > 0 makes the attention MLA (DeepSeek)."""
+    rope_head_dim: int = 0
+    """MLA's decoupled rotary key size (part of ``head_dim``, shared by all heads)."""
+    experts: int = 0
+    """Routed experts of a MoE layer; 0 for a dense stack."""
+    top_k: int = 0
+    """Experts each token is routed to (MoE only)."""
+    shared_experts: int = 0
+    """Shared experts every token runs (MoE only)."""
+    expert_ffn_size: int | None = None
+    """FFN width of one expert; default ``ffn_size``."""
+    dense_layers: int = 0
+    """Leading dense layers of a MoE stack (DeepSeek-V3: 3)."""
+    name: str = "layer"
+    """Kind name of the dense layers."""
+    moe_name: str | None = None
+    """Kind name of the MoE layers; default ``name + "_moe"``."""
+    module: str = "model"
+    """Submodule the stack's layers belong to (e.g. ``vision``, ``language``)."""
+
+    def __post_init__(self):
+        for field in ("layers", "hidden_size", "num_heads", "ffn_size", "seq_length"):
+            check_int(field, getattr(self, field), minimum=1)
+        for field in ("vocab_size", "patch_size", "q_lora_rank", "kv_lora_rank", "rope_head_dim", "experts",
+                      "top_k", "shared_experts", "dense_layers"):
+            check_int(field, getattr(self, field), minimum=0)
+        mla = self.kv_lora_rank > 0
+        kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        check_int("num_kv_heads", kv_heads, minimum=1)
+        if self.num_heads % kv_heads or (mla and kv_heads != self.num_heads):
+            raise InputError(f"num_kv_heads must divide num_heads={self.num_heads} (and equal it under MLA); "
+                             f"got {self.num_kv_heads!r}")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise InputError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}; "
+                             "give head_dim explicitly")
+        head_dim = check_int("head_dim", self.hidden_size // self.num_heads if self.head_dim is None
+                             else self.head_dim, minimum=1)
+        if (self.rope_head_dim or self.q_lora_rank) and not mla:
+            raise InputError("rope_head_dim and q_lora_rank are MLA settings; set kv_lora_rank > 0 to use MLA, "
+                             f"got kv_lora_rank=0 with rope_head_dim={self.rope_head_dim!r}, "
+                             f"q_lora_rank={self.q_lora_rank!r}")
+        if self.rope_head_dim >= head_dim and mla:
+            raise InputError(f"rope_head_dim must be < head_dim={head_dim} (it is part of it); "
+                             f"got {self.rope_head_dim!r}")
+        if self.experts:
+            check_int("top_k", self.top_k, minimum=1, why="a MoE layer routes each token to top_k experts")
+            if self.top_k > self.experts:
+                raise InputError(f"top_k must be <= experts={self.experts}; got {self.top_k!r}")
+            if self.dense_layers >= self.layers:
+                raise InputError(f"dense_layers must be < layers={self.layers} (a MoE stack needs a MoE layer); "
+                                 f"got {self.dense_layers!r}")
+        elif self.top_k or self.shared_experts or self.dense_layers or self.expert_ffn_size is not None:
+            raise InputError("top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set "
+                             f"experts > 0 to use them (got top_k={self.top_k!r}, shared_experts="
+                             f"{self.shared_experts!r}, dense_layers={self.dense_layers!r}, "
+                             f"expert_ffn_size={self.expert_ffn_size!r})")
+        for field in ("name", "module", "moe_name"):
+            value = getattr(self, field)
+            if not (isinstance(value, str) and value) and not (field == "moe_name" and value is None):
+                raise InputError(f"{field} must be a non-empty string; got {value!r}")
+        resolved = dict(num_kv_heads=kv_heads, head_dim=head_dim,
+                        v_head_dim=check_int("v_head_dim", head_dim if self.v_head_dim is None
+                                             else self.v_head_dim, minimum=1),
+                        expert_ffn_size=check_int("expert_ffn_size", self.ffn_size if self.expert_ffn_size is None
+                                                  else self.expert_ffn_size, minimum=1),
+                        moe_name=f"{self.name}_moe" if self.moe_name is None else self.moe_name)
+        for field, value in resolved.items():
+            object.__setattr__(self, field, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """How the model is trained: micro-batch, parallel degrees, optimizer sharding, precision."""
+
+    micro_batch_size: int = 1
+    """Samples per micro-batch ``b``."""
+    tensor_parallel: int = 1
+    """Tensor-parallel degree ``t``."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism: split the ``R`` activations over ``t`` too."""
+    context_parallel: int = 1
+    """Context-parallel degree ``c`` (the sequence split over ``c`` ranks)."""
+    data_parallel: int = 1
+    """Data-parallel degree ``dp`` (ZeRO shards over ``dp·c``)."""
+    expert_parallel: int = 1
+    """Expert-parallel degree ``ep``; must divide ``t·c·dp`` together with ``expert_tensor_parallel``."""
+    expert_tensor_parallel: int = 1
+    """Tensor-parallel degree inside an expert ``etp``."""
+    zero: Literal[0, 1, 2, 3] = 1
+    """ZeRO stage: 0 replicates all, 1 shards optimizer state, 2 also gradients, 3 (FSDP) also weights."""
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Weight and activation precision (gradients and optimizer state are fp32)."""
+
+    def __post_init__(self):
+        for field in ("micro_batch_size", "tensor_parallel", "context_parallel", "data_parallel",
+                      "expert_parallel", "expert_tensor_parallel"):
+            check_int(field, getattr(self, field), minimum=1)
+        check_choice("zero", check_int("zero", self.zero, minimum=0), (0, 1, 2, 3))
+        check_choice("dtype", self.dtype, tuple(_BYTES))
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence_parallel must be a bool; got {self.sequence_parallel!r}")
+        ranks = self.tensor_parallel * self.context_parallel * self.data_parallel
+        if ranks % (self.expert_parallel * self.expert_tensor_parallel):
+            raise InputError(f"expert_parallel * expert_tensor_parallel = {self.expert_parallel} * "
+                             f"{self.expert_tensor_parallel} must divide tensor_parallel * context_parallel * "
+                             f"data_parallel = {ranks}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceConfig:
+    """What one device computes and moves per second."""
+
+    tflops: float = 300.0
+    """Peak dense TFLOP/s in ``dtype`` (Ascend 910B-class ~300, H100 ~990)."""
+    mfu: float = 0.4
+    """Fraction of peak a layer's matmuls reach (model FLOPs utilisation), in (0, 1]."""
+    link_gbs: float = 50.0
+    """Tensor-parallel link bandwidth per device, GB/s (1e9 bytes), for ``comm`` recompute."""
+    hbm_gbs: float = 1600.0
+    """Device memory bandwidth, GB/s, for re-running layer norms under ``comm`` recompute."""
+
+    def __post_init__(self):
+        for field in ("tflops", "link_gbs", "hbm_gbs"):
+            check_number(field, getattr(self, field), minimum=0, strict=True)
+        if not 0 < check_number("mfu", self.mfu) <= 1:
+            raise InputError(f"mfu must be in (0, 1]; got {self.mfu!r}")
+
+
+def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None = None,
+                    device: DeviceConfig | None = None, options=SAPP_OPTIONS, const_mb: float = 0.0) -> LayerTable:
+    """A layer table from transformer stacks in model order (formulas and sources in the module docstring).
+
+    Parameters
+    ----------
+    *models : TransformerConfig
+        The stacks in model order, e.g. a vision tower then a language model.
+        The head embeds the first stack's input (its patch embedding) and the
+        last stack's tokens; the tail is the last stack's LM head.
+    parallel : ParallelConfig
+        Micro-batch, parallel degrees, ZeRO stage, precision (default: all 1, bf16, ZeRO-1).
+    device : DeviceConfig
+        Throughput for the times (default 300 TFLOP/s at 40% MFU).
+    options : sequence of str
+        Body options to price, among ``none``, ``selective``, ``comm``,
+        ``both``, ``full``; rows come in that order.
+    const_mb : float
+        The table's per-stage constant (runtime buffers, workspace), MB.
+
+    Returns
+    -------
+    LayerTable
+        Memory per device in MB, times per micro-batch in ms.
+
+    Examples
+    --------
+    Korthikanti et al.'s per-layer activations, ``s·b·h/t·(34 + 5·a·s/h)`` bytes:
+
+    >>> gpt = TransformerConfig(layers=4, hidden_size=1024, num_heads=16, ffn_size=4096,
+    ...                         seq_length=2048, vocab_size=50000)
+    >>> table = estimate_layers(gpt, parallel=ParallelConfig(tensor_parallel=2), options=("none", "full"))
+    >>> table.rows("layer")["activation_mb"].tolist() == [2048 * 1024 / 2 * (34 + 5 * 16 * 2048 / 1024) / 2**20,
+    ...                                                   2 * 2048 * 1024 / 2 / 2**20]
+    True
+    >>> table.frame[["kind", "role", "count", "option"]]
+            kind  role  count option
+    0  embedding  head      1   none
+    1      layer  body      4   none
+    2      layer  body      4   full
+    3    lm_head  tail      1   none
+    """
+    parallel = ParallelConfig() if parallel is None else parallel
+    device = DeviceConfig() if device is None else device
+    options = _check_estimate(models, parallel, device, options)
+    rows = _rows(_head_shape(models, parallel), models[0].module, parallel, device, HEAD, "embedding")
+    for model in models:
+        for kind, count, moe in _kinds(model):
+            shape = _layer_shape(model, moe, _BYTES[parallel.dtype])
+            rows += _rows([shape], model.module, parallel, device, BODY, kind, count=count, options=options)
+    rows += _rows(_tail_shape(models[-1], parallel), models[-1].module, parallel, device, TAIL, "lm_head")
+    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0))
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """One kind's costs before parallel splitting: parameters, bytes kept and FLOPs, per token of its stack."""
+
+    seq: float
+    """The stack's sequence length ``s``: tokens per sample and keys each query attends to."""
+    dense_params: float
+    expert_params: float = 0.0
+    replicated: float = 0.0
+    """``R``: bytes per token split over ``t`` only under sequence parallel."""
+    split: float = 0.0
+    """``S``: bytes per token split over ``t``."""
+    core: float = 0.0
+    """Attention-core bytes per (query, key) pair, all heads."""
+    dropped_by_comm: float = 0.0
+    """Bytes per token of ``R`` that ``comm`` recompute does not keep."""
+    kept_by_full: float = 0.0
+    """Bytes per token of ``R`` that ``full`` recompute keeps (the layer input)."""
+    flops: float = 0.0
+    """Forward matmul FLOPs per token."""
+    core_flops: float = 0.0
+    """Forward attention-core FLOPs per (query, key) pair."""
+
+
+def _layer_shape(model: TransformerConfig, moe: bool, e: int) -> _Shape:
+    h, a, d, dv = model.hidden_size, model.num_heads, model.head_dim, model.v_head_dim
+    mask = 1 if model.dropout else 0
+    q_r, kv_r, rope = model.q_lora_rank, model.kv_lora_rank, model.rope_head_dim
+    if kv_r:  # MLA: latents projected up to per-head keys and values
+        kv_heads = a
+        query = h * q_r + q_r + q_r * a * d if q_r else h * a * d
+        key_value = h * (kv_r + rope) + kv_r + kv_r * a * (d - rope + dv)
+        latents = 2 * e * q_r + 2 * e * kv_r + e * rope
+    else:
+        kv_heads = model.num_kv_heads
+        query, key_value, latents = h * a * d, h * kv_heads * (d + dv), 0
+    attention = query + key_value + a * dv * h
+    m = 3 if model.gated_mlp else 2
+    f, experts = model.expert_ffn_size, model.experts
+    if moe:
+        mlp_dense = h * experts + model.shared_experts * m * h * f
+        expert = experts * m * h * f
+        mlp_kept = model.top_k * (2 * e * h + m * e * f) + model.shared_experts * m * e * f + 4 * experts
+        mlp_flops = 2 * (h * experts + (model.top_k + model.shared_experts) * m * h * f)
+    else:
+        mlp_dense, expert = m * h * model.ffn_size, 0.0
+        mlp_kept, mlp_flops = m * e * model.ffn_size, 2 * m * h * model.ffn_size
+    return _Shape(
+        seq=model.seq_length, dense_params=attention + mlp_dense + 2 * h, expert_params=expert,
+        replicated=4 * e * h + 2 * mask * h + latents,
+        split=e * (a * d + kv_heads * d + kv_heads * dv + a * dv) + mlp_kept,
+        core=a * (e + mask * (1 + e)), dropped_by_comm=2 * e * h, kept_by_full=e * h,
+        flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
+
+
+def _head_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig) -> list[_Shape]:
+    """The head's parts: the first stack's patch embedding (if any) and the last stack's token embedding."""
+    e, parts = _BYTES[parallel.dtype], []
+    first, last = models[0], models[-1]
+    if first.patch_size:
+        pixels = 3 * first.patch_size**2
+        parts.append(_Shape(seq=first.seq_length,
+                            dense_params=pixels * first.hidden_size + first.seq_length * first.hidden_size,
+                            replicated=e * pixels + first.dropout * first.hidden_size,
+                            flops=2 * pixels * first.hidden_size))
+    parts.append(_Shape(seq=last.seq_length, dense_params=last.vocab_size * last.hidden_size,
+                        replicated=last.dropout * last.hidden_size))
+    return parts
+
+
+def _tail_shape(model: TransformerConfig, parallel: ParallelConfig) -> list[_Shape]:
+    e, h, v = _BYTES[parallel.dtype], model.hidden_size, model.vocab_size
+    return [_Shape(seq=model.seq_length, dense_params=h + v * h, replicated=2 * e * h,
+                   split=4 * v, flops=2 * h * v)]
+
+
+def _kinds(model: TransformerConfig) -> list[tuple[str, int, bool]]:
+    """(kind, count, is MoE) of a stack, in model order."""
+    if not model.experts:
+        return [(model.name, model.layers, False)]
+    dense = [(model.name, model.dense_layers, False)] if model.dense_layers else []
+    return [*dense, (model.moe_name, model.layers - model.dense_layers, True)]
+
+
+def _rows(parts: list[_Shape], module: str, parallel: ParallelConfig, device: DeviceConfig, role: str,
+          kind: str, *, count: int = 1, options=("none",)) -> list[dict]:
+    """The table rows of one kind (its parts summed): memory per device in MB, times per micro-batch in ms."""
+    t, c, b = parallel.tensor_parallel, parallel.context_parallel, parallel.micro_batch_size
+    t_sp = t if parallel.sequence_parallel else 1
+    ms_per_flop = 1e3 / (device.tflops * 1e12 * device.mfu)
+    experts = parallel.expert_parallel * parallel.expert_tensor_parallel
+    param_bytes, working = _param_bytes(sum(p.dense_params for p in parts) / t,
+                                        sum(p.expert_params for p in parts) / experts, parallel)
+    tokens = [p.seq * b / c for p in parts]
+    linear = sum(n * (p.replicated / t_sp + p.split / t) for n, p in zip(tokens, parts))
+    core = sum(n * p.seq * p.core / t for n, p in zip(tokens, parts))
+    core_time = sum(n * p.seq * p.core_flops for n, p in zip(tokens, parts)) / t * ms_per_flop
+    forward = sum(n * p.flops for n, p in zip(tokens, parts)) / t * ms_per_flop + core_time
+    comm_bytes = sum(n * p.dropped_by_comm for n, p in zip(tokens, parts))
+    gathered = comm_bytes * (t - 1) / t if parallel.sequence_parallel else 0.0
+    comm_time = (gathered / (device.link_gbs * 1e9) + 2 * comm_bytes / t_sp / (device.hbm_gbs * 1e9)) * 1e3
+    kept = {  # option -> (activation bytes kept, backward time beyond 2 x forward)
+        "none": (linear + core, 0.0),
+        "selective": (linear, core_time),
+        "comm": (linear + core - comm_bytes / t_sp, comm_time),
+        "both": (linear - comm_bytes / t_sp, core_time + comm_time),
+        "full": (sum(n * p.kept_by_full for n, p in zip(tokens, parts)) / t_sp, forward),
+    }
+    return [{KIND: kind, ROLE: role, COUNT: count, PARAM_MB: param_bytes / _MB, OPTION: option,
+             FORWARD_TIME: forward, BACKWARD_TIME: 2 * forward + kept[option][1],
+             ACTIVATION_MB: kept[option][0] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
+             FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}
+            for option in options]
+
+
+def _param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+    """Bytes a device holds for its dense and expert parameters, and the ZeRO-3 gathered working set."""
+    w = _BYTES[parallel.dtype]
+    g, o = 4, (12 if w == 2 else 8)
+    ranks = parallel.data_parallel * parallel.context_parallel
+    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
+    held = working = 0.0
+    for params, shard in ((dense, ranks), (experts, expert_ranks)):
+        kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
+        held += params * kept
+        working += params * (w + g) * (1 - 1 / shard) if parallel.zero == 3 else 0.0
+    return held, working
+
+
+def _check_estimate(models, parallel, device, options) -> tuple[str, ...]:
+    """Check the stacks against each other and the parallel layout; return the options in SAPP order."""
+    if not models:
+        raise InputError("estimate_layers needs at least one TransformerConfig; got none")
+    for index, model in enumerate(models):
+        if not isinstance(model, TransformerConfig):
+            raise InputError(f"models[{index}] must be a TransformerConfig; got {type(model).__name__}")
+    if not isinstance(parallel, ParallelConfig):
+        raise InputError(f"parallel must be a ParallelConfig; got {type(parallel).__name__}")
+    if not isinstance(device, DeviceConfig):
+        raise InputError(f"device must be a DeviceConfig; got {type(device).__name__}")
+    if isinstance(options, str) or not options or len(set(options)) != len(options) \
+            or any(option not in SAPP_OPTIONS for option in options):
+        raise InputError(f"options must be distinct names among {', '.join(map(repr, SAPP_OPTIONS))}; "
+                         f"got {options!r}")
+    t, c = parallel.tensor_parallel, parallel.context_parallel
+    split = t * c if parallel.sequence_parallel else c
+    for index, model in enumerate(models):
+        where = f"models[{index}] ({model.name!r})"
+        for field, value, divisor, by in (
+                ("num_heads", model.num_heads, t, "tensor_parallel"),
+                ("num_kv_heads", model.num_kv_heads, t, "tensor_parallel"),
+                ("seq_length", model.seq_length, split, "the sequence split (context_parallel, "
+                                                        "times tensor_parallel under sequence_parallel)"),
+                ("experts", model.experts, parallel.expert_parallel, "expert_parallel")):
+            if value % divisor:
+                raise InputError(f"{where} {field}={value} is not a multiple of {by} = {divisor}")
+        if index < len(models) - 1 and model.vocab_size:
+            raise InputError(f"{where} vocab_size={model.vocab_size}; only the last stack has a vocabulary "
+                             "(its token embedding is the head, its LM head the tail)")
+        if index > 0 and model.patch_size:
+            raise InputError(f"{where} patch_size={model.patch_size}; only the first stack embeds patches")
+    if not models[-1].vocab_size:
+        raise InputError(f"models[{len(models) - 1}] ({models[-1].name!r}) needs vocab_size > 0: "
+                         "the last stack's LM head is the tail")
+    if len(models) > 1 and not models[0].patch_size:
+        raise InputError(f"models[0] ({models[0].name!r}) needs patch_size > 0: the head embeds the first "
+                         "stack's input, and only the last stack has a vocabulary")
+    kinds = [kind for model in models for kind, _, _ in _kinds(model)] + ["embedding", "lm_head"]
+    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    if repeated:
+        raise InputError(f"layer kind name(s) {', '.join(map(repr, repeated))} repeat; give each stack its "
+                         "own name (and moe_name); 'embedding' and 'lm_head' are the head and tail")
+    return tuple(option for option in SAPP_OPTIONS if option in options)

@@ -1,0 +1,316 @@
+"""The layer table: what each layer kind costs under each recompute option.
+
+One row per (kind, option), long form (DESIGN.md "The layer table"). Every
+model takes a :class:`LayerTable` or a plain DataFrame with these columns;
+:func:`as_layer_table` validates either once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .._check import check_number
+from .._frames import plain as _plain
+from ..columns import (
+    ACTIVATION_MB,
+    BACKWARD_TIME,
+    BODY,
+    COUNT,
+    FIRST_WORKING_MB,
+    FORWARD_TIME,
+    GRAD_MB,
+    HEAD,
+    KIND,
+    LAYER_OPTIONAL,
+    LAYER_REQUIRED,
+    MEMORY_ONCE_MB,
+    MODULE,
+    OPTION,
+    PARAM_MB,
+    ROLE,
+    ROLES,
+    TAIL,
+    WORKING_MB,
+)
+from ..errors import InputError
+
+__all__ = ["LayerTable", "as_layer_table"]
+
+_NUMERIC = (COUNT, PARAM_MB, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB,
+            MEMORY_ONCE_MB, WORKING_MB, FIRST_WORKING_MB, GRAD_MB)
+#: Columns that describe a kind, so they must agree across its option rows.
+_PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
+
+
+@dataclass(frozen=True, eq=False)
+class LayerTable:
+    """A validated layer table.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        One row per (kind, option) with the columns of DESIGN.md; optional
+        columns are filled with their defaults. Body kinds keep the order of
+        their first row: that is model order.
+    const_mb : float
+        Memory every stage holds whatever runs on it (the layer JSON's
+        ``stage_const_mem``), in MB.
+
+    Examples
+    --------
+    >>> rows = [
+    ...     dict(kind="embed", role="head", count=1, param_mb=500, option="none",
+    ...          forward_time=1, backward_time=2, activation_mb=100),
+    ...     dict(kind="block", role="body", count=8, param_mb=900, option="none",
+    ...          forward_time=4, backward_time=8, activation_mb=300),
+    ...     dict(kind="block", role="body", count=8, param_mb=900, option="full",
+    ...          forward_time=4, backward_time=12, activation_mb=20),
+    ... ]
+    >>> table = LayerTable(pd.DataFrame(rows))
+    >>> table.body_kinds, table.options("block")
+    (('block',), ('none', 'full'))
+    """
+
+    frame: pd.DataFrame
+    const_mb: float = 0.0
+    _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
+    _records: dict = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        frame = _validated(self.frame)
+        object.__setattr__(self, "frame", frame)
+        object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0))
+        object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
+        # Plain dicts, so the per-option lookups below cost no pandas filtering.
+        records: dict[str, dict[str, dict]] = {}
+        for record in frame.to_dict("records"):
+            records.setdefault(record[KIND], {})[record[OPTION]] = record
+        object.__setattr__(self, "_records", records)
+
+    def _role_kinds(self, role: str) -> tuple[str, ...]:
+        return tuple(self._kinds.index[self._kinds[ROLE] == role])
+
+    @property
+    def body_kinds(self) -> tuple[str, ...]:
+        """Body kinds in model order."""
+        return self._role_kinds(BODY)
+
+    @property
+    def head(self) -> pd.Series | None:
+        """The head's row (embedding), or None when the table has none."""
+        return self._single_row(HEAD)
+
+    @property
+    def tail(self) -> pd.Series | None:
+        """The tail's row (final norm, LM head, loss), or None when the table has none."""
+        return self._single_row(TAIL)
+
+    def _single_row(self, role: str) -> pd.Series | None:
+        rows = self.frame[self.frame[ROLE] == role]
+        return None if rows.empty else rows.iloc[0]
+
+    @property
+    def modules(self) -> tuple[str, ...]:
+        """Modules of the body kinds in model order; more than one makes the model multimodal."""
+        return tuple(dict.fromkeys(self._kinds.loc[list(self.body_kinds), MODULE]))
+
+    @property
+    def multimodal(self) -> bool:
+        """True when the body kinds belong to more than one module (a vision tower and a language model)."""
+        return len(self.modules) > 1
+
+    @property
+    def body_layers(self) -> int:
+        """Body layers in the model, all kinds together."""
+        return int(self._kinds.loc[list(self.body_kinds), COUNT].sum())
+
+    def count(self, kind: str) -> int:
+        """Layers of ``kind`` in the model."""
+        return int(self._kinds.loc[self._known(kind), COUNT])
+
+    def param_mb(self, kind: str) -> float:
+        """Parameter memory one layer of ``kind`` holds whatever it runs."""
+        return float(self._kinds.loc[self._known(kind), PARAM_MB])
+
+    def module(self, kind: str) -> str:
+        """The module ``kind`` belongs to."""
+        return str(self._kinds.loc[self._known(kind), MODULE])
+
+    def rows(self, kind: str) -> pd.DataFrame:
+        """The option rows of ``kind``, indexed by option, in table order."""
+        return self.frame[self.frame[KIND] == self._known(kind)].set_index(OPTION)
+
+    def options(self, kind: str) -> tuple[str, ...]:
+        """Options of ``kind`` in table order."""
+        return tuple(self.rows(kind).index)
+
+    def front(self, kind: str) -> tuple[str, ...]:
+        """Options of ``kind`` not dominated in (activation memory, forward + backward time).
+
+        An option is dominated when another keeps no more activation memory,
+        takes no more time and is strictly better in one; of identical options
+        the first is kept. Returned fastest first.
+        """
+        rows = self.rows(kind)
+        memory = rows[ACTIVATION_MB].to_numpy()
+        time = (rows[FORWARD_TIME] + rows[BACKWARD_TIME]).to_numpy()
+        keep = []
+        for i in range(len(rows)):
+            no_worse = (memory <= memory[i]) & (time <= time[i])
+            better = no_worse & ((memory < memory[i]) | (time < time[i]))
+            earlier_twin = no_worse & (memory == memory[i]) & (time == time[i]) & (np.arange(len(rows)) < i)
+            if not better.any() and not earlier_twin.any():
+                keep.append(i)
+        keep.sort(key=lambda i: (time[i], memory[i]))
+        return tuple(rows.index[keep])
+
+    def plain(self, kind: str) -> str:
+        """The option of ``kind`` that recomputes nothing: ``none``, else the one keeping the most activation.
+
+        Without a ``none`` row, the option keeping the most ``activation_mb``
+        is the one that recomputes least; of equal ones the fastest (forward +
+        backward: less recompute), then the first in table order. This is what
+        a fully recomputed layer runs again in its backward (seed 000
+        ``_plain``, which takes the option recomputing nothing).
+
+        Examples
+        --------
+        >>> rows = [dict(kind="block", role="body", count=8, param_mb=900, option=o, forward_time=4,
+        ...              backward_time=b, activation_mb=a)
+        ...         for o, b, a in (("comm", 9, 300), ("quick", 8, 300), ("full", 12, 20))]
+        >>> LayerTable(pd.DataFrame(rows)).plain("block")
+        'quick'
+        """
+        rows = self._option_records(kind)
+        if "none" in rows:
+            return "none"
+        # max() keeps the first of equal keys, so table order breaks the last tie.
+        return max(rows, key=lambda o: (rows[o][ACTIVATION_MB], -(rows[o][FORWARD_TIME] + rows[o][BACKWARD_TIME])))
+
+    def working_set_mb(self, kind: str, option: str, *, first: bool = False) -> float:
+        """What a layer of ``kind`` running ``option`` holds beyond what it keeps, when it ends warm-up.
+
+        The layer that ends a stage's warm-up (the last body layer of the
+        stage's last chunk; the tail when that cell ends with it) runs its
+        backward right after its forward on the last warm-up micro-batch, so
+        besides its activations at the micro-batches in flight it holds, once:
+        what it keeps at one micro-batch, ``activation_mb + memory_once_mb``
+        of the option it runs — the :meth:`plain` option's when ``option`` is
+        ``full``, since its backward rebuilds the plain layer — plus its
+        ``working_mb`` (seed 000 ``_working``, seed 004's 1F1B working set).
+        With ``first`` the same with ``first_working_mb``: the stage's first
+        layer, whose backward is the stage's last (the second FSDP peak).
+        The balancer (``working_set=True``) and the recompute chooser both
+        charge this number.
+
+        Examples
+        --------
+        >>> rows = [dict(kind="block", role="body", count=8, param_mb=900, option=o, forward_time=4,
+        ...              backward_time=b, activation_mb=a, memory_once_mb=5, working_mb=w)
+        ...         for o, b, a, w in (("none", 8, 300, 40), ("selective", 9, 120, 30), ("full", 12, 20, 10))]
+        >>> table = LayerTable(pd.DataFrame(rows))
+        >>> [table.working_set_mb("block", o) for o in ("none", "selective", "full")]
+        [345.0, 155.0, 315.0]
+        """
+        rows = self._option_records(kind)
+        if option not in rows:
+            raise InputError(f"kind {kind!r} has no option {option!r}; its options are "
+                             f"{', '.join(map(repr, rows))}")
+        run = rows[self.plain(kind) if option == "full" else option]
+        extra = rows[option][FIRST_WORKING_MB if first else WORKING_MB]
+        return float(run[ACTIVATION_MB] + run[MEMORY_ONCE_MB] + extra)
+
+    def _option_records(self, kind: str) -> dict[str, dict]:
+        return self._records[self._known(kind)]
+
+    def with_frame(self, frame: pd.DataFrame) -> LayerTable:
+        """A new table with ``frame`` and this table's constant."""
+        return LayerTable(frame, const_mb=self.const_mb)
+
+    def _known(self, kind: str) -> str:
+        if kind not in self._kinds.index:
+            raise InputError(f"kind {kind!r} is not in the layer table; its kinds are "
+                             f"{', '.join(map(repr, self._kinds.index))}")
+        return kind
+
+
+def as_layer_table(layers, *, name: str = "layers") -> LayerTable:
+    """Accept a :class:`LayerTable` or a DataFrame with the layer columns; return a validated table."""
+    if isinstance(layers, LayerTable):
+        return layers
+    if isinstance(layers, pd.DataFrame):
+        return LayerTable(layers)
+    raise InputError(f"{name} must be a LayerTable or a DataFrame with columns "
+                     f"{', '.join(LAYER_REQUIRED)}; got {type(layers).__name__}")
+
+
+def _validated(frame) -> pd.DataFrame:
+    """Check the layer columns and per-kind consistency; return a clean copy with defaults filled."""
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"layers must be a DataFrame; got {type(frame).__name__}")
+    missing = [c for c in LAYER_REQUIRED if c not in frame.columns]
+    if missing:
+        raise InputError(f"layers is missing column(s) {', '.join(map(repr, missing))}; "
+                         f"a layer table needs {', '.join(LAYER_REQUIRED)}")
+    frame = frame.reset_index(drop=True).copy()
+    # Optional columns may be absent or blank on some rows: both mean the default.
+    for column, default in LAYER_OPTIONAL.items():
+        values = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+        frame[column] = values.astype(object).fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
+    frame[MODULE] = frame[MODULE].astype(str)
+    for column in (KIND, OPTION):
+        frame[column] = frame[column].astype(str)
+    for column in _NUMERIC:
+        frame[column] = _numeric_column(frame, column)
+    for row, role in frame[ROLE].items():
+        if role not in ROLES:
+            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'role' is {role!r}; "
+                             f"expected one of {', '.join(map(repr, ROLES))}")
+    for row, count in frame[COUNT].items():
+        if not float(count).is_integer() or count < 1:
+            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'count' is {_plain(count)!r}; "
+                             "expected a whole number >= 1")
+    frame[COUNT] = frame[COUNT].astype(int)
+    duplicated = frame.duplicated([KIND, OPTION])
+    if duplicated.any():
+        row = int(np.flatnonzero(duplicated)[0])
+        raise InputError(f"layers row {row} repeats (kind, option) = "
+                         f"({frame.at[row, KIND]!r}, {frame.at[row, OPTION]!r}); each pair may appear once")
+    _check_per_kind(frame)
+    if not (frame[ROLE] == BODY).any():
+        raise InputError("layers has no body kind; a pipeline needs at least one row with role 'body'")
+    return frame
+
+
+def _numeric_column(frame: pd.DataFrame, column: str) -> pd.Series:
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() | (values < 0) | ~np.isfinite(values.fillna(0))
+    if bad.any():
+        row = int(np.flatnonzero(bad)[0])
+        raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column {column!r} is "
+                         f"{_plain(frame.at[row, column])!r}; expected a finite number >= 0")
+    return values.astype(float)
+
+
+def _check_per_kind(frame: pd.DataFrame) -> None:
+    for kind, rows in frame.groupby(KIND, sort=False):
+        for column in _PER_KIND:
+            values = rows[column].unique()
+            if len(values) > 1:
+                raise InputError(f"layers kind {kind!r} has different {column!r} on its rows "
+                                 f"{rows.index.tolist()}: {[_plain(v) for v in values]}; "
+                                 f"a kind's {column} is one value")
+        role = rows[ROLE].iloc[0]
+        if role in (HEAD, TAIL) and len(rows) > 1:
+            raise InputError(f"layers {role} kind {kind!r} has {len(rows)} option rows "
+                             f"({', '.join(rows[OPTION])}); a {role} has exactly one")
+        if role in (HEAD, TAIL) and rows[COUNT].iloc[0] != 1:
+            raise InputError(f"layers {role} kind {kind!r} has count {rows[COUNT].iloc[0]}; a {role} has count 1")
+    for role in (HEAD, TAIL):
+        kinds = frame.loc[frame[ROLE] == role, KIND].unique()
+        if len(kinds) > 1:
+            raise InputError(f"layers has {len(kinds)} {role} kinds ({', '.join(map(repr, kinds))}); "
+                             f"at most one {role} is allowed")

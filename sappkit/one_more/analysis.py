@@ -1,0 +1,463 @@
+"""One more fully recomputed layer: the distinct plans a per-layer choice reaches, and what each buys.
+
+Start from ``current``, a choice of a runtime mode per body layer (seed 000
+``RecomputeAnalysis``; DESIGN.md "One more recomputed layer"). The layers of
+a stage that are interchangeable form the chooser's groups (same kind and
+in-flight count; the layer that ends warm-up, and with a second FSDP peak
+the stage's first layer, each stand apart: :mod:`sappkit.recompute.pricing`). For each
+group and each mode its layers start in (``full`` aside), one layer of that
+mode is turned up to ``full`` and the group's new mode counts go back to its
+layers in the chooser's canonical order (slower mode first, model order:
+:func:`sappkit.recompute.knapsack.canonical`), so turning up any layer of the group
+gives one plan. A plan is kept when every stage still fits the device, at
+the exact memory (no buckets). Two plans are one when their stages hold the
+same (kind, mode) counts and their per-stage peaks and time saved agree
+within rounding: the first is kept, in order of stage, group and mode.
+
+Everything is priced once (:func:`sappkit.recompute.pricing.price`, as
+:func:`sappkit.choose_recompute` prices); each plan is then a matter of
+sums over the stored prices, all plans evaluated at once.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from .._frames import check_frame
+from ..columns import (
+    ACTIVATION_MB,
+    CHUNK,
+    CONST_MB,
+    KIND,
+    LIMIT_MB,
+    MEMORY_MB,
+    MEMORY_ONCE_MB,
+    OPTION,
+    OVERHEAD_MB,
+    PARAM_MB,
+    STAGE,
+    TIME,
+    WORKING_MB,
+)
+from ..errors import InputError
+from ..recompute.choice import MODE, OFFLOADED_MB, RecomputeChoice
+from ..recompute.knapsack import Group, canonical
+from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
+from .result import (
+    ALTERNATIVE,
+    ALTERNATIVE_COLUMNS,
+    LAYER,
+    AlternativePlan,
+    Alternatives,
+    PlanList,
+    build_plan,
+    no_alternatives,
+    stage_columns,
+)
+
+__all__ = ["RecomputeAnalysis", "alternatives"]
+
+FULL = "full"
+_CURRENT_COLUMNS = ("first", "count", KIND, MODE)
+# Peaks and time saved within this share (or this many MB / time units) of each other are equal: the same
+# prices summed in another order differ in their last bits.
+_ROUNDING = 1e-9
+_CHOOSE_OPTIONS = ("fsdp_holds_grads", "bucket_mb", "per_layer", "link")
+_BACKWARD_FIXED_MB = "backward_fixed_mb"
+
+
+class RecomputeAnalysis:
+    """The plans one more fully recomputed layer reaches at one fixed strategy, priced once.
+
+    Parameters
+    ----------
+    layers : LayerTable or DataFrame
+    partition : Partition
+    memory_mb : float
+        Device capacity (MB): every plan must fit every stage within it.
+    modes : tuple of str or mapping
+        The runtime's modes (default names ``off``, ``selective``, ``full``,
+        or a mapping mode -> option); ``full`` is the mode layers turn up to.
+    dimensions : tuple of (str, int) or mapping, optional
+        The strategy's parallel degrees (e.g. ``{"dp": 8, "tp": 4}``); every
+        plan reports them, and a ``current`` priced at others is refused.
+    **choose_options
+        What :func:`sappkit.choose_recompute` takes besides: ``fsdp_holds_grads``
+        and ``bucket_mb`` price as there; ``per_layer`` may only be True and
+        ``link`` only None (the analysis neither makes one-mode plans nor
+        offloads).
+
+    Attributes
+    ----------
+    pricing : Pricing
+        The prices every plan is evaluated with.
+    dimensions : tuple of (str, int)
+    modes : tuple of str
+    reason : str or None
+        Why there never are alternatives here (a multimodal model, an
+        unsupported schedule, no ``full`` among the modes), else None.
+
+    Examples
+    --------
+    >>> from sappkit.layers.table import LayerTable
+    >>> from sappkit.recompute.partition import Partition
+    >>> from sappkit.recompute.chooser import choose_recompute
+    >>> rows = [dict(kind="b", role="body", count=6, param_mb=100, option=o, forward_time=1, backward_time=t,
+    ...              activation_mb=a) for o, a, t in (("none", 40, 2), ("selective", 15, 2.2), ("full", 5, 3))]
+    >>> cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 3})
+    >>> part = Partition(stages=2, micro_batches=4, cells=cells)
+    >>> modes = ("off", "selective", "full")
+    >>> analysis = RecomputeAnalysis(LayerTable(pd.DataFrame(rows)), part, memory_mb=520, modes=modes)
+    >>> current = choose_recompute(analysis.pricing.layers, part, memory_mb=520, modes=modes, per_layer=True)
+    >>> current.layer_options["mode"].tolist()
+    ['off', 'off', 'selective', 'off', 'off', 'off']
+    >>> for plan in analysis.alternatives(current):
+    ...     print(plan.layer_options["mode"].tolist())
+    ['full', 'off', 'selective', 'off', 'off', 'off']
+    ['off', 'off', 'full', 'off', 'off', 'off']
+    ['off', 'off', 'selective', 'full', 'off', 'off']
+    """
+
+    def __init__(self, layers, partition, *, memory_mb: float, modes, dimensions=(), **choose_options):
+        pricing_options = _pricing_options(choose_options)
+        if modes is None:
+            raise InputError("modes is None; the analysis turns layers up to the mode 'full' of a runtime's modes: "
+                             "pass modes=('off', 'selective', 'full') or a mapping mode -> option")
+        self._setup(price(layers, partition, memory_mb=memory_mb, modes=modes, **pricing_options), dimensions)
+
+    @classmethod
+    def from_pricing(cls, pricing: Pricing, *, dimensions=()) -> RecomputeAnalysis:
+        """An analysis on prices already made (``RecomputeChoice.pricing``): nothing is priced again."""
+        if not isinstance(pricing, Pricing):
+            raise InputError(f"pricing must be a sappkit.recompute.pricing.Pricing; got {type(pricing).__name__}")
+        if pricing.modes is None:
+            raise InputError("the pricing has no modes (it offers each kind's front); the analysis turns layers "
+                             "up to the mode 'full': price with modes=('off', 'selective', 'full')")
+        analysis = cls.__new__(cls)
+        analysis._setup(pricing, dimensions)
+        return analysis
+
+    def _setup(self, pricing: Pricing, dimensions) -> None:
+        self.pricing = pricing
+        self.dimensions = _dimensions(dimensions)
+        self.modes = tuple(pricing.modes)
+        self.reason = pricing.reason
+        if self.reason is None and FULL not in self.modes:
+            self.reason = (f"'full' is not among the modes ({', '.join(map(repr, self.modes))}), so no layer "
+                           "can be turned up to it")
+        if self.reason is not None:
+            return
+        self._full = self.modes.index(FULL)
+        self._groups = [g for groups in pricing.groups for g in groups]
+        self._knapsack_groups = [Group(len(g.layers), g.memory_mb, g.time) for g in self._groups]
+        self._prices = _layer_prices(pricing)
+
+    def alternatives(self, current) -> list[AlternativePlan]:
+        """The distinct plans that fully recompute one more layer of ``current`` and still fit.
+
+        Parameters
+        ----------
+        current : RecomputeChoice or DataFrame
+            A choice of a mode per layer (``choose_recompute(..., per_layer=True)``
+            or a plan this method returned), or its ranges: ``first``,
+            ``count``, ``kind``, ``mode`` (optional ``option``,
+            ``offloaded_mb``).
+
+        Returns
+        -------
+        list of AlternativePlan
+            Empty for a multimodal model, an unsupported schedule, modes
+            without ``full``, a one-mode ``current`` (the runtime runs every
+            layer one way), or when no group can be turned up and fit.
+
+        Raises
+        ------
+        InputError
+            ``current`` priced at other dimensions; a range with count <= 0
+            or first < 0; overlapping ranges; a body layer missing or beyond
+            the partition; a kind that is not the partition's; a mode not
+            priced; a plan that offloads.
+        """
+        return list(self._explore(current).plans)
+
+    def _explore(self, current) -> Alternatives:
+        """The alternatives from ``current`` as frames and plans (:func:`alternatives`)."""
+        stated = getattr(current, "dimensions", ())
+        if stated and stated != self.dimensions:
+            raise InputError(f"current was priced at dimensions {stated!r}, this analysis at {self.dimensions!r}; "
+                             "alternatives keep the strategy: build a RecomputeAnalysis at those dimensions")
+        if self.reason is not None:
+            return no_alternatives(current, self.reason)
+        if isinstance(current, RecomputeChoice) and current.mode is not None:
+            return no_alternatives(current, f"current runs mode {current.mode!r} for every layer (a one-mode "
+                                            "choice): its runtime cannot turn up one layer")
+        rows, starts = self._candidates(self._current_modes(current))
+        values = self._evaluate(rows)
+        if not isinstance(current, RecomputeChoice):
+            current = self._plan(rows, values, 0)
+        limit, memory = self.pricing.memory_mb, values[MEMORY_MB]
+        over = np.flatnonzero(memory[0] > limit)
+        if over.size:
+            return no_alternatives(current, f"current does not fit: stage {over[0]} needs "
+                                            f"{memory[0, over[0]]:.1f} MB against a limit of {limit:.1f} MB")
+        kept = self._distinct(rows, values, starts)
+        if not kept:
+            return no_alternatives(current, "no plan with one more layer at 'full' fits" if starts
+                                   else "every layer already runs 'full'")
+        return self._found(current, rows, values, [(row, *starts[row - 1]) for row in kept])
+
+    def _found(self, current, rows: np.ndarray, values: dict, kept: list[tuple[int, int, int]]) -> Alternatives:
+        """The frames of the ``kept`` plans, each ``(row, group, starting mode)``, and their plans."""
+        memory, saved = values[MEMORY_MB], values[TIME_SAVED]
+        records = []
+        for number, (row, index, start) in enumerate(kept):
+            group = self._groups[index]
+            s = group.stage
+            records.append((number, s, group.kind, self.modes[start],
+                            tuple(np.flatnonzero(rows[row] != rows[0]).tolist()), memory[row].max(),
+                            memory[0, s] - memory[row, s], saved[0, s] - saved[row, s], memory[row, s],
+                            group.in_flight, group.ends_warm_up, group.first))
+        numbers = [row for row, _, _ in kept]
+        long = {ALTERNATIVE: np.repeat(np.arange(len(kept)), self.pricing.partition.stages)}
+        long.update((column, array.ravel())
+                    for column, array in stage_columns(self._prices["fixed"], values, numbers).items())
+        return Alternatives(pd.DataFrame(records, columns=list(ALTERNATIVE_COLUMNS)), pd.DataFrame(long),
+                            PlanList(lambda number: self._plan(rows, values, numbers[number]), len(kept)), current)
+
+    def _current_modes(self, current) -> np.ndarray:
+        """Each body layer's mode index under ``current``, refusing what the analysis cannot extend."""
+        if isinstance(current, RecomputeChoice):
+            if not current.chosen:
+                raise InputError(f"current made no choice ({current.reason}); there is no plan to extend")
+            frame = current.ranges
+        elif isinstance(current, pd.DataFrame):
+            frame = current.reset_index(drop=True)
+        else:
+            raise InputError(f"current must be a RecomputeChoice or a ranges DataFrame; got {type(current).__name__}")
+        check_frame(frame, "current", _CURRENT_COLUMNS, "a plan's ranges frame")
+        body = self.pricing.body
+        count = len(body)
+        modes = np.full(count, -1)
+        owner = np.full(count, -1)
+        for row, item in enumerate(frame.itertuples(index=False)):
+            first, length = _range_bounds(row, item.first, item.count)
+            _check_range_mode(row, item, self.pricing.modes)
+            if first + length > count:
+                raise InputError(f"current range {row} covers layers {first}-{first + length - 1}; the partition has "
+                                 f"body layers 0-{count - 1}")
+            taken = owner[first:first + length]
+            if (taken >= 0).any():
+                at = first + int(np.argmax(taken >= 0))
+                raise InputError(f"current ranges {owner[at]} and {row} overlap at layer {at}; each body layer "
+                                 "belongs to one range")
+            placed = body[KIND].iloc[first:first + length].to_numpy()
+            wrong = np.flatnonzero(placed != item.kind)
+            if wrong.size:
+                at = first + int(wrong[0])
+                raise InputError(f"current range {row} gives layer {at} kind {item.kind!r}; the partition places "
+                                 f"kind {placed[wrong[0]]!r} there")
+            owner[first:first + length] = row
+            modes[first:first + length] = self.modes.index(item.mode)
+        absent = np.flatnonzero(modes < 0)
+        if absent.size:
+            listed = ", ".join(map(str, absent[:8])) + (", ..." if absent.size > 8 else "")
+            raise InputError(f"current leaves {absent.size} body layer(s) out ({listed}); every body layer of the "
+                             "partition needs a mode")
+        return modes
+
+    def _candidates(self, modes: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
+        """``current`` (row 0), then per group and starting mode the modes after one layer of the group is
+        turned up and the group's counts reassigned; and each of those rows' (group, starting mode)."""
+        rows, starts = [modes], []
+        for index, (group, items) in enumerate(zip(self._groups, self._knapsack_groups)):
+            layers = np.asarray(group.layers)
+            now = modes[layers]
+            for start in dict.fromkeys(now.tolist()):
+                if start == self._full:
+                    continue
+                counts = np.bincount(now, minlength=len(self.modes))
+                counts[start] -= 1
+                counts[self._full] += 1
+                row = modes.copy()
+                row[layers] = canonical(items, counts)
+                rows.append(row)
+                starts.append((index, start))
+        return np.array(rows), starts
+
+    def _evaluate(self, rows: np.ndarray) -> dict[str, np.ndarray]:
+        """Every plan's (row's) stage columns at once: each ``[plan, stage]``."""
+        prices = self._prices
+        fixed, onehot = prices["fixed"], prices["onehot"]
+        layers = np.arange(rows.shape[1])
+        activation = fixed[ACTIVATION_MB] + prices[ACTIVATION_MB][layers, rows] @ onehot
+        working = fixed[WORKING_MB] + prices[WORKING_MB][layers, rows] @ onehot
+        warm_up = fixed[PARAM_MB] + activation + fixed[OVERHEAD_MB] + working + fixed[CONST_MB]
+        backward = fixed[_BACKWARD_FIXED_MB] + prices[BACKWARD_MB][layers, rows] @ onehot
+        time = prices[TIME][layers, rows] @ onehot
+        return {ACTIVATION_MB: activation, WORKING_MB: working, MEMORY_MB: np.fmax(warm_up, backward),
+                BACKWARD_MB: backward, TIME: time, TIME_SAVED: prices["baseline"] - time}
+
+    def _distinct(self, rows: np.ndarray, values: dict, starts: list[tuple[int, int]]) -> list[int]:
+        """The rows (1-based: row 0 is current) that fit, each the first of its kind of plan."""
+        fits = (values[MEMORY_MB] <= self.pricing.memory_mb).all(axis=1)
+        kinds = self.pricing.body[KIND].to_numpy()
+        seen: dict[tuple, list[int]] = {}
+        kept = []
+        for row, (index, _) in enumerate(starts, start=1):
+            if not fits[row]:
+                continue
+            stage = self._groups[index].stage
+            on_stage = self._prices[STAGE] == stage
+            key = (stage, frozenset(Counter(zip(kinds[on_stage], rows[row, on_stage].tolist())).items()))
+            if any(_same(values, row, other) for other in seen.get(key, ())):
+                continue
+            seen.setdefault(key, []).append(row)
+            kept.append(row)
+        return kept
+
+    def _plan(self, rows: np.ndarray, values: dict, row: int) -> AlternativePlan:
+        """The plan of row ``row``."""
+        stages = {column: array[0] for column, array in stage_columns(self._prices["fixed"], values, [row]).items()}
+        return build_plan(self.pricing, self._prices, rows[row], stages, self.dimensions)
+
+
+def alternatives(choice, *, analysis: RecomputeAnalysis | None = None, dimensions=()) -> Alternatives:
+    """What one more fully recomputed layer buys from ``choice``: the frames, and a plan per row.
+
+    Parameters
+    ----------
+    choice : RecomputeChoice or DataFrame
+        A choice of a mode per layer (``choose_recompute(..., modes=...,
+        per_layer=True)`` or a plan from an earlier step), or its ranges
+        frame (then ``analysis`` is needed).
+    analysis : RecomputeAnalysis, optional
+        The analysis to reuse (walking a path of plans prices once). Default:
+        one on ``choice.pricing``, the prices the chooser made (nothing is
+        priced again).
+    dimensions : tuple of (str, int) or mapping, optional
+        The strategy's parallel degrees, without ``analysis``.
+
+    Returns
+    -------
+    Alternatives
+        ``frame`` (one row per plan), ``stages`` (per-stage memory per plan,
+        long), ``plans``, ``current`` and ``reason`` (why none, when none).
+
+    Examples
+    --------
+    >>> from sappkit import Partition, choose_recompute, even_assignment, read_layers_json
+    >>> llama = read_layers_json("data/llama2_70b.json")
+    >>> partition = Partition.from_assignment(even_assignment(llama, stages=8), stages=8, micro_batches=16)
+    >>> choice = choose_recompute(llama, partition, memory_mb=60_000, modes=("off", "selective", "full"),
+    ...                           per_layer=True)
+    >>> found = alternatives(choice)
+    >>> len(found.frame), found.binding_stage
+    (12, 2)
+    >>> found.frame.query("stage == 2")[["from_mode", "memory_mb", "memory_freed_mb", "time_cost"]].round(1)
+      from_mode  memory_mb  memory_freed_mb  time_cost
+    6       off    58258.5           4644.0        7.9
+    """
+    if analysis is None:
+        if not isinstance(choice, RecomputeChoice):
+            raise InputError(f"choice is a {type(choice).__name__}, which carries no prices; pass "
+                             "analysis=RecomputeAnalysis(...) to price its layers")
+        analysis = RecomputeAnalysis.from_pricing(choice.pricing, dimensions=dimensions)
+    elif not isinstance(analysis, RecomputeAnalysis):
+        raise InputError(f"analysis must be a sappkit.RecomputeAnalysis; got {type(analysis).__name__}")
+    return analysis._explore(choice)
+
+
+def _pricing_options(options: dict) -> dict:
+    """``choose_recompute``'s options as the analysis prices them (``fsdp_holds_grads``, ``bucket_mb``)."""
+    unknown = sorted(set(options) - set(_CHOOSE_OPTIONS))
+    if unknown:
+        raise InputError(f"RecomputeAnalysis got unknown option(s) {', '.join(map(repr, unknown))}; it takes "
+                         f"choose_recompute's {', '.join(_CHOOSE_OPTIONS)}")
+    if options.get("per_layer", True) is not True:
+        raise InputError(f"per_layer must be True for the analysis; got {options['per_layer']!r} (it extends a "
+                         "choice of a mode per layer)")
+    if options.get("link") is not None:
+        raise InputError(f"link must be None for the analysis; got {options['link']!r} (it prices plans without "
+                         "offload, and refuses a plan that offloads)")
+    return {key: value for key, value in options.items() if key in ("fsdp_holds_grads", "bucket_mb")}
+
+
+def _dimensions(dimensions) -> tuple[tuple[str, int], ...]:
+    """Parallel degrees as ``((name, degree), ...)``."""
+    pairs = list(dimensions.items()) if isinstance(dimensions, Mapping) else list(dimensions)
+    out = []
+    for index, pair in enumerate(pairs):
+        ok = isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str) and \
+            isinstance(pair[1], int | np.integer) and not isinstance(pair[1], bool) and pair[1] >= 1
+        if not ok:
+            raise InputError(f"dimensions[{index}] is {pair!r}; expected a (name, degree) pair with a degree >= 1, "
+                             "e.g. ('tp', 4)")
+        out.append((pair[0], int(pair[1])))
+    return tuple(out)
+
+
+def _range_bounds(row: int, first, count) -> tuple[int, int]:
+    def whole(value) -> bool:
+        return isinstance(value, int | np.integer | float | np.floating) and not isinstance(value, bool) \
+            and math.isfinite(value) and float(value).is_integer()
+
+    if not (whole(first) and whole(count)) or count <= 0 or first < 0:
+        raise InputError(f"current range {row} has first={first!r}, count={count!r}; a range needs whole numbers "
+                         "first >= 0 and count >= 1")
+    return int(first), int(count)
+
+
+def _check_range_mode(row: int, item, modes: dict[str, str]) -> None:
+    where = f"current range {row} (layers {int(item.first)}-{int(item.first + item.count - 1)})"
+    offloaded = getattr(item, OFFLOADED_MB, 0.0)
+    if offloaded and offloaded > 0:
+        raise InputError(f"{where} offloads {offloaded!r} MB per micro-batch to the host; the analysis turns "
+                         "layers up on the device and does not price offload (choose without a host link)")
+    mode = item.mode
+    if not isinstance(mode, str):
+        raise InputError(f"{where} runs mode {mode!r}; the analysis extends a choice of a mode per layer "
+                         "(choose_recompute(..., modes=..., per_layer=True))")
+    if mode not in modes:
+        raise InputError(f"{where} runs mode {mode!r}, which the analysis does not price; its modes are "
+                         f"{', '.join(map(repr, modes))}")
+    option = getattr(item, OPTION, modes[mode])
+    if option != modes[mode]:
+        raise InputError(f"{where} runs option {option!r} under mode {mode!r}; the analysis prices mode {mode!r} "
+                         f"as option {modes[mode]!r}")
+
+
+def _layer_prices(pricing: Pricing) -> dict[str, np.ndarray]:
+    """Per body layer and mode what it adds to each stage column, and the arrays plans are built from."""
+    body, modes = pricing.body, pricing.modes
+    count = len(body)
+    shape = (count, len(modes))
+    prices = {column: np.zeros(shape) for column in (ACTIVATION_MB, WORKING_MB, BACKWARD_MB, TIME)}
+    for groups in pricing.groups:
+        for g in groups:
+            layers = list(g.layers)
+            kept = np.array([pricing.cost(g.kind, option)[ACTIVATION_MB] * g.in_flight
+                             + pricing.cost(g.kind, option)[MEMORY_ONCE_MB] for option in g.options])
+            prices[ACTIVATION_MB][layers] = kept
+            prices[WORKING_MB][layers] = g.memory_mb - kept
+            prices[BACKWARD_MB][layers] = g.backward_mb
+            prices[TIME][layers] = g.time
+    stage = body[STAGE].to_numpy()
+    kinds = body[KIND].to_numpy()
+    baseline = pricing.evaluate(body["configured"].tolist())[TIME].to_numpy()
+    fixed = {column: pricing.stages[column].to_numpy(float)
+             for column in (PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, LIMIT_MB, _BACKWARD_FIXED_MB)}
+    return {**prices, "onehot": np.eye(pricing.partition.stages)[stage], STAGE: stage, KIND: kinds,
+            "kind_code": np.unique(kinds, return_inverse=True)[1], LAYER: body[LAYER].to_numpy(),
+            CHUNK: body[CHUNK].to_numpy(), "baseline": baseline, "fixed": fixed,
+            "modes": np.asarray(list(modes), dtype=object), "options": np.asarray(list(modes.values()), dtype=object)}
+
+
+def _same(values: dict, row: int, other: int) -> bool:
+    """Whether two plans have equal per-stage peaks and time saved, within rounding."""
+    return all(np.allclose(values[column][row], values[column][other], rtol=_ROUNDING, atol=_ROUNDING)
+               for column in (MEMORY_MB, TIME_SAVED))

@@ -1,0 +1,214 @@
+"""Pipeline schedules: micro-batches in flight per cell, and the balancer's schedule factors.
+
+A *cell* is (chunk, stage). ``in_flight`` counts how many micro-batches (or
+SeqPipe slices) a cell holds activations for at its peak; every memory model
+multiplies a layer's per-micro-batch activation by it. The counts follow the
+SAPP balancer (DESIGN.md "Micro-batches in flight"):
+
+- ``1f1b``: ``p - s``, capped at ``m`` (a stage never holds more micro-batches
+  than the step has; the seed leaves this uncapped).
+- ``interleaved``: every cell starts at ``p``; chunk 0 adds ``max(0, p-2s-1)``
+  and the last chunk adds ``min(0, p-2s-1)``; capped at ``m``. With
+  ``less_memory`` the last chunk holds ``p - s`` instead. One chunk is 1F1B.
+- ``dualpipev`` (two chunks, the V): chunk 0 ``min(2p - s, m)``, chunk 1
+  ``min(s + 1, m)``.
+- ``seqpipe`` (each micro-batch cut into ``k`` slices, ``m k`` in all): one
+  chunk holds ``p - s + k - 1`` slices; with more chunks the last holds ``k``
+  and the earlier chunks take the remainder stage by stage (2 slices a step,
+  1 with ``less_memory``), capped at ``m k``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+import pandas as pd
+
+from .._check import check_choice, check_int
+from ..columns import CHUNK, IN_FLIGHT, STAGE
+from ..errors import InputError
+
+__all__ = ["Schedule", "SCHEDULES", "schedule_chunks", "in_flight", "in_flight_counts", "forward_in_backward",
+           "check_pipeline", "model_order", "tail_cell"]
+
+Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe"]
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe")
+#: Chunks a schedule fixes; the others take the caller's.
+_FIXED_CHUNKS = {"1f1b": 1, "dualpipev": 2}
+
+
+def schedule_chunks(schedule: str, chunks: int) -> int:
+    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for ``dualpipev``, else ``chunks`` (for dashboards' sliders).
+
+    Examples
+    --------
+    >>> schedule_chunks("dualpipev", 3), schedule_chunks("interleaved", 3)
+    (2, 3)
+    """
+    return _FIXED_CHUNKS.get(schedule, chunks)
+
+
+def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: bool = False,
+                   seq_split=1) -> tuple[str, int, int, int, int]:
+    """Validate a pipeline shape; return ``(schedule, p, m, v, k)`` or raise naming the bad argument."""
+    schedule = check_choice("schedule", schedule, SCHEDULES)
+    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
+    m = check_int("micro_batches", micro_batches, minimum=1)
+    v = check_int("chunks", chunks, minimum=1)
+    k = check_int("seq_split", seq_split, minimum=1)
+    if not isinstance(less_memory, bool | np.bool_):
+        raise InputError(f"less_memory must be a bool; got {less_memory!r}")
+    if schedule != "seqpipe" and k != 1:
+        raise InputError(f"seq_split must be 1 for schedule {schedule!r}; got {k} "
+                         "(sequence splitting is the 'seqpipe' schedule)")
+    if schedule == "1f1b" and v != 1:
+        raise InputError(f"chunks must be 1 for schedule '1f1b'; got {v} (use schedule='interleaved')")
+    if schedule == "1f1b" and less_memory:
+        raise InputError("less_memory applies to 'interleaved' and 'seqpipe' schedules; got schedule '1f1b'")
+    if schedule == "dualpipev":
+        if v != 2:
+            raise InputError(f"chunks must be 2 for schedule 'dualpipev' (the V); got {v}")
+        if less_memory:
+            raise InputError("less_memory does not apply to schedule 'dualpipev'")
+        if m < 2 * p:
+            raise InputError(f"micro_batches must be >= 2 * stages = {2 * p} for schedule 'dualpipev'; "
+                             f"got {m} (DualPipeV's step order needs two micro-batches per stage)")
+    if schedule == "interleaved" and v > 1 and m < p:
+        raise InputError(f"micro_batches must be >= stages = {p} for an interleaved schedule with "
+                         f"{v} chunks; got {m}")
+    if schedule == "seqpipe" and v > 1 and m * k < p:
+        raise InputError(f"micro_batches * seq_split must be >= stages = {p} for an interleaved "
+                         f"seqpipe schedule; got {m} * {k} = {m * k}")
+    return schedule, p, m, v, k
+
+
+def in_flight_counts(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1,
+                     less_memory: bool = False, seq_split: int = 1) -> np.ndarray:
+    """Micro-batches (slices for ``seqpipe``) in flight as an int array indexed ``[chunk, stage]``.
+
+    The array form of :func:`in_flight` for models that index cells directly.
+    """
+    schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
+    s = np.arange(p)
+    if schedule == "dualpipev":
+        counts = np.stack([2 * p - s, s + 1])
+        return np.minimum(counts, m)
+    if schedule == "seqpipe":
+        return np.minimum(_seqpipe_counts(p, v, k, less_memory), m * k)
+    if v == 1:
+        return np.minimum(p - s, m)[None, :]
+    counts = np.full((v, p), p)
+    if less_memory:
+        counts[-1] -= s
+        return np.minimum(counts, m)
+    counts[0] += np.maximum(0, p - 2 * s - 1)
+    counts[-1] += np.minimum(0, p - 2 * s - 1)
+    return np.minimum(counts, m)
+
+
+def _seqpipe_counts(p: int, v: int, k: int, less_memory: bool) -> np.ndarray:
+    """SeqPipe slice counts before the cap (seed 003 ``compute_activation_seq_nums``)."""
+    if v == 1:
+        return (p - np.arange(p) + k - 1)[None, :]
+    gap = 1 if less_memory else 2
+    counts = np.full((v, p), p)
+    counts[-1] = k
+    # Walking from the second-to-last stage up, each step gives the stages above
+    # it `gap` more slices on the first chunk whose next stage is not yet full
+    # for this round (or on chunk 0 when every chunk is).
+    for step, stage in enumerate(range(p - 2, -1, -1), start=1):
+        below = counts[:, stage + 1]
+        open_chunks = np.flatnonzero((below % p != 0) | (below // p < step))
+        chunk = open_chunks[0] if open_chunks.size else 0
+        counts[chunk, : stage + 1] += gap
+    return counts
+
+
+def in_flight(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1,
+              less_memory: bool = False, seq_split: int = 1) -> pd.DataFrame:
+    """Micro-batches whose activations each (stage, chunk) holds at its peak.
+
+    Parameters
+    ----------
+    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}
+    stages, micro_batches, chunks : int
+        ``p``, ``m`` and ``v``.
+    less_memory : bool
+        The less-memory interleaved variant (``interleaved`` and ``seqpipe``).
+    seq_split : int
+        SeqPipe's slices per micro-batch ``k``; counts are then slices of ``m k``.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``stage``, ``chunk``, ``in_flight`` (>= 1), in model order
+        (chunk 0 stages 0..p-1, then chunk 1, ...).
+
+    Examples
+    --------
+    >>> in_flight("1f1b", 4, 8)["in_flight"].tolist()
+    [4, 3, 2, 1]
+    >>> in_flight("interleaved", 4, 8, chunks=2)["in_flight"].tolist()
+    [7, 5, 4, 4, 4, 4, 3, 1]
+    """
+    counts = in_flight_counts(schedule, stages, micro_batches, chunks, less_memory, seq_split)
+    v, p = counts.shape
+    return pd.DataFrame({
+        STAGE: np.tile(np.arange(p), v),
+        CHUNK: np.repeat(np.arange(v), p),
+        IN_FLIGHT: counts.ravel().astype(int),
+    })
+
+
+def forward_in_backward(stages: int, micro_batches: int, less_memory: bool = False) -> np.ndarray:
+    """Forwards of the last chunk that run after a backward, per stage (the balancer's time factors).
+
+    ``|p - 1 - 2s|``, zero for the first ``p // 2`` stages when ``m < 2p``;
+    ``s`` for the less-memory schedule (seed 003 ``compute_forward_in_backward``).
+
+    Examples
+    --------
+    >>> forward_in_backward(4, 8).tolist()
+    [3, 1, 1, 3]
+    >>> forward_in_backward(4, 4).tolist()
+    [0, 0, 1, 3]
+    """
+    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
+    m = check_int("micro_batches", micro_batches, minimum=1)
+    s = np.arange(p)
+    if less_memory:
+        return s
+    factors = np.abs(p - 1 - 2 * s)
+    if m < 2 * p:
+        factors[: p // 2] = 0
+    return factors
+
+
+def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int, int]]:
+    """Cells ``(chunk, stage)`` in the order the model's layers run through them.
+
+    Chunk 0 stages 0..p-1, then chunk 1 stages 0..p-1, ...; for ``dualpipev``
+    chunk 1 runs back up the V, stages p-1..0.
+
+    Examples
+    --------
+    >>> model_order("dualpipev", 2, 2)
+    [(0, 0), (0, 1), (1, 1), (1, 0)]
+    """
+    cells = []
+    for c in range(chunks):
+        stage_order = range(stages - 1, -1, -1) if schedule == "dualpipev" and c == 1 else range(stages)
+        cells.extend((c, s) for s in stage_order)
+    return cells
+
+
+def tail_cell(schedule: Schedule, stages: int, chunks: int) -> tuple[int, int]:
+    """The cell ``(chunk, stage)`` the tail runs on: the model's last cell, (1, 0) for ``dualpipev``'s V.
+
+    Examples
+    --------
+    >>> tail_cell("interleaved", 4, 2), tail_cell("dualpipev", 4, 2)
+    ((1, 3), (1, 0))
+    """
+    return model_order(schedule, stages, chunks)[-1]

@@ -1,0 +1,398 @@
+"""Pricing a partition for the recompute chooser: what each body layer's options cost, stage by stage.
+
+:func:`price` does it once for a layer table, a :class:`~sappkit.Partition`
+and the options on offer; :func:`~sappkit.choose_recompute`,
+:func:`~sappkit.sweep_recompute` and the one-more-recomputed-layer analysis
+all work from the :class:`Pricing` it returns.
+
+The memory model (DESIGN.md "Per-stage memory", seeds 000 and 004). A body
+layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
+``kept(o, n) = activation_mb(o) n + memory_once_mb(o)``. Per stage ``s``:
+
+- **warm-up peak** ``M1 = F1 + sum_l kept(o_l, n_l) + W(o_e)``, where ``e``
+  is the layer that ends the stage's warm-up (the last body layer of the
+  stage's last chunk; none when that cell ends with the tail or is empty)
+  and ``W(o) = kept(run(o), 1) + working_mb(o)``: what it keeps at one
+  micro-batch, ``run(o)`` being the kind's plain option (``none``) when
+  ``o`` is ``full``, plus what its backward holds beyond.
+- **second peak** (``fsdp_holds_grads``, as a later micro-batch's backward
+  ends) ``M2 = F2 + sum_l [kept(o_l, n_l) (n_l - 1) / n_l + grad_mb(o_l)] +
+  W1(o_f)``, ``f`` the stage's first body layer and ``W1`` as ``W`` with
+  ``first_working_mb``.
+- fixed parts ``F1`` = body and head/tail parameters + head/tail
+  activations at their cells' in-flight counts + the tail's working set
+  (kept at one micro-batch + ``working_mb``) on the stage it ends +
+  interleaved overhead + ``const_mb``; ``F2`` = parameters + head/tail
+  activations times their share ``(n - 1)/n`` + head/tail ``grad_mb`` +
+  overhead + ``const_mb``.
+- **interleaved overhead** (v > 1, seed 004 ``vpp_1f1b_steady_overhead``):
+  with ``d_c`` the per-micro-batch activation of cell ``(c, s)`` under the
+  *configured* options (head and tail included where they sit) and
+  ``r = m - p``: the largest of ``(r - s) |d_a - d_b|`` over the pairs
+  ``(v-1-i, i+1)`` and ``(v-1-i, i)`` and of ``s |d_a - d_b|`` over
+  ``(v-2-i, i)`` (less-memory: ``(r - s)`` over ``(v-1-i, i)``, ``s`` over
+  ``(v-2-i, i)``), and 0; held fixed whatever the choice.
+
+The stage's memory is the higher of the two peaks. A stage's layers form
+:class:`LayerGroup` s of interchangeable layers (same kind and in-flight
+count; the layer that ends warm-up, and with a second peak the stage's first
+layer, each stand apart) with per-option memory at both peaks and time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from .._check import check_number
+from ..columns import (
+    ACTIVATION_MB,
+    CHUNK,
+    CONST_MB,
+    FIRST_WORKING_MB,
+    GRAD_MB,
+    IN_FLIGHT,
+    KIND,
+    LIMIT_MB,
+    MEMORY_MB,
+    MEMORY_ONCE_MB,
+    OVERHEAD_MB,
+    PARAM_MB,
+    STAGE,
+    TIME,
+    WORKING_MB,
+)
+from ..errors import InputError
+from ..layers.table import LayerTable, as_layer_table
+from .knapsack import to_buckets
+from .layer_prices import LayerPrices, layer_prices, resolve_modes
+from .partition import CONFIGURED, LAYER, Partition
+from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, fixed_memory
+
+__all__ = ["LayerGroup", "Pricing", "price", "SUPPORTED_SCHEDULES",
+           "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
+
+#: Schedules whose in-flight counts and working set the chooser prices (seed 000).
+SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
+BACKWARD_MB = "backward_mb"
+TRANSIT_MB = "transit_mb"
+TIME_SAVED = "time_saved"
+ENDS_WARM_UP = "ends_warm_up"
+FIRST = "first"
+GROUP = "group"
+
+
+@dataclass(frozen=True, eq=False)
+class LayerGroup:
+    """Interchangeable body layers of one stage and what each of their options costs one layer.
+
+    Attributes
+    ----------
+    stage, kind, in_flight : the layers' stage, kind and micro-batches in flight.
+    ends_warm_up : bool
+        The group is the layer that ends the stage's warm-up (its memory
+        includes its working set).
+    first : bool
+        The group is the stage's first layer, standing apart because the
+        stage has a second peak (its backward memory includes ``W1``).
+    layers : tuple of int
+        Body layer indices, model order.
+    options : tuple of str
+        Options on offer, as :attr:`Pricing.offered` lists them.
+    memory_mb, backward_mb, time : ndarray
+        Per option: what one layer adds to the warm-up peak, to the second
+        peak (0 without one), and its forward + backward time.
+    weight : ndarray
+        ``memory_mb`` in whole buckets, rounded up.
+    """
+
+    stage: int
+    kind: str
+    in_flight: int
+    ends_warm_up: bool
+    first: bool
+    layers: tuple[int, ...]
+    options: tuple[str, ...]
+    memory_mb: np.ndarray
+    backward_mb: np.ndarray
+    time: np.ndarray
+    weight: np.ndarray
+
+    @property
+    def count(self) -> int:
+        """Layers in the group (what the knapsack calls a group's items)."""
+        return len(self.layers)
+
+    @property
+    def share(self) -> float:
+        """The share ``(n - 1)/n`` of what a layer keeps that stays as a later micro-batch's backward ends."""
+        return (self.in_flight - 1) / self.in_flight
+
+
+@dataclass(frozen=True, eq=False)
+class Pricing:
+    """A partition priced for the chooser (build it with :func:`price`).
+
+    Attributes
+    ----------
+    layers : LayerTable
+    partition : Partition
+    memory_mb, bucket_mb : float
+        Device capacity and knapsack granularity, in MB.
+    fsdp_holds_grads : bool
+        Stages have the second peak.
+    modes : dict or None
+        Mode -> option, when the choice is among modes.
+    offered : dict
+        Kind -> the options its layers may run (its front, fastest first, or
+        the modes' options in mode order).
+    plain : dict
+        Kind -> its plain option (``none``, else the one keeping the most).
+    body : DataFrame
+        One row per body layer: ``layer``, ``chunk``, ``stage``, ``kind``,
+        ``in_flight``, ``configured`` (resolved), ``ends_warm_up``, ``first``
+        and ``group`` (index into the stage's :attr:`groups`).
+    stages : DataFrame
+        Per stage the fixed parts: ``stage``, ``param_mb``, ``activation_mb``,
+        ``overhead_mb``, ``working_mb``, ``const_mb``, ``fixed_mb`` (``F1``),
+        ``backward_fixed_mb`` (``F2``, NaN without a second peak),
+        ``limit_mb``, ``budget_mb`` (``limit - F1``), ``backward_budget_mb``.
+    groups : tuple of tuple of LayerGroup
+        Per stage, its groups in order of their first layer.
+    reason : str or None
+        Why no choice can be made (unsupported schedule, multimodal); then
+        ``body``, ``stages`` and ``groups`` are empty.
+    """
+
+    layers: LayerTable
+    partition: Partition
+    memory_mb: float
+    bucket_mb: float
+    fsdp_holds_grads: bool
+    modes: dict[str, str] | None
+    offered: dict[str, tuple[str, ...]]
+    plain: dict[str, str]
+    body: pd.DataFrame
+    stages: pd.DataFrame
+    groups: tuple[tuple[LayerGroup, ...], ...]
+    reason: str | None = None
+    prices: LayerPrices | None = field(default=None, repr=False)
+
+    @cached_property
+    def budgets(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage ``limit - F1`` and ``limit - F2`` as arrays (NaN without a second peak)."""
+        return self.stages[BUDGET_MB].to_numpy(float), self.stages[BACKWARD_BUDGET_MB].to_numpy(float)
+
+    def with_memory(self, memory_mb: float) -> Pricing:
+        """The same pricing at another device capacity (cheap: only the budgets change)."""
+        memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True)
+        stages = self.stages.assign(**{LIMIT_MB: memory_mb, BUDGET_MB: memory_mb - self.stages[FIXED_MB],
+                                       BACKWARD_BUDGET_MB: memory_mb - self.stages[BACKWARD_FIXED_MB]})
+        return replace(self, memory_mb=memory_mb, stages=stages)
+
+    def option_modes(self) -> dict[str, str]:
+        """Option -> the mode that runs it (empty without modes)."""
+        return {} if self.modes is None else {option: mode for mode, option in self.modes.items()}
+
+    def cost(self, kind: str, option: str) -> dict[str, float]:
+        """One layer's costs under ``option``: ``activation_mb``, ``memory_once_mb``, ``time``,
+        ``working_mb`` (``W``), ``first_working_mb`` (``W1``) and ``grad_mb``."""
+        if (kind, option) not in self.prices.costs:
+            raise InputError(f"kind {kind!r} has no option {option!r}; its options are "
+                             f"{', '.join(map(repr, self.prices.options[kind]))}")
+        return self.prices.costs[kind, option]
+
+    def evaluate(self, options: Sequence[str], *, offloaded_mb=None, copy_time=None, transit_mb=None) -> pd.DataFrame:
+        """Per-stage memory and time of a per-layer assignment (the shared stage schema and more).
+
+        Parameters
+        ----------
+        options : sequence of str
+            Each body layer's option, model order (any option of its kind).
+        offloaded_mb : array-like, optional
+            MB per micro-batch each layer moves to the host (default 0).
+        copy_time : array-like, optional
+            Time each layer's copies add to the step (default 0).
+        transit_mb : array-like, optional
+            Per stage, memory held in transit (default 0); added to both peaks.
+
+        Returns
+        -------
+        DataFrame
+            ``stage``, ``param_mb``, ``activation_mb`` (transit included),
+            ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb`` (the
+            higher peak), ``limit_mb``, ``backward_mb`` (second peak, NaN
+            without), ``transit_mb``, ``time`` (body layers' forward +
+            backward + copies) and ``time_saved`` (against the configured
+            options).
+        """
+        body, p = self.body, self.partition.stages
+        if len(options) != len(body):
+            raise InputError(f"options has {len(options)} entries; the partition has {len(body)} body layers")
+        zeros = np.zeros(len(body))
+        offloaded = zeros if offloaded_mb is None else np.asarray(offloaded_mb, dtype=float)
+        copies = zeros if copy_time is None else np.asarray(copy_time, dtype=float)
+        transit = np.zeros(p) if transit_mb is None else np.asarray(transit_mb, dtype=float)
+        cost = self._layer_costs(options)
+        base = self._layer_costs(body[CONFIGURED].tolist())
+        n = body[IN_FLIGHT].to_numpy(float)
+        stage = body[STAGE].to_numpy()
+        kept = (cost[ACTIVATION_MB] - offloaded) * n + cost[MEMORY_ONCE_MB]
+        working = np.where(body[ENDS_WARM_UP], cost[WORKING_MB], 0.0)
+        back = kept * (n - 1) / n + cost[GRAD_MB] + np.where(body[FIRST], cost[FIRST_WORKING_MB], 0.0)
+        frame = self.stages
+        activation = frame[ACTIVATION_MB].to_numpy() + np.bincount(stage, kept, p) + transit
+        working = frame[WORKING_MB].to_numpy() + np.bincount(stage, working, p)
+        warm_up = frame[PARAM_MB].to_numpy() + activation + frame[OVERHEAD_MB].to_numpy() + working \
+            + frame[CONST_MB].to_numpy()
+        backward = frame[BACKWARD_FIXED_MB].to_numpy() + np.bincount(stage, back, p) + transit
+        time = np.bincount(stage, cost[TIME] + copies, p)
+        return pd.DataFrame({
+            STAGE: np.arange(p), PARAM_MB: frame[PARAM_MB], ACTIVATION_MB: activation,
+            OVERHEAD_MB: frame[OVERHEAD_MB], WORKING_MB: working, CONST_MB: frame[CONST_MB],
+            MEMORY_MB: np.fmax(warm_up, backward), LIMIT_MB: frame[LIMIT_MB], BACKWARD_MB: backward,
+            TRANSIT_MB: transit, TIME: time, TIME_SAVED: np.bincount(stage, base[TIME], p) - time,
+        })
+
+    def _layer_costs(self, options: Sequence[str]) -> dict[str, np.ndarray]:
+        table = {kind: {} for kind in self.offered}
+        columns = (ACTIVATION_MB, MEMORY_ONCE_MB, TIME, WORKING_MB, FIRST_WORKING_MB, GRAD_MB)
+        values = np.empty((len(options), len(columns)))
+        for row, (kind, option) in enumerate(zip(self.body[KIND], options)):
+            if option not in table[kind]:
+                table[kind][option] = [self.cost(kind, option)[c] for c in columns]
+            values[row] = table[kind][option]
+        return {column: values[:, i] for i, column in enumerate(columns)}
+
+
+def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:
+    if partition.schedule not in SUPPORTED_SCHEDULES:
+        return (f"schedule {partition.schedule!r} is not supported by the recompute chooser: it prices the "
+                f"in-flight counts and end-of-warm-up working set of {' and '.join(SUPPORTED_SCHEDULES)} only")
+    if len(prices.modules) > 1:
+        return (f"the model is multimodal (modules {', '.join(map(repr, prices.modules))}): per-layer budgets "
+                "would be built from one module's layers, so no choice is made")
+    return None
+
+
+def _check_partition(prices: LayerPrices, partition: Partition) -> None:
+    placed = partition.cells.groupby(KIND, sort=False)["layers"].sum()
+    kinds, options = prices.kinds, prices.options
+    for kind in placed.index:
+        if kind not in kinds:
+            raise InputError(f"partition places kind {kind!r}, which is not a body kind of the layer table "
+                             f"(body kinds: {', '.join(map(repr, kinds))})")
+    for kind in kinds:
+        if int(placed.get(kind, 0)) != prices.counts[kind]:
+            raise InputError(f"partition places {int(placed.get(kind, 0))} layers of kind {kind!r}; the layer "
+                             f"table has count {prices.counts[kind]} (a partition places every body layer)")
+    if partition.configured is not None:
+        for index, (kind, option) in enumerate(zip(partition.body[KIND], partition.configured)):
+            if option not in options[kind]:
+                raise InputError(f"partition configures body layer {index} (kind {kind!r}) as {option!r}, "
+                                 f"which is not an option of {kind!r} ({', '.join(map(repr, options[kind]))})")
+
+
+def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_holds_grads: bool = False,
+          bucket_mb: float = 1.0) -> Pricing:
+    """Price every body layer's options and every stage's fixed memory once.
+
+    Parameters
+    ----------
+    layers : LayerTable or DataFrame
+    partition : Partition
+    memory_mb : float
+        Device capacity (MB).
+    modes : tuple of str or mapping, optional
+        Offer the modes' options (a tuple of default mode names or a mapping
+        mode -> option) instead of each kind's front.
+    fsdp_holds_grads : bool
+        Price the second peak as a later micro-batch's backward ends.
+    bucket_mb : float
+        Knapsack granularity (MB).
+
+    Examples
+    --------
+    >>> from sappkit.layers.table import LayerTable
+    >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1, backward_time=b,
+    ...              activation_mb=a) for o, a, b in (("none", 40, 2), ("full", 5, 3))]
+    >>> cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
+    >>> pricing = price(LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=4, cells=cells),
+    ...                 memory_mb=500)
+    >>> pricing.evaluate(["full"] * 4)["memory_mb"].tolist()
+    [260.0, 250.0]
+    """
+    table = as_layer_table(layers)
+    if not isinstance(partition, Partition):
+        raise InputError(f"partition must be a sappkit.Partition; got {type(partition).__name__}")
+    memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True)
+    bucket_mb = check_number("bucket_mb", bucket_mb, minimum=0, strict=True)
+    if not isinstance(fsdp_holds_grads, bool | np.bool_):
+        raise InputError(f"fsdp_holds_grads must be a bool; got {fsdp_holds_grads!r}")
+    prices = layer_prices(table)
+    _check_partition(prices, partition)
+    mapping = resolve_modes(modes, prices)
+    offered = {kind: (prices.front[kind] if mapping is None else tuple(mapping.values())) for kind in prices.kinds}
+    empty = Pricing(table, partition, memory_mb, bucket_mb, bool(fsdp_holds_grads), mapping, offered, prices.plain,
+                    pd.DataFrame(), pd.DataFrame(), (), prices=prices)
+    reason = _unsupported(prices, partition)
+    if reason is not None:
+        return replace(empty, reason=reason)
+    if fsdp_holds_grads:
+        for kind in prices.kinds:
+            grads = list(dict.fromkeys(prices.costs[kind, option][GRAD_MB] for option in offered[kind]))
+            if len(grads) > 1:
+                raise InputError(f"layers kind {kind!r} has different grad_mb on its options ({grads}); "
+                                 "the second peak needs one gradient size per kind")
+    body = partition.body.copy()
+    body[CONFIGURED] = [prices.plain[kind] if option is None else option
+                        for kind, option in zip(body[KIND], body[CONFIGURED])]
+    body[ENDS_WARM_UP] = _ends_warm_up(partition, ends_with_tail=prices.tail is not None)
+    body[FIRST] = bool(fsdp_holds_grads) & ~body.duplicated(STAGE)
+    pricing = replace(empty, body=body)
+    configured = pricing._layer_costs(body[CONFIGURED].tolist())[ACTIVATION_MB]
+    stages = fixed_memory(prices, partition, body, configured, memory_mb=memory_mb,
+                          fsdp_holds_grads=bool(fsdp_holds_grads))
+    return _grouped(replace(pricing, stages=stages))
+
+
+def _ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:
+    """The last body layer of each stage's last-chunk cell, unless that cell ends with the tail."""
+    body = partition.body
+    last = body[body[CHUNK] == partition.chunks - 1]
+    ending = last.drop_duplicates(STAGE, keep="last")
+    if ends_with_tail:
+        ending = ending[ending[STAGE] != partition.stages - 1]
+    flags = np.zeros(len(body), dtype=bool)
+    flags[ending[LAYER].to_numpy()] = True
+    return flags
+
+
+def _grouped(pricing: Pricing) -> Pricing:
+    """Group each stage's layers and price every offered option of each group at both peaks."""
+    body = pricing.body
+    keys = list(zip(body[STAGE], body[KIND], body[IN_FLIGHT], body[ENDS_WARM_UP], body[FIRST]))
+    members: dict[tuple, list[int]] = {}
+    for layer, key in zip(body[LAYER], keys):
+        members.setdefault(key, []).append(int(layer))
+    per_stage: list[list[LayerGroup]] = [[] for _ in range(pricing.partition.stages)]
+    group_of = np.zeros(len(body), dtype=int)
+    for (stage, kind, n, ends, first), layers in members.items():
+        options = pricing.offered[kind]
+        costs = [pricing.cost(kind, option) for option in options]
+        kept = np.array([c[ACTIVATION_MB] * n + c[MEMORY_ONCE_MB] for c in costs])
+        memory = kept + (np.array([c[WORKING_MB] for c in costs]) if ends else 0.0)
+        backward = np.zeros(len(options))
+        if pricing.fsdp_holds_grads:
+            backward = kept * (n - 1) / n + np.array([c[GRAD_MB] for c in costs])
+            backward += np.array([c[FIRST_WORKING_MB] for c in costs]) if first else 0.0
+        group_of[layers] = len(per_stage[stage])
+        per_stage[stage].append(LayerGroup(int(stage), str(kind), int(n), bool(ends), bool(first), tuple(layers),
+                                           options, memory, backward, np.array([c[TIME] for c in costs]),
+                                           to_buckets(memory, pricing.bucket_mb)))
+    body = body.assign(**{GROUP: group_of})
+    return replace(pricing, body=body, groups=tuple(tuple(groups) for groups in per_stage))

@@ -1,0 +1,174 @@
+"""Plan: frames recomputed independently, the simulator's peaks, offsets round trips, exports."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+from test_optimise import reference_in_flight, reference_overhead_terms
+
+import sappkit
+from sappkit.balancer.plan import make_plan
+from sappkit.balancer.setup import make_setup
+from sappkit.pipeline.costs import stage_memory
+
+ROWS = [dict(kind="embed", role="head", count=1, param_mb=40, option="none", forward_time=1, backward_time=2,
+             activation_mb=6),
+        *[dict(kind="block", role="body", count=16, param_mb=20, option=o, forward_time=2, backward_time=bt,
+               activation_mb=a) for o, bt, a in (("none", 4, 30), ("selective", 5, 12), ("full", 7, 3))],
+        dict(kind="lm_head", role="tail", count=1, param_mb=50, option="none", forward_time=3, backward_time=6,
+             activation_mb=10)]
+TABLE = sappkit.LayerTable(pd.DataFrame(ROWS), const_mb=100)
+
+
+def reference_memory(plan, *, stages, micro_batches, chunks=1, schedule="1f1b", less_memory=False):
+    """Per-stage memory recomputed from the assignment frame alone (DESIGN.md "Per-stage memory")."""
+    p, v, m = stages, chunks, micro_batches
+    flight = reference_in_flight(schedule, p, m, v, less_memory)
+    rows = TABLE.frame.set_index(["kind", "option"])
+    act = np.zeros((v, p))
+    memory = np.full(p, TABLE.const_mb)
+    for r in plan.assignment.itertuples():
+        act[r.chunk, r.stage] += r.layers * rows.loc[(r.kind, r.option), "activation_mb"]
+        memory[r.stage] += r.layers * rows.loc[(r.kind, r.option), "param_mb"]
+    memory += (flight * act).sum(axis=0)
+    memory[0] += 40 + 6 * flight[0, 0]
+    tail = (1, 0) if schedule == "dualpipev" else (v - 1, p - 1)
+    memory[tail[1]] += 50 + 10 * flight[tail]
+    if v > 1 and m != p:
+        for s in range(p):
+            expr = sum(f * (act[a, s] - act[b, s]) for f, a, b in reference_overhead_terms(p, v, s, less_memory))
+            memory[s] += max(0, np.ceil(expr - 1e-6))
+    return memory
+
+
+@pytest.mark.parametrize("pipeline", [
+    dict(stages=4, micro_batches=8), dict(stages=4, micro_batches=8, chunks=2),
+    dict(stages=4, micro_batches=8, chunks=2, less_memory=True), dict(stages=4, micro_batches=4, chunks=2),
+    dict(stages=2, micro_batches=4, chunks=2, schedule="dualpipev"),
+], ids=str)
+def test_stage_memory_recomputed_from_the_assignment(pipeline):
+    plan = sappkit.balance(TABLE, memory_mb=2500, **pipeline)
+    assert plan.status == "optimal"
+    schedule = pipeline.get("schedule", "1f1b" if pipeline.get("chunks", 1) == 1 else "interleaved")
+    expected = reference_memory(plan, **{**pipeline, "schedule": schedule})
+    np.testing.assert_allclose(plan.stages.memory_mb, expected)
+    parts = ["param_mb", "activation_mb", "overhead_mb", "working_mb", "const_mb"]
+    np.testing.assert_allclose(plan.stages[parts].sum(axis=1), plan.stages.memory_mb)
+    assert (plan.stages.memory_mb <= 2500 + 1e-6).all() and plan.fits
+
+
+def test_memory_matches_the_pipeline_model_and_the_simulated_peak_for_1f1b():
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=2500)
+    model = stage_memory(TABLE, plan.assignment, stages=4, micro_batches=8, const_mb=100)
+    np.testing.assert_allclose(plan.stages.memory_mb, model.memory_mb)
+    np.testing.assert_allclose(plan.simulate().stages.memory_mb, plan.stages.memory_mb)
+
+
+def test_two_chunk_peak_includes_the_seeds_overhead():
+    # The simulator measures static + Σ activation x in-flight + overhead for two chunks, m a multiple of p.
+    # The seed's overhead weighs body activations only, so the match holds where head and tail keep none.
+    table = TABLE.with_frame(TABLE.frame.assign(activation_mb=TABLE.frame.activation_mb.where(
+        TABLE.frame.role == "body", 0.0)))
+    plan = sappkit.balance(table, stages=2, micro_batches=4, chunks=2, memory_mb=1500)
+    assert plan.stages.overhead_mb.sum() > 0
+    np.testing.assert_allclose(plan.simulate().stages.memory_mb, plan.stages.memory_mb)
+
+
+def test_times_per_stage():
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, chunks=2, memory_mb=2500)
+    stages = plan.stages
+    rows = TABLE.frame.set_index(["kind", "option"])
+    forward = np.zeros((2, 4))
+    for r in plan.assignment.itertuples():
+        forward[r.chunk, r.stage] += r.layers * rows.loc[(r.kind, r.option), "forward_time"]
+    forward[0, 0] += 1
+    forward[1, 3] += 3
+    np.testing.assert_allclose(stages.forward_time, forward.sum(axis=0))
+    recompute = plan.assignment.assign(extra=plan.assignment.option.map({"none": 0, "selective": 1, "full": 3})
+                                       * plan.assignment.layers).groupby("stage").extra.sum()
+    np.testing.assert_allclose(stages.recompute_time, recompute.reindex(range(4), fill_value=0))
+    assert plan.objective == pytest.approx(stages.time.max())
+
+
+@pytest.mark.parametrize("chunks", [1, 2])
+def test_offsets_round_trip(chunks):
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, chunks=chunks, memory_mb=1900)
+    lists = plan.offsets()
+    assert set(lists) == {"offset", "recompute", "select_recompute", "select_comm_recompute"}
+    assert isinstance(lists["offset"][0], list) == (chunks > 1)
+    back = sappkit.plan_from_offsets(TABLE, stages=4, micro_batches=8, chunks=chunks, memory_mb=1900, **lists)
+    assert back.status == "evaluated" and back.fits
+    pd.testing.assert_frame_equal(back.assignment, plan.assignment)
+    pd.testing.assert_frame_equal(back.stages, plan.stages)
+    assert back.objective == plan.objective
+    assert yaml.safe_load(plan.to_yaml())["model"]["model_config"]["offset"] == lists["offset"]
+
+
+def _mixed_plan(options):
+    """Stage 0 holds one selective and one comm layer without 'both': the lists would overlap them."""
+    costs = dict(none=(4, 30), selective=(5, 12), comm=(5, 14), both=(6, 8))
+    rows = [dict(kind="b", role="body", count=8, param_mb=10, option=o, forward_time=2, backward_time=costs[o][0],
+                 activation_mb=costs[o][1]) for o in options]
+    setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
+    counts = np.zeros((len(options), 1, 2), dtype=int)
+    counts[:3, 0] = [[2, 4], [1, 0], [1, 0]]
+    return make_plan(setup, counts, status="evaluated", gap=None, solve_seconds=0.0, method="test")
+
+
+@pytest.mark.parametrize("options, message", [
+    (("none", "selective", "comm", "both"),
+     "MindFormers' recompute lists cannot express cell (chunk 0, stage 0) (b selective x1, b comm x1, b none x2): "
+     "they recompute a cell's first layers, so selective and comm layers overlap into 'both' and earlier kinds "
+     "recompute first; use offsets(strict=False) for the nearest config"),
+    (("none", "selective", "comm"),
+     "MindFormers' recompute lists cannot express this plan: read back, the recompute lists configure body layer 0 "
+     "(kind 'b') as 'both', but kind 'b' has no such option (its options: 'none', 'selective', 'comm'); use "
+     "offsets(strict=False) for the nearest config"),
+])
+def test_offsets_refuse_what_mindformers_cannot_run(options, message):
+    mixed = _mixed_plan(options)
+    with pytest.raises(sappkit.InputError) as error:
+        mixed.offsets()
+    assert str(error.value) == message
+    assert mixed.offsets(strict=False) == dict(offset=[0, 0], recompute=[0, 0], select_recompute=[1, 0],
+                                               select_comm_recompute=[1, 0])
+
+
+def test_plan_from_offsets_evaluates_an_overflowing_config():
+    plan = sappkit.plan_from_offsets(TABLE, stages=4, micro_batches=8, memory_mb=600, offset=[0, 0, 0, 0])
+    assert plan.status == "evaluated" and not plan.fits and not plan.has_plan
+    assert plan.stages.layers.tolist() == [4, 4, 4, 4]
+    with pytest.raises(sappkit.InputError) as error:
+        sappkit.plan_from_offsets(TABLE, stages=4, micro_batches=8, memory_mb=900, offset=[1, 0, 0, 0])
+    assert str(error.value) == "offset places 17 body layers; the layer table has 16 (so the offsets must sum to 0)"
+
+
+def test_exports(tmp_path):
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, chunks=2, memory_mb=2500)
+    partition = plan.partition()
+    assert isinstance(partition, sappkit.Partition)
+    assert partition.layer_count == 16 and partition.chunks == 2
+    assert sorted(partition.configured) == sorted(np.repeat(plan.assignment.option, plan.assignment.layers))
+    path = tmp_path / "plan.lp"
+    plan.write_lp(path)
+    text = path.read_text()
+    assert "memory_cap_3" in text and "stage_time" in text
+    lines = plan.describe().splitlines()
+    assert len(lines) == 5
+    assert lines[0] == ("interleaved: p=4, v=2, m=8, limit 2500 MB: optimal, sapp objective "
+                        f"{plan.objective:.6g}")
+    simulation = plan.simulate(p2p_time=0.5)
+    assert simulation.step_time > plan.simulate().step_time
+
+
+def test_a_plan_without_placement_says_so():
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=100)
+    assert plan.status == "infeasible" and plan.counts is not None
+    failed = make_plan(plan.setup, None, status="failed", gap=None, solve_seconds=1.0, method="x",
+                                    message="no incumbent")
+    with pytest.raises(sappkit.InputError) as error:
+        failed.offsets()
+    assert str(error.value) == "this plan has no placement (status 'failed': no incumbent)"
+

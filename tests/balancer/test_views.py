@@ -1,0 +1,122 @@
+"""The balancer's views: memory sweeps, plan comparisons, plots, the dashboard and the command line."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sappkit
+from sappkit.balancer.views import compare_plans, dashboard_plan, even_plan, sweep_memory
+from sappkit.cli import main
+from sappkit.plots.balance import plot_memory_sweep, plot_plan_comparison, plot_stage_times
+
+ROWS = [dict(kind="block", role="body", count=12, param_mb=100, option=o, forward_time=1, backward_time=b,
+             activation_mb=a) for o, b, a in (("none", 2, 50), ("selective", 2.2, 20), ("full", 3, 5))]
+TABLE = pd.DataFrame(ROWS)
+PIPELINE = dict(stages=3, micro_batches=6)
+
+
+def test_sweep_reuses_plans_and_matches_single_solves():
+    limits = [900, 1200, 1500, 1800, 2400]
+    sweep = sweep_memory(TABLE, memory_mb=limits[::-1], progress=False, **PIPELINE)
+    assert sweep.memory_mb.tolist() == limits
+    for row in sweep.itertuples():
+        single = sappkit.balance(TABLE, memory_mb=row.memory_mb, **PIPELINE)
+        assert row.status == single.status
+        if single.status == "optimal":
+            assert row.objective == pytest.approx(single.objective)
+            assert row.peak_mb <= row.memory_mb
+        else:
+            assert np.isnan(row.objective) and row.memory_needed_mb == single.memory_needed_mb
+    assert "reused" in set(sweep.method)
+    assert (np.diff(sweep.objective.dropna()) <= 1e-9).all()
+
+
+def test_sweep_refuses_bad_limits():
+    with pytest.raises(sappkit.InputError) as error:
+        sweep_memory(TABLE, memory_mb=[], **PIPELINE)
+    assert str(error.value) == "memory_mb must list at least one memory limit; got an empty sequence"
+    with pytest.raises(sappkit.InputError) as error:
+        sweep_memory(TABLE, memory_mb=[1000, -1], **PIPELINE)
+    assert str(error.value) == "memory_mb must hold finite numbers > 0; got -1.0"
+
+
+def test_sweep_reports_progress_on_the_terminal(capsys):
+    sweep_memory(TABLE, memory_mb=[1500, 1800], progress=True, **PIPELINE)
+    assert capsys.readouterr().err == ("\rsweep_memory: 1/2 limits solved\rsweep_memory: 2/2 limits solved\n")
+
+
+def test_compare_balanced_with_even_partitions():
+    limit = 900
+    plans = {"balanced": sappkit.balance(TABLE, memory_mb=limit, **PIPELINE),
+             "none": even_plan(TABLE, option="none", memory_mb=limit, **PIPELINE),
+             "full": even_plan(TABLE, option="full", memory_mb=limit, **PIPELINE)}
+    frame = compare_plans(plans)
+    assert frame.plan.tolist() == ["balanced", "none", "full"]
+    assert frame.fits.tolist() == [True, False, True]
+    assert frame.step_time[0] < frame.step_time[2]
+    assert frame.recompute_time[1] == 0 and frame.recompute_time[2] == pytest.approx(12 * 1.0)
+    assert plot_plan_comparison(frame).texts[1].get_text() == "1,000 MB > 900"
+
+
+def test_plots_draw_plan_frames():
+    plan = sappkit.balance(TABLE, memory_mb=1500, **PIPELINE)
+    ax = plot_stage_times(plan.stages)
+    assert len(ax.patches) == 3 * 3
+    sweep = sweep_memory(TABLE, memory_mb=[300, 1500], progress=False, **PIPELINE)
+    assert sweep.status.tolist() == ["infeasible", "optimal"]
+    ax = plot_memory_sweep(sweep)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["simulated step time", "no plan fits",
+                                                                   "objective"]
+    with pytest.raises(sappkit.InputError) as error:
+        plot_stage_times(plan.stages.drop(columns="time"))
+    assert str(error.value) == ("stages is missing column(s) 'time'; a plan's stages frame needs stage, "
+                                "forward_time, backward_time, recompute_time, time")
+
+
+def test_dashboard_callback():
+    cache = {}
+    plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
+                                  cache=cache)
+    assert plan.setup.chunks == 1 and plan.status == "optimal"
+    assert status.startswith(f"optimal: sapp objective {plan.objective:.6g}, peak ")
+    assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
+    plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
+                                  memory_mb=1500)
+    assert plan is None
+    assert status == "micro_batches must be >= stages = 3 for an interleaved schedule with 2 chunks; got 2"
+
+
+def test_dashboard_redraws_when_the_slider_moves():
+    pytest.importorskip("ipywidgets")
+    from sappkit.widgets.balance import BalanceDashboard
+
+    dashboard = BalanceDashboard(TABLE, memory_mb=1500, stages=3, micro_batches=6, memory_range=(200, 3000))
+    first, html = dashboard.status, dashboard.status_html.value
+    assert dashboard.last.status == "optimal" and "green" in html
+    dashboard.controls["memory_mb"].value = 300
+    assert dashboard.last.status == "infeasible" and dashboard.status != first
+    assert "red" in dashboard.status_html.value
+    dashboard.controls["objective"].value = "step"
+    dashboard.controls["memory_mb"].value = 2500
+    assert dashboard.last.objective_name == "step" and dashboard.last.fits
+
+
+def test_cli_balance(tmp_path, capsys):
+    path = tmp_path / "layers.csv"
+    sappkit.write_layers_csv(sappkit.LayerTable(TABLE), path)
+    out = tmp_path / "plan.yaml"
+    assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "1500",
+                 "--yaml", str(out)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    plan = sappkit.balance(TABLE, memory_mb=1500, **PIPELINE)
+    assert printed[0] == plan.describe().splitlines()[0]
+    assert printed[-1] == f"MindFormers config written to {out}"
+    assert out.read_text() == plan.to_yaml(strict=False)
+    assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "300"]) == 1
+    infeasible = sappkit.balance(TABLE, memory_mb=300, **PIPELINE)
+    assert capsys.readouterr().out.splitlines()[:2] == [infeasible.describe().splitlines()[0], infeasible.message]
+    assert main(["balance", str(path), "--stages", "1", "--micro-batches", "6", "--memory", "500"]) == 2
+    assert capsys.readouterr().err == ("sappkit balance: stages must be an int >= 2; got 1 (a pipeline needs at "
+                                       "least two stages)\n")

@@ -1,0 +1,528 @@
+"""One more recomputed layer: brute force, refusals, empty results, pricing once, frames, plot, CLI."""
+
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sappkit
+import sappkit.one_more.analysis as alt
+from sappkit import InputError, LayerTable, Partition, RecomputeAnalysis, alternatives, choose_recompute
+from sappkit.one_more.result import ALTERNATIVE_COLUMNS, STAGE_COLUMNS
+from sappkit.recompute.choice import build_choice
+
+MODES = ("off", "selective", "full")
+OPTION_OF = {"off": "none", "selective": "selective", "full": "full"}
+
+
+# --- small random models -----------------------------------------------------------------------------------------
+
+def _kind_rows(rng, kind, count, module="model"):
+    """none / selective / full rows: less memory costs more time; random extras for the peaks."""
+    act = rng.integers(20, 60)
+    extras = dict(memory_once_mb=float(rng.choice([0, 3])), working_mb=float(rng.integers(0, 20)),
+                  first_working_mb=float(rng.integers(0, 30)), grad_mb=float(rng.choice([0, 7])))
+    options = (("none", act, 2.0), ("selective", act * rng.uniform(0.2, 0.6), 2.0 + rng.uniform(0.1, 0.5)),
+               ("full", rng.integers(1, 6), 3.0))
+    return [dict(kind=kind, role="body", count=count, param_mb=100.0, option=o, forward_time=1.0,
+                 backward_time=float(b), activation_mb=float(a), module=module, **extras) for o, a, b in options]
+
+
+def _model(rng, *, kinds=1, tail=True, counts=None, module=None):
+    counts = counts or [int(rng.integers(2, 6)) for _ in range(kinds)]
+    rows = [dict(kind="embed", role="head", count=1, param_mb=50.0, option="none", forward_time=1.0,
+                 backward_time=2.0, activation_mb=5.0)]
+    for index, count in enumerate(counts):
+        rows += _kind_rows(rng, f"k{index}", count, module=(module or ["model"] * kinds)[index])
+    if tail:
+        rows.append(dict(kind="head_out", role="tail", count=1, param_mb=60.0, option="none", forward_time=1.0,
+                         backward_time=2.0, activation_mb=8.0, working_mb=4.0))
+    return LayerTable(pd.DataFrame(rows), const_mb=10.0)
+
+
+def _partition(rng, table, *, stages, chunks=1, micro_batches=None, less_memory=False):
+    """The body layers in model order over the cells, at least one per cell."""
+    cells = stages * chunks
+    total = table.body_layers
+    cuts = np.sort(rng.choice(np.arange(1, total), size=cells - 1, replace=False))
+    per_cell = np.diff(np.concatenate(([0], cuts, [total])))
+    order = [(c, s) for c in range(chunks) for s in range(stages)]
+    kinds = [kind for kind in table.body_kinds for _ in range(table.count(kind))]
+    rows, at = [], 0
+    for (chunk, stage), count in zip(order, per_cell):
+        rows += [dict(chunk=chunk, stage=stage, kind=kind, layers=1) for kind in kinds[at:at + count]]
+        at += count
+    return Partition(stages=stages, chunks=chunks, micro_batches=micro_batches or stages + int(rng.integers(0, 3)),
+                     cells=pd.DataFrame(rows), less_memory=less_memory)
+
+
+# --- an independent evaluation of a plan (DESIGN.md "Per-stage memory", chooser terms) ---------------------------
+
+def _oracle(table, partition, *, fsdp):
+    """A function: modes per body layer -> per stage (peak memory, body time), from first principles."""
+    costs = {(kind, option): row.to_dict() for kind in table.body_kinds for option, row in table.rows(kind).iterrows()}
+    head, tail = (None if row is None else row.to_dict() for row in (table.head, table.tail))
+    body = partition.body
+    p, v, m = partition.stages, partition.chunks, partition.micro_batches
+    layers = list(zip(body["layer"], body["chunk"], body["stage"], body["kind"], body["in_flight"]))
+    ends, firsts = {}, {}
+    for layer, chunk, stage, _, _ in layers:
+        if chunk == v - 1 and not (tail is not None and stage == p - 1):
+            ends[stage] = layer
+        firsts.setdefault(stage, layer)
+
+    def evaluate(modes):
+        warm, back, time = np.full(p, table.const_mb), np.full(p, table.const_mb), np.zeros(p)
+        per_batch = np.zeros((v, p))
+        for layer, chunk, s, kind, n in layers:
+            option = OPTION_OF[modes[layer]]
+            row, plain = costs[kind, option], costs[kind, "none"]
+            kept = row["activation_mb"] * n + row["memory_once_mb"]
+            run = plain if option == "full" else row
+            warm[s] += row["param_mb"] + kept
+            back[s] += row["param_mb"] + kept * (n - 1) / n + row["grad_mb"]
+            if ends.get(s) == layer:
+                warm[s] += run["activation_mb"] + run["memory_once_mb"] + row["working_mb"]
+            if fsdp and firsts[s] == layer:
+                back[s] += run["activation_mb"] + run["memory_once_mb"] + row["first_working_mb"]
+            time[s] += row["forward_time"] + row["backward_time"]
+            per_batch[chunk, s] += plain["activation_mb"]
+        for row, (c, s) in ((head, (0, 0)), (tail, (v - 1, p - 1))):
+            if row is None:
+                continue
+            n = partition.in_flight_counts[c, s]
+            kept = row["activation_mb"] * n + row["memory_once_mb"]
+            working = row["activation_mb"] + row["memory_once_mb"] + row["working_mb"] if row is tail else 0.0
+            warm[s] += row["param_mb"] + kept + working
+            back[s] += row["param_mb"] + kept * (n - 1) / n + row["grad_mb"]
+            per_batch[c, s] += row["activation_mb"]
+        if v == 2:
+            overhead = np.maximum(0.0, (m - p - np.arange(p)) * np.abs(per_batch[1] - per_batch[0]))
+            warm, back = warm + overhead, back + overhead
+        return (np.maximum(warm, back) if fsdp else warm), time
+
+    return evaluate
+
+
+def _key(body, modes, stages):
+    return tuple(frozenset(Counter((k, modes[i]) for i, k in enumerate(body["kind"]) if body["stage"][i] == s).items())
+                 for s in range(stages))
+
+
+def _brute_force(partition, evaluate, current, limit):
+    """Every single layer turned up to full that fits, grouped into distinct plans."""
+    body = partition.body
+    _, base = evaluate(["off"] * len(body))
+    classes = []
+    for layer in range(len(body)):
+        if current[layer] == "full":
+            continue
+        modes = list(current)
+        modes[layer] = "full"
+        memory, time = evaluate(modes)
+        if (memory > limit).any():
+            continue
+        plan = (_key(body, modes, partition.stages), memory, base - time)
+        if not any(plan[0] == other[0] and np.allclose(plan[1], other[1]) and np.allclose(plan[2], other[2])
+                   for other in classes):
+            classes.append(plan)
+    return classes
+
+
+def _case(rng, *, fsdp, chunks):
+    stages, kinds = int(rng.integers(2, 4)), int(rng.integers(1, 3))
+    counts = [int(rng.integers(2, 6)) for _ in range(kinds)]
+    counts[-1] += max(0, stages * chunks + 1 - sum(counts))
+    table = _model(rng, kinds=kinds, counts=counts, tail=bool(rng.integers(0, 2)))
+    partition = _partition(rng, table, stages=stages, chunks=chunks,
+                           micro_batches=stages + int(rng.integers(0, 3)),
+                           less_memory=bool(chunks > 1 and rng.integers(0, 2)))
+    current = [MODES[i] for i in rng.integers(0, 3, size=partition.layer_count)]
+    evaluate = _oracle(table, partition, fsdp=fsdp)
+    memory, _ = evaluate(current)
+    limit = float(memory.max() + rng.choice([0.0, rng.uniform(0, 40)]))
+    return table, partition, current, limit, evaluate
+
+
+def _ranges(partition, modes):
+    return pd.DataFrame({"first": np.arange(len(modes)), "count": 1, "kind": partition.body["kind"], "mode": modes})
+
+
+def _groups(pricing):
+    return [g for groups in pricing.groups for g in groups]
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_alternatives_equal_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    fsdp, chunks = bool(seed % 2), 1 + (seed % 3 == 2)
+    table, partition, current, limit, evaluate = _case(rng, fsdp=fsdp, chunks=chunks)
+    analysis = RecomputeAnalysis(table, partition, memory_mb=limit, modes=MODES, fsdp_holds_grads=fsdp)
+    found = alternatives(_ranges(partition, current), analysis=analysis)
+    expected = _brute_force(partition, evaluate, current, limit)
+    body = partition.body
+    before, _ = evaluate(current)
+    _, base = evaluate(["off"] * len(body))
+    assert len(found.plans) == len(expected) == len(found.frame)
+    matched = []
+    for plan, row in zip(found.plans, found.frame.itertuples()):
+        modes = plan.layer_options["mode"].tolist()
+        memory, time = evaluate(modes)
+        np.testing.assert_allclose(plan.stages["memory_mb"], memory, rtol=1e-12)
+        np.testing.assert_allclose(plan.stages["time_saved"], base - time, rtol=1e-12)
+        key = _key(body, modes, partition.stages)
+        hits = [i for i, (k, m, saved) in enumerate(expected)
+                if k == key and np.allclose(m, memory) and np.allclose(saved, base - time)]
+        assert len(hits) == 1
+        matched.append(hits[0])
+        changed = [i for i in range(len(modes)) if modes[i] != current[i]]
+        assert row.layers_changed == tuple(changed)
+        assert Counter(modes)["full"] == Counter(current)["full"] + 1
+        assert row.memory_freed_mb == pytest.approx(before[row.stage] - memory[row.stage])
+        assert row.memory_mb == pytest.approx(memory.max())
+        _check_canonical(analysis.pricing, plan, current)
+    assert sorted(matched) == list(range(len(expected)))
+
+
+def _check_canonical(pricing, plan, current):
+    """The plan's frames are the chooser's own, and the group it turned up runs slower modes first."""
+    reference = build_choice(pricing, plan.layer_options["option"].tolist())
+    for name in ("ranges", "layer_options", "stages"):
+        pd.testing.assert_frame_equal(getattr(plan, name), getattr(reference, name), rtol=1e-12)
+    modes = plan.layer_options["mode"].tolist()
+    for group in _groups(pricing):
+        now = [modes[i] for i in group.layers]
+        if now != [current[i] for i in group.layers]:
+            time = {mode: pricing.cost(group.kind, OPTION_OF[mode])["time"] for mode in MODES}
+            assert now == sorted(now, key=lambda mode: -time[mode])
+
+
+def test_chooser_choice_walks_a_path_pricing_once(monkeypatch):
+    calls = []
+    real = alt.price
+    monkeypatch.setattr(alt, "price", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(7)
+    table = _model(rng, kinds=2, counts=[6, 30])
+    partition = _partition(rng, table, stages=6, micro_batches=8)
+    full, _ = _oracle(table, partition, fsdp=False)(["full"] * partition.layer_count)
+    plain, _ = _oracle(table, partition, fsdp=False)(["off"] * partition.layer_count)
+    limit = float(full.max() + 0.6 * (plain.max() - full.max()))
+    analysis = RecomputeAnalysis(table, partition, memory_mb=limit, modes=MODES)
+    choice = choose_recompute(table, partition, memory_mb=limit, modes=MODES, per_layer=True)
+    pd.testing.assert_frame_equal(analysis.pricing.stages, choice.pricing.stages)
+    seen, current = len(analysis.alternatives(choice)), choice
+    while seen < 200:
+        found = alternatives(current, analysis=analysis)
+        assert found.plans, f"the walk ran out of plans after {seen} alternatives"
+        seen += len(found.plans)
+        current = found.plans[0]
+        assert current.trainer_plan()[0] in MODES
+    assert len(calls) == 1
+    found = alternatives(choice)
+    assert len(calls) == 1 and found.plans[0].pricing is choice.pricing
+
+
+def test_frame_columns_and_companion_frame():
+    rng = np.random.default_rng(3)
+    table = _model(rng, kinds=1, counts=[8])
+    partition = _partition(rng, table, stages=3)
+    current = ["off", "selective", "full", "off", "off", "selective", "off", "off"]
+    memory, _ = _oracle(table, partition, fsdp=False)(current)
+    analysis = RecomputeAnalysis(table, partition, memory_mb=float(memory.max()) + 100, modes=MODES)
+    found = alternatives(_ranges(partition, current), analysis=analysis)
+    assert tuple(found.frame.columns) == ALTERNATIVE_COLUMNS
+    assert found.frame["alternative"].tolist() == list(range(len(found.plans)))
+    assert tuple(found.stages.columns) == ("alternative", *STAGE_COLUMNS)
+    for number, plan in enumerate(found.plans):
+        long = found.stages[found.stages["alternative"] == number].drop(columns="alternative").reset_index(drop=True)
+        pd.testing.assert_frame_equal(long, plan.stages)
+    assert found.plans[-1] is found.plans[len(found.plans) - 1]
+    assert found.plans[:2] == [found.plans[0], found.plans[1]]
+    assert found.binding_stage == int(np.argmax(memory))
+    assert found.current.layer_options["mode"].tolist() == current
+
+
+def test_duplicates_are_dropped_and_custom_mode_names_work():
+    table, part = _small()
+    # from off, the layer that ends warm-up frees what any other layer frees (under full its working set is the
+    # plain layer's, as it was under off): one plan per stage, not one per group
+    analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
+    assert len(analysis.pricing.groups[0]) == 2
+    found = alternatives(_ranges(part, ["off"] * 4), analysis=analysis)
+    assert found.frame[["stage", "from_mode", "layers_changed"]].values.tolist() == [[0, "off", (0,)],
+                                                                                    [1, "off", (2,)]]
+    renamed = RecomputeAnalysis(table, part, memory_mb=1e5, modes={"keep": "none", "full": "full"})
+    frame = pd.DataFrame({"first": [0], "count": [4], "kind": ["b"], "mode": ["keep"]})
+    found = alternatives(frame, analysis=renamed)
+    assert found.frame["from_mode"].tolist() == ["keep", "keep"]
+    assert found.plans[1].layer_options["option"].tolist() == ["none", "none", "full", "none"]
+
+
+# --- empty results -----------------------------------------------------------------------------------------------
+
+def _small():
+    rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1, backward_time=t,
+                 activation_mb=a) for o, a, t in (("none", 40, 2), ("selective", 15, 2.2), ("full", 5, 3))]
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
+    return LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=4, cells=cells)
+
+
+def test_empty_for_multimodal_schedule_modes_and_one_mode():
+    rng = np.random.default_rng(1)
+    vlm = _model(rng, kinds=2, counts=[2, 2], module=["vision", "language"])
+    part = _partition(rng, vlm, stages=2)
+    found = alternatives(_ranges(part, ["off"] * 4), analysis=RecomputeAnalysis(vlm, part, memory_mb=1e5, modes=MODES))
+    assert not found.plans and found.frame.empty and found.reason.startswith("the model is multimodal")
+    table, part = _small()
+    dual = Partition(stages=2, chunks=2, schedule="dualpipev", micro_batches=4,
+                     cells=pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 1, 0], "kind": "b", "layers": 1}))
+    analysis = RecomputeAnalysis(table, dual, memory_mb=1e5, modes=MODES)
+    assert analysis.alternatives(_ranges(dual, ["off"] * 4)) == []
+    assert analysis.reason.startswith("schedule 'dualpipev' is not supported")
+    no_full = RecomputeAnalysis(table, part, memory_mb=1e5, modes=("off", "selective"))
+    assert no_full.alternatives(_ranges(part, ["off"] * 4)) == []
+    assert no_full.reason == "'full' is not among the modes ('off', 'selective'), so no layer can be turned up to it"
+    one_mode = choose_recompute(table, part, memory_mb=1e5, modes=MODES)
+    found = alternatives(one_mode)
+    assert found.plans == () and found.reason == ("current runs mode 'off' for every layer (a one-mode choice): "
+                                                  "its runtime cannot turn up one layer")
+
+
+def test_empty_when_nothing_can_be_turned_up_or_fit():
+    table, part = _small()
+    analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
+    found = alternatives(_ranges(part, ["full"] * 4), analysis=analysis)
+    assert not found.plans and found.reason == "every layer already runs 'full'"
+    # the one layer to turn up ends warm-up: from selective, full adds the plain layer's working set
+    current = ["full", "selective", "full", "full"]
+    peak = float(analysis.pricing.evaluate([OPTION_OF[m] for m in current])["memory_mb"].max())
+    tight = RecomputeAnalysis(table, part, memory_mb=peak, modes=MODES)
+    found = alternatives(_ranges(part, current), analysis=tight)
+    assert not found.plans and found.reason == "no plan with one more layer at 'full' fits"
+    low = RecomputeAnalysis(table, part, memory_mb=peak - 1, modes=MODES)
+    found = alternatives(_ranges(part, current), analysis=low)
+    assert found.reason == f"current does not fit: stage 0 needs {peak:.1f} MB against a limit of {peak - 1:.1f} MB"
+
+
+# --- refusals ----------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def small_analysis():
+    table, part = _small()
+    return RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
+
+
+def _refused(analysis, current, message):
+    with pytest.raises(InputError) as error:
+        analysis.alternatives(current)
+    assert str(error.value) == message
+
+
+def _frame(rows):
+    return pd.DataFrame(rows, columns=["first", "count", "kind", "mode"])
+
+
+def test_refuses_bad_ranges(small_analysis):
+    _refused(small_analysis, _frame([(0, 0, "b", "off"), (0, 4, "b", "off")]),
+             "current range 0 has first=0, count=0; a range needs whole numbers first >= 0 and count >= 1")
+    _refused(small_analysis, _frame([(-1, 2, "b", "off")]),
+             "current range 0 has first=-1, count=2; a range needs whole numbers first >= 0 and count >= 1")
+    _refused(small_analysis, _frame([(0, 3, "b", "off"), (2, 2, "b", "full")]),
+             "current ranges 0 and 1 overlap at layer 2; each body layer belongs to one range")
+    _refused(small_analysis, _frame([(0, 3, "b", "off")]),
+             "current leaves 1 body layer(s) out (3); every body layer of the partition needs a mode")
+    _refused(small_analysis, _frame([(0, 5, "b", "off")]),
+             "current range 0 covers layers 0-4; the partition has body layers 0-3")
+    _refused(small_analysis, _frame([(0, 2, "b", "off"), (2, 2, "c", "off")]),
+             "current range 1 gives layer 2 kind 'c'; the partition places kind 'b' there")
+    _refused(small_analysis, pd.DataFrame({"first": [0], "count": [4], "kind": ["b"]}),
+             "current is missing column(s) 'mode'; a plan's ranges frame needs first, count, kind, mode")
+    _refused(small_analysis, [("0", 4)], "current must be a RecomputeChoice or a ranges DataFrame; got list")
+
+
+def test_refuses_modes_not_priced_offload_and_no_choice(small_analysis):
+    table, part = _small()
+    two = RecomputeAnalysis.from_pricing(choose_recompute(table, part, memory_mb=1e5, modes=("off", "full")).pricing)
+    _refused(two, _frame([(0, 2, "b", "selective"), (2, 2, "b", "off")]),
+             "current range 0 (layers 0-1) runs mode 'selective', which the analysis does not price; its modes "
+             "are 'off', 'full'")
+    fronts = choose_recompute(table, part, memory_mb=1e5)
+    _refused(small_analysis, fronts, "current range 0 (layers 0-3) runs mode None; the analysis extends a choice of "
+                                     "a mode per layer (choose_recompute(..., modes=..., per_layer=True))")
+    wrong = _frame([(0, 4, "b", "off")]).assign(option="full")
+    _refused(small_analysis, wrong, "current range 0 (layers 0-3) runs option 'full' under mode 'off'; the analysis "
+                                    "prices mode 'off' as option 'none'")
+    offloaded = _frame([(0, 4, "b", "off")]).assign(offloaded_mb=12.5)
+    _refused(small_analysis, offloaded, "current range 0 (layers 0-3) offloads 12.5 MB per micro-batch to the host; "
+                                        "the analysis turns layers up on the device and does not price offload "
+                                        "(choose without a host link)")
+    link = choose_recompute(table, part, memory_mb=300, modes=MODES, per_layer=True,
+                            link=sappkit.HostLink(mb_per_time=1e6))
+    assert link.ranges["offloaded_mb"].tolist() == [40.0, 0.0, 0.0, 0.0]
+    _refused(small_analysis, link, "current range 0 (layers 0-0) offloads 40.0 MB per micro-batch to the host; the "
+                                   "analysis turns layers up on the device and does not price offload (choose "
+                                   "without a host link)")
+    none = choose_recompute(table, part, memory_mb=10, modes=MODES, per_layer=True)
+    _refused(small_analysis, none, f"current made no choice ({none.reason}); there is no plan to extend")
+
+
+def test_refuses_other_dimensions():
+    table, part = _small()
+    choice = choose_recompute(table, part, memory_mb=1e5, modes=MODES, per_layer=True)
+    at_tp4 = RecomputeAnalysis.from_pricing(choice.pricing, dimensions={"dp": 2, "tp": 4})
+    plan = at_tp4.alternatives(choice)[0]
+    assert plan.dimensions == (("dp", 2), ("tp", 4))
+    at_tp2 = RecomputeAnalysis.from_pricing(choice.pricing, dimensions=(("dp", 2), ("tp", 2)))
+    _refused(at_tp2, plan, "current was priced at dimensions (('dp', 2), ('tp', 4)), this analysis at (('dp', 2), "
+                           "('tp', 2)); alternatives keep the strategy: build a RecomputeAnalysis at those dimensions")
+    assert at_tp4.alternatives(plan) and at_tp2.alternatives(choice)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(modes=None), "modes is None; the analysis turns layers up to the mode 'full' of a runtime's modes: pass "
+                       "modes=('off', 'selective', 'full') or a mapping mode -> option"),
+    (dict(modes=()), "modes is empty; give at least one mode, e.g. modes=('off', 'selective', 'full')"),
+    (dict(modes=("off", "partial")), "modes names an unknown mode 'partial'; the default modes are 'off', "
+                                     "'selective', 'full' (pass a mapping mode -> option for others)"),
+    (dict(modes=MODES, per_layer=False), "per_layer must be True for the analysis; got False (it extends a choice "
+                                         "of a mode per layer)"),
+    (dict(modes=MODES, link=1.0), "link must be None for the analysis; got 1.0 (it prices plans without offload, "
+                                  "and refuses a plan that offloads)"),
+    (dict(modes=MODES, budget=3), "RecomputeAnalysis got unknown option(s) 'budget'; it takes choose_recompute's "
+                                  "fsdp_holds_grads, bucket_mb, per_layer, link"),
+    (dict(modes=MODES, dimensions=[("tp", 0)]), "dimensions[0] is ('tp', 0); expected a (name, degree) pair with a "
+                                                "degree >= 1, e.g. ('tp', 4)"),
+])
+def test_refuses_bad_analysis_settings(kwargs, message):
+    table, part = _small()
+    with pytest.raises(InputError) as error:
+        RecomputeAnalysis(table, part, memory_mb=1e5, **kwargs)
+    assert str(error.value) == message
+
+
+def test_alternatives_needs_prices():
+    table, part = _small()
+    with pytest.raises(InputError) as error:
+        alternatives(_ranges(part, ["off"] * 4))
+    assert str(error.value) == ("choice is a DataFrame, which carries no prices; pass "
+                                "analysis=RecomputeAnalysis(...) to price its layers")
+    with pytest.raises(InputError) as error:
+        alternatives(choose_recompute(table, part, memory_mb=1e5))
+    assert str(error.value) == ("the pricing has no modes (it offers each kind's front); the analysis turns layers "
+                                "up to the mode 'full': price with modes=('off', 'selective', 'full')")
+    with pytest.raises(InputError) as error:
+        alternatives(_ranges(part, ["off"] * 4), analysis="analysis")
+    assert str(error.value) == "analysis must be a sappkit.RecomputeAnalysis; got str"
+    with pytest.raises(InputError) as error:
+        RecomputeAnalysis.from_pricing(part)
+    assert str(error.value) == "pricing must be a sappkit.recompute.pricing.Pricing; got Partition"
+
+
+# --- plot, dashboard logic, command line -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def walk_start():
+    table, part = _small()
+    choice = choose_recompute(table, part, memory_mb=290, modes=MODES, per_layer=True)
+    return RecomputeAnalysis.from_pricing(choice.pricing), choice
+
+
+def test_plot_alternatives(walk_start):
+    analysis, choice = walk_start
+    found = alternatives(choice, analysis=analysis)
+    ax = sappkit.plot_alternatives(found.frame)
+    labels = [text.get_text() for text in ax.texts]
+    assert labels[0] == "current" and len(labels) == len(found.frame) + 1
+    assert labels[1] == f"s{found.frame.stage[0]} b ({found.frame.from_mode[0]})"
+    points = np.concatenate([collection.get_offsets() for collection in ax.collections[1:]])
+    np.testing.assert_allclose(sorted(map(tuple, points)),
+                               sorted(map(tuple, found.frame[["time_cost", "memory_freed_mb"]].to_numpy())))
+    ringed = sappkit.plot_alternatives(found.frame, peak_mb=choice.memory_mb, labels=1)
+    lower = found.frame[found.frame["memory_mb"] < choice.memory_mb]
+    assert len(ringed.collections[-1].get_offsets()) == len(lower) > 0 and len(ringed.texts) == 2
+    empty = sappkit.plot_alternatives(found.frame.iloc[:0])
+    assert empty.get_title() == "no alternative fits" and [t.get_text() for t in empty.texts] == ["current"]
+    with pytest.raises(InputError) as error:
+        sappkit.plot_alternatives(found.frame.drop(columns="time_cost"))
+    assert str(error.value) == ("frame is missing column(s) 'time_cost'; a sappkit.alternatives frame needs stage, "
+                                "kind, from_mode, memory_freed_mb, time_cost")
+
+
+def test_walk_steps_and_dashboard(walk_start):
+    from sappkit.widgets.alternatives import AlternativesDashboard, one_more, step_back, walk_step
+
+    analysis, choice = walk_start
+    start = walk_step(analysis, [choice])
+    assert start.shown is choice and start.labels[0][1] is None and len(start.labels) == len(start.found.plans) + 1
+    picked = walk_step(analysis, [choice], pick=1)
+    assert picked.shown is picked.found.plans[1]
+    assert picked.summary().splitlines()[2] == f"trainer plan: activation_checkpoint.mode = " \
+        f"{picked.shown.trainer_plan()[0]!r}, layers = {picked.shown.trainer_plan()[1]}"
+    on = one_more(picked)
+    assert on.path == (choice, picked.found.plans[1]) and on.pick is None
+    assert on.found.current is picked.found.plans[1]
+    assert step_back(on).path == (choice,) and step_back(start).path == (choice,)
+    with pytest.raises(InputError) as error:
+        one_more(start)
+    assert str(error.value) == "one more from here needs an alternative picked; pick one of the alternatives first"
+    with pytest.raises(InputError) as error:
+        walk_step(analysis, [choice], pick=99)
+    assert str(error.value) == (f"pick must be an alternative number from 0 to {len(start.found.plans) - 1}, "
+                                "or None; got 99")
+    dashboard = AlternativesDashboard(choice, analysis=analysis)
+    assert dashboard.more.disabled and dashboard.back.disabled
+    dashboard.picker.value = 0
+    assert dashboard.last.pick == 0 and not dashboard.more.disabled
+    dashboard.more.click()
+    assert len(dashboard.last.path) == 2 and dashboard.picker.value is None and not dashboard.back.disabled
+    dashboard.back.click()
+    assert dashboard.last.path == (choice,)
+
+
+def test_command_line(capsys):
+    from sappkit.cli import main
+
+    assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16",
+                 "--memory", "60000", "--dimensions", "dp=4,tp=8"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("current plan: peak ") and out[1].startswith("trainer plan: mode ")
+    assert out[2].endswith("plan(s) with one more layer at 'full':") and out[3].split()[:4] == \
+        ["alternative", "stage", "kind", "from_mode"]
+    assert len(out) == 4 + int(out[2].split()[0])
+    assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
+                 "--dimensions", "tp"]) == 2
+    assert capsys.readouterr().err == "sappkit alternatives: --dimensions entry 'tp' is not NAME=DEGREE (e.g. tp=4)\n"
+    assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
+                 "--offsets", "missing.yaml"]) == 2
+    assert capsys.readouterr().err == "sappkit alternatives: --offsets file 'missing.yaml' does not exist\n"
+
+
+def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):
+    """``--offsets`` places the layers (and configures recompute) exactly as ``sappkit choose --offsets`` does."""
+    from sappkit.cli import main
+
+    path = tmp_path / "plan.yaml"
+    path.write_text("model:\n  model_config:\n    offset: [1, 0, 0, 0, 0, 0, 0, -1]\n"
+                    "recompute_config:\n  recompute: [4, 4, 4, 4, 4, 4, 4, 4]\n")
+    shape = ["data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
+             "--offsets", str(path)]
+    assert main(["choose", *shape, "--per-layer", "--json"]) == 0
+    chosen = json.loads(capsys.readouterr().out)
+    table = sappkit.read_layers_json("data/llama2_70b.json")
+    part = Partition.from_offsets(table, stages=8, micro_batches=16, offset=[1, 0, 0, 0, 0, 0, 0, -1],
+                                  recompute=[4] * 8)
+    choice = choose_recompute(table, part, memory_mb=60000, modes=MODES, per_layer=True)
+    assert chosen["ranges"] == choice.to_records()
+    assert main(["alternatives", *shape]) == 0
+    out = capsys.readouterr().out.splitlines()
+    mode, overrides = choice.trainer_plan()
+    found = alternatives(choice)
+    assert out[:3] == [f"current plan: peak {choice.memory_mb:,.1f} MB of 60,000 MB; binding stage "
+                       f"{found.binding_stage}; time saved {choice.time_saved:.4g}",
+                       f"trainer plan: mode {mode!r}, layers {overrides}",
+                       f"{len(found.frame)} plan(s) with one more layer at 'full':"]
+    assert main(["alternatives", *shape, "--modes", "off,selective"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == ("no alternative: 'full' is not among the modes ('off', "
+                                                        "'selective'), so no layer can be turned up to it")

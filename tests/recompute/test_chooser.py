@@ -1,0 +1,349 @@
+"""choose_recompute and sweep_recompute: brute force, independent memory, the working-set rule, refusals."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_chooser_cases import (
+    brute_force_stages,
+    check_reported_memory,
+    limit_between,
+    random_partition,
+    random_table,
+    stage_memory,
+)
+
+from sappkit.errors import InputError
+from sappkit.layers.table import LayerTable
+from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
+from sappkit.recompute.partition import Partition
+
+MODES = ("off", "selective", "full")
+
+
+def _assert_matches_brute_force(choice, expected):
+    if any(math.isinf(t) for t in expected):
+        assert not choice.chosen
+        failed = [s for s, t in enumerate(expected) if math.isinf(t)]
+        assert choice.reason.startswith(f"stage {failed[0]} cannot fit")
+        return
+    assert choice.chosen, choice.reason
+    assert choice.stages["time"].tolist() == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("kinds", [1, 2])
+def test_choice_over_fronts_equals_brute_force(rng, kinds):
+    for _ in range(15):
+        frame = random_table(rng, kinds=kinds, once=True, head=bool(rng.integers(2)), tail=bool(rng.integers(2)))
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)))
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit)
+        _assert_matches_brute_force(choice, brute_force_stages(table, part, limit, offered))
+        if choice.chosen:
+            check_reported_memory(choice)
+
+
+def test_mode_per_layer_equals_brute_force(rng):
+    for _ in range(15):
+        frame = random_table(rng, once=True)
+        table, part = random_partition(rng, frame, stages=3)
+        offered = {kind: ("none", "selective", "full") for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit, modes=MODES, per_layer=True)
+        _assert_matches_brute_force(choice, brute_force_stages(table, part, limit, offered))
+        if choice.chosen:
+            check_reported_memory(choice)
+            assert set(choice.layer_options["mode"]) <= set(MODES)
+            named = dict(zip(("none", "selective", "full"), MODES))
+            assert all(named[o] == m for o, m in zip(choice.layer_options["option"], choice.layer_options["mode"]))
+
+
+def test_one_mode_is_the_fastest_mode_that_fits(rng):
+    for _ in range(15):
+        frame = random_table(rng)
+        table, part = random_partition(rng, frame, stages=3)
+        offered = {kind: ("none", "selective", "full") for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit, modes=MODES)
+        fitting = []
+        for mode, option in zip(MODES, ("none", "selective", "full")):
+            peaks = stage_memory(table, part, [option] * part.layer_count)
+            if all(peak[0] <= limit for peak in peaks):
+                fitting.append((sum(peak[2] for peak in peaks), mode))
+        if not fitting:
+            assert not choice.chosen and choice.reason.startswith("no mode fits every stage: the lightest, 'full'")
+            continue
+        assert choice.mode == min(fitting)[1]
+        assert choice.trainer_plan() == (choice.mode, {})
+        check_reported_memory(choice)
+
+
+def _two_layer_case(working_none, working_selective, working_full):
+    """Two stages of two layers; stage 0 holds 2 micro-batches, its layer 1 ends warm-up."""
+    rows = [dict(kind="b", role="body", count=4, param_mb=0, option=o, forward_time=1.0, backward_time=b,
+                 activation_mb=a, working_mb=w)
+            for o, a, b, w in (("none", 30, 2.0, working_none), ("selective", 20, 2.2, working_selective),
+                               ("full", 2, 3.0, working_full))]
+    rows.append(dict(kind="t", role="tail", count=1, param_mb=0, option="none", forward_time=1, backward_time=1,
+                     activation_mb=0))
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
+    return LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=2, cells=cells)
+
+
+def test_the_layer_that_ends_warm_up_is_charged_its_working_set():
+    table, part = _two_layer_case(working_none=10, working_selective=10, working_full=10)
+    # Both layers plain keep 2 * 30 each; the second also holds 30 + 10 as warm-up ends: 160 MB.
+    assert choose_recompute(table, part, memory_mb=160).layer_options["option"].tolist()[:2] == ["none", "none"]
+    # One MB less: without the working set they would keep 120 MB and still fit. With it one layer gives
+    # way; equally fast either way, the lighter plan wins: the ending layer selective, 20 + 10 as it ends.
+    choice = choose_recompute(table, part, memory_mb=159)
+    assert choice.layer_options["option"].tolist()[:2] == ["none", "selective"]
+    assert choice.stages.at[0, "memory_mb"] == 60 + 40 + 30 and choice.stages.at[0, "working_mb"] == 30
+    check_reported_memory(choice)
+
+
+def test_the_working_set_is_weighed_with_the_option_not_reserved_at_its_worst():
+    # The ending layer's working set: plain 30 + 40 under none and full, 20 + 0 under selective.
+    table, part = _two_layer_case(working_none=40, working_selective=0, working_full=40)
+    choice = choose_recompute(table, part, memory_mb=120)
+    # [none, selective]: 60 + 40 + 20 = 120. Reserving the worst working set (70) leaves 50 for 2 layers at
+    # 2 micro-batches: only [full, full] or [selective, full] would fit, both slower.
+    assert choice.layer_options["option"].tolist()[:2] == ["none", "selective"]
+    assert choice.stages.at[0, "memory_mb"] == 120
+    check_reported_memory(choice)
+
+
+def test_a_full_layer_ending_warm_up_holds_the_plain_layers_activations():
+    table, part = _two_layer_case(working_none=0, working_selective=0, working_full=0)
+    choice = choose_recompute(table, part, memory_mb=1000, modes=("full",))
+    # Each layer keeps 2 * 2; the second, fully recomputed, rebuilds one plain micro-batch: 30.
+    assert choice.stages.at[0, "memory_mb"] == 4 + 4 + 30
+    assert choice.stages.at[1, "memory_mb"] == 2 + 2
+
+
+def test_time_saved_is_against_the_configured_options():
+    table, part = _two_layer_case(0, 0, 0)
+    configured = Partition(stages=2, micro_batches=2, cells=part.cells, configured=["full", "selective", "none",
+                                                                                   "full"])
+    choice = choose_recompute(table, configured, memory_mb=1000)
+    assert choice.layer_options["option"].tolist() == ["none"] * 4
+    assert choice.stages["time_saved"].tolist() == pytest.approx([1.0 + 0.2, 1.0])
+    assert choice.configured_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
+    default = choose_recompute(table, part, memory_mb=1000)
+    assert default.time_saved == 0.0
+
+
+def test_sweep_is_monotone_and_equals_choose_at_every_budget(rng):
+    for _ in range(4):
+        frame = random_table(rng, kinds=2, once=True)
+        table, part = random_partition(rng, frame, stages=3)
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        low = limit_between(table, part, offered, rng)
+        budgets = np.arange(low - 40, low + 120, 7.5)
+        for options in (dict(), dict(modes=MODES), dict(modes=MODES, per_layer=True)):
+            curve = sweep_recompute(table, part, memory_mb=budgets, **options)
+            saved = curve["time_saved"].to_numpy()
+            feasible = curve["feasible"].to_numpy()
+            assert np.all(np.diff(feasible.astype(int)) >= 0)
+            assert np.all(np.diff(saved[feasible]) >= -1e-9)
+            for budget, row in zip(budgets[::5], curve.iloc[::5].itertuples()):
+                choice = choose_recompute(table, part, memory_mb=budget, **options)
+                assert choice.chosen == row.feasible
+                if choice.chosen:
+                    assert row.time_saved == pytest.approx(choice.time_saved, abs=1e-9)
+                    assert row.mode == choice.mode
+
+
+def test_sweep_time_saved_against_full_recompute():
+    table, part = _two_layer_case(0, 0, 0)
+    curve = sweep_recompute(table, part, memory_mb=[10, 1000])
+    assert curve["feasible"].tolist() == [False, True]
+    assert math.isnan(curve.at[0, "time_saved_vs_full"])
+    # Every layer full takes 4.0, plain 3.0: four layers save 4.0.
+    assert curve.at[1, "time_saved_vs_full"] == pytest.approx(4.0)
+    assert list(curve.columns) == ["memory_mb", "feasible", "mode", "time", "time_saved", "time_saved_vs_full"]
+
+
+def test_no_choice_when_a_stage_cannot_fit():
+    table, part = _two_layer_case(0, 0, 0)
+    choice = choose_recompute(table, part, memory_mb=30)
+    assert not choice.chosen and choice.ranges.empty
+    assert choice.reason == ("stage 0 cannot fit: at its lightest options it needs 38.0 MB against a limit of "
+                             "30.0 MB")
+    assert choice.stages["memory_mb"].tolist() == [38.0, 4.0]
+    assert choice.describe() == f"no choice: {choice.reason}"
+    with pytest.raises(InputError) as error:
+        choice.trainer_plan()
+    assert str(error.value) == f"trainer_plan needs a choice, and none was made: {choice.reason}"
+
+
+def test_unsupported_schedules_and_multimodal_models_come_back_with_a_reason():
+    table, part = _two_layer_case(0, 0, 0)
+    cells = pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 1, 0], "kind": "b", "layers": 1})
+    v = Partition(stages=2, micro_batches=4, chunks=2, schedule="dualpipev", cells=cells)
+    choice = choose_recompute(table, v, memory_mb=1000)
+    assert choice.reason == ("schedule 'dualpipev' is not supported by the recompute chooser: it prices the "
+                             "in-flight counts and end-of-warm-up working set of 1f1b and interleaved only")
+    seq = Partition(stages=2, micro_batches=2, schedule="seqpipe", seq_split=2, cells=part.cells)
+    assert choose_recompute(table, seq, memory_mb=1000).reason.startswith("schedule 'seqpipe' is not supported")
+    frame = table.frame.copy()
+    frame.loc[frame["kind"] == "b", "module"] = "language"
+    vision = frame[frame["kind"] == "b"].assign(kind="vit", module="vision", count=2)
+    frame.loc[frame["kind"] == "b", "count"] = 2
+    multimodal = LayerTable(pd.concat([vision, frame]))
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 0, 1], "kind": ["vit", "b", "b"], "layers": [2, 0, 2]})
+    mm = Partition(stages=2, micro_batches=2, cells=cells)
+    choice = choose_recompute(multimodal, mm, memory_mb=1000, modes=MODES, per_layer=True)
+    assert choice.reason == ("the model is multimodal (modules 'vision', 'language'): per-layer budgets would be "
+                             "built from one module's layers, so no choice is made")
+    assert choice.layer_options.empty and not choice.to_records()
+
+
+def test_bucket_granularity_is_conservative():
+    rows = [dict(kind="b", role="body", count=2, param_mb=0, option=o, forward_time=1.0, backward_time=b,
+                 activation_mb=a) for o, a, b in (("none", 10.25, 2.0), ("full", 1.0, 3.0))]
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 1})
+    table, part = LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=2, cells=cells)
+    # Stage 0 plain: 2 * 10.25 + 10.25 = 30.75 MB, 31 buckets of 1 MB: not within 30.9 MB...
+    assert choose_recompute(table, part, memory_mb=30.9).layer_options["option"].tolist() == ["full", "none"]
+    # ...but within 30.9 MB in buckets of 0.25 MB.
+    fine = choose_recompute(table, part, memory_mb=30.9, bucket_mb=0.25)
+    assert fine.layer_options["option"].tolist() == ["none", "none"]
+    assert fine.stages.at[0, "memory_mb"] == 30.75
+
+
+def test_describe_and_records():
+    table, part = _two_layer_case(10, 10, 10)
+    choice = choose_recompute(table, part, memory_mb=159, modes=MODES, per_layer=True)
+    assert choice.to_records() == [
+        {"first": 0, "count": 1, "kind": "b", "option": "none", "mode": "off"},
+        {"first": 1, "count": 1, "kind": "b", "option": "selective", "mode": "selective"},
+        {"first": 2, "count": 2, "kind": "b", "option": "none", "mode": "off"},
+    ]
+    assert choice.describe().splitlines() == [
+        "time saved -0.2 against the configured recompute; peak 130.0 MB of 159.0 MB",
+        "layer 0 (b): off (none)",
+        "layer 1 (b): selective (selective)",
+        "layers 2-3 (b): off (none)",
+    ]
+    assert choice.ranges.columns.tolist() == ["first", "count", "kind", "option", "mode", "offloaded_mb"]
+
+
+def test_link_left_aside_is_noted():
+    table, part = _two_layer_case(0, 0, 0)
+    link = HostLink(100.0)
+    one = choose_recompute(table, part, memory_mb=1000, modes=MODES, link=link)
+    assert one.notes == ("a one-mode choice does not offload: the host link was left aside",)
+    no_off = choose_recompute(table, part, memory_mb=1000, modes=("selective", "full"), per_layer=True, link=link)
+    assert no_off.notes == ("offloading layers run mode 'off', which is not among the modes: the host link was "
+                            "left aside",)
+    cells = pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 0, 1], "kind": "b", "layers": 1})
+    interleaved = Partition(stages=2, micro_batches=2, chunks=2, cells=cells)
+    assert choose_recompute(table, interleaved, memory_mb=1000, link=link).notes == (
+        "offload is priced at one chunk per stage: the host link was left aside for 2 chunks",)
+
+
+def _bad_grads():
+    table, part = _two_layer_case(0, 0, 0)
+    frame = table.frame.copy()
+    frame.loc[frame["option"] == "full", "grad_mb"] = 3.0
+    return LayerTable(frame), part
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(memory_mb=0), "memory_mb must be a finite number > 0; got 0"),
+    (dict(bucket_mb=-1), "bucket_mb must be a finite number > 0; got -1"),
+    (dict(modes=("off", "recompute")), "modes names an unknown mode 'recompute'; the default modes are 'off', "
+                                       "'selective', 'full' (pass a mapping mode -> option for others)"),
+    (dict(modes="full"), "modes must be a tuple of mode names or a mapping mode -> option; got the string 'full' "
+                         "(write modes=('full',))"),
+    (dict(modes=()), "modes is empty; give at least one mode, e.g. modes=('off', 'selective', 'full')"),
+    (dict(modes={"off": "none", "fast": "comm"}),
+     "modes maps 'fast' to option 'comm', which kind 'b' does not have (its options: 'none', 'selective', 'full')"),
+    (dict(modes={"off": "none", "lazy": "none"}),
+     "modes maps 'off' and 'lazy' to the same option 'none'; each mode needs its own option"),
+    (dict(per_layer=True), "per_layer=True chooses a mode per layer, so it needs modes; pass e.g. "
+                           "modes=('off', 'selective', 'full')"),
+    (dict(per_layer="yes", modes=MODES), "per_layer must be a bool; got 'yes'"),
+    (dict(link=50), "link must be a sappkit.HostLink or None; got int"),
+    (dict(fsdp_holds_grads=1), "fsdp_holds_grads must be a bool; got 1"),
+    (dict(partition="p"), "partition must be a sappkit.Partition; got str"),
+    (dict(partition=Partition(stages=2, micro_batches=2, cells=pd.DataFrame(
+        {"chunk": 0, "stage": [0, 1], "kind": "b", "layers": [2, 1]}))),
+     "partition places 3 layers of kind 'b'; the layer table has count 4 (a partition places every body layer)"),
+    (dict(partition=Partition(stages=2, micro_batches=2, cells=pd.DataFrame(
+        {"chunk": 0, "stage": [0, 1], "kind": ["b", "x"], "layers": [4, 1]}))),
+     "partition places kind 'x', which is not a body kind of the layer table (body kinds: 'b')"),
+    (dict(partition=Partition(stages=2, micro_batches=2, cells=pd.DataFrame(
+        {"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2}), configured="comm")),
+     "partition configures body layer 0 (kind 'b') as 'comm', which is not an option of 'b' "
+     "('none', 'selective', 'full')"),
+])
+def test_choose_refuses_bad_input(change, message):
+    table, part = _two_layer_case(0, 0, 0)
+    arguments = dict(layers=table, partition=part, memory_mb=100) | change
+    with pytest.raises(InputError) as error:
+        choose_recompute(arguments.pop("layers"), arguments.pop("partition"), **arguments)
+    assert str(error.value) == message
+
+
+def test_refuses_a_second_peak_with_gradients_that_depend_on_the_option():
+    table, part = _bad_grads()
+    with pytest.raises(InputError) as error:
+        choose_recompute(table, part, memory_mb=100, fsdp_holds_grads=True)
+    assert str(error.value) == ("layers kind 'b' has different grad_mb on its options ([0.0, 3.0]); the second peak "
+                                "needs one gradient size per kind")
+
+
+@pytest.mark.parametrize("memory_mb, message", [
+    ([], "memory_mb must list at least one capacity in MB; got an empty list"),
+    ([100, -5], "memory_mb[1] must be a finite number > 0; got -5"),
+])
+def test_sweep_refuses_bad_budgets(memory_mb, message):
+    table, part = _two_layer_case(0, 0, 0)
+    with pytest.raises(InputError) as error:
+        sweep_recompute(table, part, memory_mb=memory_mb)
+    assert str(error.value) == message
+
+
+def test_one_mode_refusal_names_the_lightest_mode():
+    table, part = _two_layer_case(0, 0, 0)
+    choice = choose_recompute(table, part, memory_mb=30, modes=MODES)
+    assert choice.reason == ("no mode fits every stage: the lightest, 'full', needs 38.0 MB on stage 0 against a "
+                             "limit of 30.0 MB")
+    assert choice.stages["memory_mb"].tolist() == [38.0, 4.0]
+    for export in (choice.megatron, choice.torchtitan, choice.recompute_lists):
+        with pytest.raises(InputError) as error:
+            export()
+        assert str(error.value).endswith(f"needs a choice, and none was made: {choice.reason}")
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: HostLink(0.0), "mb_per_time must be a finite number > 0; got 0.0"),
+    (lambda: HostLink(10.0, overlap=1.5), "overlap must be a share between 0 and 1; got 1.5"),
+    (lambda: HostLink(10.0, overlap=-0.1), "overlap must be a finite number >= 0; got -0.1"),
+    (lambda: HostLink(10.0, time_per_mb=-1), "time_per_mb must be a finite number >= 0; got -1"),
+    (lambda: HostLink.from_gbps(50, time_unit_ms=0), "time_unit_ms must be a finite number > 0; got 0"),
+])
+def test_host_link_refuses(call, message):
+    with pytest.raises(InputError) as error:
+        call()
+    assert str(error.value) == message
+
+
+def test_pricing_refuses_unknown_options_and_short_assignments():
+    from sappkit.recompute.pricing import price
+
+    table, part = _two_layer_case(0, 0, 0)
+    pricing = price(table, part, memory_mb=100)
+    with pytest.raises(InputError) as error:
+        pricing.cost("b", "comm")
+    assert str(error.value) == "kind 'b' has no option 'comm'; its options are 'none', 'selective', 'full'"
+    with pytest.raises(InputError) as error:
+        pricing.evaluate(["none"] * 3)
+    assert str(error.value) == "options has 3 entries; the partition has 4 body layers"
+    with pytest.raises(InputError) as error:
+        price(table, part, memory_mb=100, modes={"off": 0})
+    assert str(error.value) == "modes must map mode names to option names; got 'off': 0"
