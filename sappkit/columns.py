@@ -7,7 +7,7 @@ unit in every ``*_time`` column.
 __all__ = [
     "KIND", "ROLE", "COUNT", "PARAM_MB", "OPTION", "FORWARD_TIME", "BACKWARD_TIME",
     "ACTIVATION_MB", "MODULE", "MEMORY_ONCE_MB", "WORKING_MB", "FIRST_WORKING_MB",
-    "GRAD_MB", "LAYER_REQUIRED", "LAYER_OPTIONAL",
+    "GRAD_MB", "LAYER_REQUIRED", "LAYER_OPTIONAL", "LAYER_NUMERIC",
     "STAGE", "CHUNK", "IN_FLIGHT", "OVERHEAD_MB", "CONST_MB", "MEMORY_MB", "LIMIT_MB",
     "STAGE_MEMORY", "RECOMPUTE_TIME", "TIME", "LAYERS",
     "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "DEFAULT_MODES",
@@ -31,6 +31,9 @@ GRAD_MB = "grad_mb"
 LAYER_REQUIRED = (KIND, ROLE, COUNT, PARAM_MB, OPTION, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
 #: Optional layer columns and their defaults (``first_working_mb`` defaults to ``working_mb``).
 LAYER_OPTIONAL = {MODULE: "model", MEMORY_ONCE_MB: 0.0, WORKING_MB: 0.0, FIRST_WORKING_MB: None, GRAD_MB: 0.0}
+#: The layer columns that hold numbers (checked finite and >= 0).
+LAYER_NUMERIC = (COUNT, PARAM_MB, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB, WORKING_MB,
+                 FIRST_WORKING_MB, GRAD_MB)
 
 # Pipeline cells and the shared per-stage memory schema (DESIGN.md "Per-stage memory").
 STAGE = "stage"

@@ -1,4 +1,4 @@
-"""Shared fixtures: a seeded random generator and figures closed after every test."""
+"""Shared fixtures: a seeded random generator, figures closed after every test, the bundled inputs."""
 
 import matplotlib
 
@@ -7,6 +7,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+
+from sappkit import read_dryrun_csv, read_layers_json  # noqa: E402
+from sappkit.demo import run_demo  # noqa: E402
+
+from .bundled import DATA  # noqa: E402
 
 
 @pytest.fixture
@@ -19,3 +24,27 @@ def rng():
 def _close_figures():
     yield
     plt.close("all")
+
+
+@pytest.fixture(scope="session")
+def llama():
+    """The bundled Llama-2-70B-class layer table (read once per run; tests must not change it)."""
+    return read_layers_json(DATA / "llama2_70b.json")
+
+
+@pytest.fixture(scope="session")
+def deepseek():
+    """The bundled DeepSeek-V3-class layer table (dense then MoE layers)."""
+    return read_layers_json(DATA / "deepseek_v3.json")
+
+
+@pytest.fixture(scope="session")
+def observed():
+    """The bundled Llama-2-70B-class dry-run observations."""
+    return read_dryrun_csv(DATA / "llama2_70b_dryruns.csv")
+
+
+@pytest.fixture(scope="session")
+def demo():
+    """``run_demo()`` computed once for every test that reads it."""
+    return run_demo()

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 
-import browser_support
 import nbformat
 import pytest
-from browser_support import browser_context, image_states, pixel_spread, require_browser
 
 from sappkit.report import default_notebooks, notebook_summary, write_report
+
+from . import browser_support
+from .browser_support import browser_context, image_states, pixel_spread, require_browser
 
 pytestmark = pytest.mark.browser
 

@@ -48,22 +48,8 @@ import numpy as np
 import pandas as pd
 
 from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    CHUNK,
-    CONST_MB,
-    FORWARD_TIME,
-    KIND,
-    LAYERS,
-    LIMIT_MB,
-    MEMORY_MB,
-    OPTION,
-    OVERHEAD_MB,
-    PARAM_MB,
-    RECOMPUTE_TIME,
-    STAGE,
-    TIME,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, OVERHEAD_MB,
+    PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from .setup import BalanceSetup
 

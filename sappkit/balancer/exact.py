@@ -37,19 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cells import (
-    EPS,
-    Cache,
-    Combos,
-    best_per_total,
-    enumerate_stage,
-    fixed_memory,
-    min_max,
-    min_sum,
-    monotone_chunks,
-    placement,
-    split_values,
-    stage_value,
-    subset,
+    EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, min_sum, monotone_chunks, placement,
+    split_values, stage_value, subset,
 )
 from .evaluate import evaluate
 from .setup import BalanceSetup

@@ -16,16 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .._check import check_choice, check_int, check_number
-from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    FORWARD_TIME,
-    KIND,
-    MEMORY_ONCE_MB,
-    OPTION,
-    PARAM_MB,
-    SAPP_OPTIONS,
-)
+from ..columns import ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, PARAM_MB, SAPP_OPTIONS
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.schedules import check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell

@@ -9,7 +9,7 @@ analysis does once.
 from __future__ import annotations
 
 from ..demo import bundled
-from ..layers.formats import read_layers_json
+from ..layers import read_layers_json
 from ..one_more.analysis import RecomputeAnalysis, alternatives
 from ..pipeline.costs import even_assignment
 from ..recompute.chooser import choose_recompute

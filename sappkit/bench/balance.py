@@ -26,7 +26,8 @@ import pulp
 from ..balancer.optimise import balance, optimise
 from ..balancer.setup import BalanceSetup, make_setup
 from ..balancer.solver import SolverOptions, solve
-from ..layers.estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
+from ..layers.configs import DeviceConfig, ParallelConfig, TransformerConfig
+from ..layers.estimate import estimate_layers
 from . import median_seconds, row
 
 __all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB"]

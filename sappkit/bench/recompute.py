@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..demo import bundled
-from ..layers.formats import read_layers_json
+from ..layers import read_layers_json
 from ..pipeline.costs import even_assignment
 from ..recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from ..recompute.knapsack import Group, budget_buckets, build_front, to_buckets

@@ -8,7 +8,7 @@ the neighbouring schedules and the glue that builds the costs.
 from __future__ import annotations
 
 from ..demo import DEMO_LAYERS, bundled
-from ..layers.formats import read_layers_json
+from ..layers import read_layers_json
 from ..pipeline.costs import cell_costs, even_assignment
 from ..pipeline.simulator import simulate
 from . import median_seconds, row

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import InputError
-from ..layers.formats import read_layers_csv, read_layers_json
+from ..layers import read_layers_csv, read_layers_json
 from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import SCHEDULES
 from ..recompute.partition import Partition

@@ -4,8 +4,10 @@ Built by hand, read from MindFormers/SAPP layer JSON or CSV, or estimated
 analytically from a transformer's shape; every other model reads it.
 """
 
-from .estimate import DeviceConfig, ParallelConfig, TransformerConfig, estimate_layers
-from .formats import read_layers_csv, read_layers_json, write_layers_csv, write_layers_json
+from .configs import DeviceConfig, ParallelConfig, TransformerConfig
+from .estimate import estimate_layers
+from .formats import read_layers_csv, write_layers_csv
+from .mindformers import read_layers_json, write_layers_json
 from .table import LayerTable, as_layer_table
 
 __all__ = ["LayerTable", "as_layer_table", "read_layers_json", "write_layers_json", "read_layers_csv",

@@ -15,32 +15,13 @@ import pandas as pd
 from .._check import check_number
 from .._frames import plain as _plain
 from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    BODY,
-    COUNT,
-    FIRST_WORKING_MB,
-    FORWARD_TIME,
-    GRAD_MB,
-    HEAD,
-    KIND,
-    LAYER_OPTIONAL,
-    LAYER_REQUIRED,
-    MEMORY_ONCE_MB,
-    MODULE,
-    OPTION,
-    PARAM_MB,
-    ROLE,
-    ROLES,
-    TAIL,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
+    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, TAIL, WORKING_MB,
 )
 from ..errors import InputError
 
 __all__ = ["LayerTable", "as_layer_table"]
 
-_NUMERIC = (COUNT, PARAM_MB, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB,
-            MEMORY_ONCE_MB, WORKING_MB, FIRST_WORKING_MB, GRAD_MB)
 #: Columns that describe a kind, so they must agree across its option rows.
 _PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
 
@@ -263,7 +244,7 @@ def _validated(frame) -> pd.DataFrame:
     frame[MODULE] = frame[MODULE].astype(str)
     for column in (KIND, OPTION):
         frame[column] = frame[column].astype(str)
-    for column in _NUMERIC:
+    for column in LAYER_NUMERIC:
         frame[column] = _numeric_column(frame, column)
     for row, role in frame[ROLE].items():
         if role not in ROLES:

@@ -40,17 +40,7 @@ from ..errors import InputError
 from ..layers.table import LayerTable
 from .dryruns import MICRO_BATCHES, as_observations, count_columns
 from .model import (
-    ACTIVATION,
-    CONST,
-    HEAD,
-    PARAM,
-    TAIL,
-    YAML_KEY,
-    Param,
-    body_params,
-    design,
-    observed_options,
-    params_to_layers,
+    ACTIVATION, CONST, HEAD, PARAM, TAIL, YAML_KEY, Param, body_params, design, observed_options, params_to_layers,
 )
 from .stage_config import RUN, STAGES
 

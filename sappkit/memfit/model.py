@@ -26,23 +26,9 @@ import numpy as np
 import pandas as pd
 
 from .._frames import check_frame
-from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    BODY,
-    CHUNK,
-    COUNT,
-    FORWARD_TIME,
-    KIND,
-    LAYERS,
-    MEMORY_MB,
-    OPTION,
-    PARAM_MB,
-    ROLE,
-    SAPP_OPTIONS,
-    STAGE,
-)
+from ..columns import ACTIVATION_MB, BACKWARD_TIME, BODY, CHUNK, COUNT, FORWARD_TIME
 from ..columns import HEAD as HEAD_ROLE
+from ..columns import KIND, LAYERS, MEMORY_MB, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, STAGE
 from ..columns import TAIL as TAIL_ROLE
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table

@@ -16,54 +16,34 @@ within rounding: the first is kept, in order of stage, group and mode.
 
 Everything is priced once (:func:`sappkit.recompute.pricing.price`, as
 :func:`sappkit.choose_recompute` prices); each plan is then a matter of
-sums over the stored prices, all plans evaluated at once.
+sums over the stored prices, all plans evaluated at once. ``current`` is read
+and checked by :func:`sappkit.one_more.current.layer_modes`.
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
-from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from .._frames import check_frame
 from ..columns import (
-    ACTIVATION_MB,
-    CHUNK,
-    CONST_MB,
-    KIND,
-    LIMIT_MB,
-    MEMORY_MB,
-    MEMORY_ONCE_MB,
-    OPTION,
-    OVERHEAD_MB,
-    PARAM_MB,
-    STAGE,
-    TIME,
+    ACTIVATION_MB, CHUNK, CONST_MB, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, STAGE, TIME,
     WORKING_MB,
 )
 from ..errors import InputError
-from ..recompute.choice import MODE, OFFLOADED_MB, RecomputeChoice
+from ..recompute.choice import RecomputeChoice
 from ..recompute.knapsack import Group, canonical
 from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
+from .current import check_dimensions, dimension_pairs, layer_modes
 from .result import (
-    ALTERNATIVE,
-    ALTERNATIVE_COLUMNS,
-    LAYER,
-    AlternativePlan,
-    Alternatives,
-    PlanList,
-    build_plan,
-    no_alternatives,
+    ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, no_alternatives,
     stage_columns,
 )
 
 __all__ = ["RecomputeAnalysis", "alternatives"]
 
 FULL = "full"
-_CURRENT_COLUMNS = ("first", "count", KIND, MODE)
 # Peaks and time saved within this share (or this many MB / time units) of each other are equal: the same
 # prices summed in another order differ in their last bits.
 _ROUNDING = 1e-9
@@ -144,7 +124,7 @@ class RecomputeAnalysis:
 
     def _setup(self, pricing: Pricing, dimensions) -> None:
         self.pricing = pricing
-        self.dimensions = _dimensions(dimensions)
+        self.dimensions = dimension_pairs(dimensions)
         self.modes = tuple(pricing.modes)
         self.reason = pricing.reason
         if self.reason is None and FULL not in self.modes:
@@ -187,16 +167,13 @@ class RecomputeAnalysis:
 
     def _explore(self, current) -> Alternatives:
         """The alternatives from ``current`` as frames and plans (:func:`alternatives`)."""
-        stated = getattr(current, "dimensions", ())
-        if stated and stated != self.dimensions:
-            raise InputError(f"current was priced at dimensions {stated!r}, this analysis at {self.dimensions!r}; "
-                             "alternatives keep the strategy: build a RecomputeAnalysis at those dimensions")
+        check_dimensions(current, self.dimensions)
         if self.reason is not None:
             return no_alternatives(current, self.reason)
         if isinstance(current, RecomputeChoice) and current.mode is not None:
             return no_alternatives(current, f"current runs mode {current.mode!r} for every layer (a one-mode "
                                             "choice): its runtime cannot turn up one layer")
-        rows, starts = self._candidates(self._current_modes(current))
+        rows, starts = self._candidates(layer_modes(current, pricing=self.pricing))
         values = self._evaluate(rows)
         if not isinstance(current, RecomputeChoice):
             current = self._plan(rows, values, 0)
@@ -228,47 +205,6 @@ class RecomputeAnalysis:
                     for column, array in stage_columns(self._prices["fixed"], values, numbers).items())
         return Alternatives(pd.DataFrame(records, columns=list(ALTERNATIVE_COLUMNS)), pd.DataFrame(long),
                             PlanList(lambda number: self._plan(rows, values, numbers[number]), len(kept)), current)
-
-    def _current_modes(self, current) -> np.ndarray:
-        """Each body layer's mode index under ``current``, refusing what the analysis cannot extend."""
-        if isinstance(current, RecomputeChoice):
-            if not current.chosen:
-                raise InputError(f"current made no choice ({current.reason}); there is no plan to extend")
-            frame = current.ranges
-        elif isinstance(current, pd.DataFrame):
-            frame = current.reset_index(drop=True)
-        else:
-            raise InputError(f"current must be a RecomputeChoice or a ranges DataFrame; got {type(current).__name__}")
-        check_frame(frame, "current", _CURRENT_COLUMNS, "a plan's ranges frame")
-        body = self.pricing.body
-        count = len(body)
-        modes = np.full(count, -1)
-        owner = np.full(count, -1)
-        for row, item in enumerate(frame.itertuples(index=False)):
-            first, length = _range_bounds(row, item.first, item.count)
-            _check_range_mode(row, item, self.pricing.modes)
-            if first + length > count:
-                raise InputError(f"current range {row} covers layers {first}-{first + length - 1}; the partition has "
-                                 f"body layers 0-{count - 1}")
-            taken = owner[first:first + length]
-            if (taken >= 0).any():
-                at = first + int(np.argmax(taken >= 0))
-                raise InputError(f"current ranges {owner[at]} and {row} overlap at layer {at}; each body layer "
-                                 "belongs to one range")
-            placed = body[KIND].iloc[first:first + length].to_numpy()
-            wrong = np.flatnonzero(placed != item.kind)
-            if wrong.size:
-                at = first + int(wrong[0])
-                raise InputError(f"current range {row} gives layer {at} kind {item.kind!r}; the partition places "
-                                 f"kind {placed[wrong[0]]!r} there")
-            owner[first:first + length] = row
-            modes[first:first + length] = self.modes.index(item.mode)
-        absent = np.flatnonzero(modes < 0)
-        if absent.size:
-            listed = ", ".join(map(str, absent[:8])) + (", ..." if absent.size > 8 else "")
-            raise InputError(f"current leaves {absent.size} body layer(s) out ({listed}); every body layer of the "
-                             "partition needs a mode")
-        return modes
 
     def _candidates(self, modes: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
         """``current`` (row 0), then per group and starting mode the modes after one layer of the group is
@@ -385,50 +321,6 @@ def _pricing_options(options: dict) -> dict:
         raise InputError(f"link must be None for the analysis; got {options['link']!r} (it prices plans without "
                          "offload, and refuses a plan that offloads)")
     return {key: value for key, value in options.items() if key in ("fsdp_holds_grads", "bucket_mb")}
-
-
-def _dimensions(dimensions) -> tuple[tuple[str, int], ...]:
-    """Parallel degrees as ``((name, degree), ...)``."""
-    pairs = list(dimensions.items()) if isinstance(dimensions, Mapping) else list(dimensions)
-    out = []
-    for index, pair in enumerate(pairs):
-        ok = isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str) and \
-            isinstance(pair[1], int | np.integer) and not isinstance(pair[1], bool) and pair[1] >= 1
-        if not ok:
-            raise InputError(f"dimensions[{index}] is {pair!r}; expected a (name, degree) pair with a degree >= 1, "
-                             "e.g. ('tp', 4)")
-        out.append((pair[0], int(pair[1])))
-    return tuple(out)
-
-
-def _range_bounds(row: int, first, count) -> tuple[int, int]:
-    def whole(value) -> bool:
-        return isinstance(value, int | np.integer | float | np.floating) and not isinstance(value, bool) \
-            and math.isfinite(value) and float(value).is_integer()
-
-    if not (whole(first) and whole(count)) or count <= 0 or first < 0:
-        raise InputError(f"current range {row} has first={first!r}, count={count!r}; a range needs whole numbers "
-                         "first >= 0 and count >= 1")
-    return int(first), int(count)
-
-
-def _check_range_mode(row: int, item, modes: dict[str, str]) -> None:
-    where = f"current range {row} (layers {int(item.first)}-{int(item.first + item.count - 1)})"
-    offloaded = getattr(item, OFFLOADED_MB, 0.0)
-    if offloaded and offloaded > 0:
-        raise InputError(f"{where} offloads {offloaded!r} MB per micro-batch to the host; the analysis turns "
-                         "layers up on the device and does not price offload (choose without a host link)")
-    mode = item.mode
-    if not isinstance(mode, str):
-        raise InputError(f"{where} runs mode {mode!r}; the analysis extends a choice of a mode per layer "
-                         "(choose_recompute(..., modes=..., per_layer=True))")
-    if mode not in modes:
-        raise InputError(f"{where} runs mode {mode!r}, which the analysis does not price; its modes are "
-                         f"{', '.join(map(repr, modes))}")
-    option = getattr(item, OPTION, modes[mode])
-    if option != modes[mode]:
-        raise InputError(f"{where} runs option {option!r} under mode {mode!r}; the analysis prices mode {mode!r} "
-                         f"as option {modes[mode]!r}")
 
 
 def _layer_prices(pricing: Pricing) -> dict[str, np.ndarray]:

@@ -16,18 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..columns import (
-    ACTIVATION_MB,
-    CHUNK,
-    CONST_MB,
-    IN_FLIGHT,
-    KIND,
-    LIMIT_MB,
-    MEMORY_MB,
-    OPTION,
-    OVERHEAD_MB,
-    PARAM_MB,
-    STAGE,
-    TIME,
+    ACTIVATION_MB, CHUNK, CONST_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, OPTION, OVERHEAD_MB, PARAM_MB, STAGE, TIME,
     WORKING_MB,
 )
 from ..recompute.choice import MODE, OFFLOADED_MB, RANGE_COLUMNS, RecomputeChoice

@@ -24,22 +24,8 @@ import pandas as pd
 from .._check import check_int, check_number
 from .._frames import check_frame, whole_column
 from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    CHUNK,
-    CONST_MB,
-    FORWARD_TIME,
-    KIND,
-    LAYERS,
-    LIMIT_MB,
-    MEMORY_MB,
-    MEMORY_ONCE_MB,
-    OPTION,
-    OVERHEAD_MB,
-    PARAM_MB,
-    RECOMPUTE_TIME,
-    STAGE,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
+    OPTION, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table

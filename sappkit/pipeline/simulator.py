@@ -49,21 +49,8 @@ import pandas as pd
 from .._check import check_number
 from .._frames import check_frame, number_column, plain, whole_column
 from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    CHUNK,
-    CONST_MB,
-    FORWARD_TIME,
-    IN_FLIGHT,
-    LIMIT_MB,
-    MEMORY_MB,
-    MEMORY_ONCE_MB,
-    OVERHEAD_MB,
-    PARAM_MB,
-    RECOMPUTE_TIME,
-    STAGE,
-    TIME,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
+    OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from .events import StepPlan, op_starts, step_plan

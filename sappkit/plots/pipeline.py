@@ -12,17 +12,7 @@ from matplotlib.patches import Patch
 
 from .._frames import check_frame
 from ..columns import (
-    ACTIVATION_MB,
-    CHUNK,
-    CONST_MB,
-    LIMIT_MB,
-    MEMORY_MB,
-    OVERHEAD_MB,
-    PARAM_MB,
-    RECOMPUTE_TIME,
-    STAGE,
-    TIME,
-    WORKING_MB,
+    ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation

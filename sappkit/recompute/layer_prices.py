@@ -14,18 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ..columns import (
-    ACTIVATION_MB,
-    BACKWARD_TIME,
-    DEFAULT_MODES,
-    FIRST_WORKING_MB,
-    FORWARD_TIME,
-    GRAD_MB,
-    KIND,
-    MEMORY_ONCE_MB,
-    OPTION,
-    PARAM_MB,
-    TIME,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, DEFAULT_MODES, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, KIND, MEMORY_ONCE_MB, OPTION,
+    PARAM_MB, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.table import LayerTable

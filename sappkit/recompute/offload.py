@@ -34,15 +34,7 @@ from dataclasses import KW_ONLY, dataclass
 import numpy as np
 
 from .._check import check_number
-from ..columns import (
-    ACTIVATION_MB,
-    FIRST_WORKING_MB,
-    FORWARD_TIME,
-    GRAD_MB,
-    MEMORY_ONCE_MB,
-    TIME,
-    WORKING_MB,
-)
+from ..columns import ACTIVATION_MB, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, MEMORY_ONCE_MB, TIME, WORKING_MB
 from ..errors import InputError
 from .knapsack import Group, budget_buckets, build_front, canonical, suffix_fronts, to_buckets
 from .pricing import Pricing

@@ -50,21 +50,8 @@ import pandas as pd
 
 from .._check import check_number
 from ..columns import (
-    ACTIVATION_MB,
-    CHUNK,
-    CONST_MB,
-    FIRST_WORKING_MB,
-    GRAD_MB,
-    IN_FLIGHT,
-    KIND,
-    LIMIT_MB,
-    MEMORY_MB,
-    MEMORY_ONCE_MB,
-    OVERHEAD_MB,
-    PARAM_MB,
-    STAGE,
-    TIME,
-    WORKING_MB,
+    ACTIVATION_MB, CHUNK, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
+    OVERHEAD_MB, PARAM_MB, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table

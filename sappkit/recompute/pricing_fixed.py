@@ -13,17 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..columns import (
-    ACTIVATION_MB,
-    CHUNK,
-    CONST_MB,
-    GRAD_MB,
-    KIND,
-    LIMIT_MB,
-    MEMORY_ONCE_MB,
-    OVERHEAD_MB,
-    PARAM_MB,
-    STAGE,
-    WORKING_MB,
+    ACTIVATION_MB, CHUNK, CONST_MB, GRAD_MB, KIND, LIMIT_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, STAGE, WORKING_MB,
 )
 from .layer_prices import LayerPrices
 from .partition import Partition

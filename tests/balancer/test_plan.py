@@ -6,12 +6,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
-from test_optimise import reference_in_flight, reference_overhead_terms
 
 import sappkit
 from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup
 from sappkit.pipeline.costs import stage_memory
+
+from .test_optimise import reference_in_flight, reference_overhead_terms
 
 ROWS = [dict(kind="embed", role="head", count=1, param_mb=40, option="none", forward_time=1, backward_time=2,
              activation_mb=6),

@@ -7,17 +7,8 @@ import pandas as pd
 import pytest
 
 from sappkit import (
-    InputError,
-    LayerTable,
-    dryrun_config,
-    expected_params,
-    fit_memory,
-    plan_dryruns,
-    read_dryrun_csv,
-    read_dryrun_yaml,
-    read_layers_json,
-    stage_memory,
-    synthetic_dryruns,
+    InputError, LayerTable, dryrun_config, expected_params, fit_memory, plan_dryruns, read_dryrun_csv, read_dryrun_yaml,
+    read_layers_json, stage_memory, synthetic_dryruns,
 )
 from sappkit.columns import SAPP_OPTIONS
 

@@ -9,13 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sappkit import (
-    DryRunWarning,
-    InputError,
-    LayerTable,
-    expected_params,
-    fit_memory,
-    plan_dryruns,
-    read_dryrun_yaml,
+    DryRunWarning, InputError, LayerTable, expected_params, fit_memory, plan_dryruns, read_dryrun_yaml,
     synthetic_dryruns,
 )
 from sappkit.columns import SAPP_OPTIONS

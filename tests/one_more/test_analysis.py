@@ -1,4 +1,4 @@
-"""One more recomputed layer: brute force, refusals, empty results, pricing once, frames, plot, CLI."""
+"""One more recomputed layer: brute force, empty results, refused settings, pricing once, frames, plot, CLI."""
 
 import json
 from collections import Counter
@@ -244,8 +244,8 @@ def test_frame_columns_and_companion_frame():
     assert found.current.layer_options["mode"].tolist() == current
 
 
-def test_duplicates_are_dropped_and_custom_mode_names_work():
-    table, part = _small()
+def test_duplicates_are_dropped_and_custom_mode_names_work(small):
+    table, part = small
     # from off, the layer that ends warm-up frees what any other layer frees (under full its working set is the
     # plain layer's, as it was under off): one plan per stage, not one per group
     analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
@@ -262,20 +262,13 @@ def test_duplicates_are_dropped_and_custom_mode_names_work():
 
 # --- empty results -----------------------------------------------------------------------------------------------
 
-def _small():
-    rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1, backward_time=t,
-                 activation_mb=a) for o, a, t in (("none", 40, 2), ("selective", 15, 2.2), ("full", 5, 3))]
-    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
-    return LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=4, cells=cells)
-
-
-def test_empty_for_multimodal_schedule_modes_and_one_mode():
+def test_empty_for_multimodal_schedule_modes_and_one_mode(small):
     rng = np.random.default_rng(1)
     vlm = _model(rng, kinds=2, counts=[2, 2], module=["vision", "language"])
     part = _partition(rng, vlm, stages=2)
     found = alternatives(_ranges(part, ["off"] * 4), analysis=RecomputeAnalysis(vlm, part, memory_mb=1e5, modes=MODES))
     assert not found.plans and found.frame.empty and found.reason.startswith("the model is multimodal")
-    table, part = _small()
+    table, part = small
     dual = Partition(stages=2, chunks=2, schedule="dualpipev", micro_batches=4,
                      cells=pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 1, 0], "kind": "b", "layers": 1}))
     analysis = RecomputeAnalysis(table, dual, memory_mb=1e5, modes=MODES)
@@ -290,8 +283,8 @@ def test_empty_for_multimodal_schedule_modes_and_one_mode():
                                                   "its runtime cannot turn up one layer")
 
 
-def test_empty_when_nothing_can_be_turned_up_or_fit():
-    table, part = _small()
+def test_empty_when_nothing_can_be_turned_up_or_fit(small):
+    table, part = small
     analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
     found = alternatives(_ranges(part, ["full"] * 4), analysis=analysis)
     assert not found.plans and found.reason == "every layer already runs 'full'"
@@ -306,79 +299,7 @@ def test_empty_when_nothing_can_be_turned_up_or_fit():
     assert found.reason == f"current does not fit: stage 0 needs {peak:.1f} MB against a limit of {peak - 1:.1f} MB"
 
 
-# --- refusals ----------------------------------------------------------------------------------------------------
-
-@pytest.fixture(scope="module")
-def small_analysis():
-    table, part = _small()
-    return RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
-
-
-def _refused(analysis, current, message):
-    with pytest.raises(InputError) as error:
-        analysis.alternatives(current)
-    assert str(error.value) == message
-
-
-def _frame(rows):
-    return pd.DataFrame(rows, columns=["first", "count", "kind", "mode"])
-
-
-def test_refuses_bad_ranges(small_analysis):
-    _refused(small_analysis, _frame([(0, 0, "b", "off"), (0, 4, "b", "off")]),
-             "current range 0 has first=0, count=0; a range needs whole numbers first >= 0 and count >= 1")
-    _refused(small_analysis, _frame([(-1, 2, "b", "off")]),
-             "current range 0 has first=-1, count=2; a range needs whole numbers first >= 0 and count >= 1")
-    _refused(small_analysis, _frame([(0, 3, "b", "off"), (2, 2, "b", "full")]),
-             "current ranges 0 and 1 overlap at layer 2; each body layer belongs to one range")
-    _refused(small_analysis, _frame([(0, 3, "b", "off")]),
-             "current leaves 1 body layer(s) out (3); every body layer of the partition needs a mode")
-    _refused(small_analysis, _frame([(0, 5, "b", "off")]),
-             "current range 0 covers layers 0-4; the partition has body layers 0-3")
-    _refused(small_analysis, _frame([(0, 2, "b", "off"), (2, 2, "c", "off")]),
-             "current range 1 gives layer 2 kind 'c'; the partition places kind 'b' there")
-    _refused(small_analysis, pd.DataFrame({"first": [0], "count": [4], "kind": ["b"]}),
-             "current is missing column(s) 'mode'; a plan's ranges frame needs first, count, kind, mode")
-    _refused(small_analysis, [("0", 4)], "current must be a RecomputeChoice or a ranges DataFrame; got list")
-
-
-def test_refuses_modes_not_priced_offload_and_no_choice(small_analysis):
-    table, part = _small()
-    two = RecomputeAnalysis.from_pricing(choose_recompute(table, part, memory_mb=1e5, modes=("off", "full")).pricing)
-    _refused(two, _frame([(0, 2, "b", "selective"), (2, 2, "b", "off")]),
-             "current range 0 (layers 0-1) runs mode 'selective', which the analysis does not price; its modes "
-             "are 'off', 'full'")
-    fronts = choose_recompute(table, part, memory_mb=1e5)
-    _refused(small_analysis, fronts, "current range 0 (layers 0-3) runs mode None; the analysis extends a choice of "
-                                     "a mode per layer (choose_recompute(..., modes=..., per_layer=True))")
-    wrong = _frame([(0, 4, "b", "off")]).assign(option="full")
-    _refused(small_analysis, wrong, "current range 0 (layers 0-3) runs option 'full' under mode 'off'; the analysis "
-                                    "prices mode 'off' as option 'none'")
-    offloaded = _frame([(0, 4, "b", "off")]).assign(offloaded_mb=12.5)
-    _refused(small_analysis, offloaded, "current range 0 (layers 0-3) offloads 12.5 MB per micro-batch to the host; "
-                                        "the analysis turns layers up on the device and does not price offload "
-                                        "(choose without a host link)")
-    link = choose_recompute(table, part, memory_mb=300, modes=MODES, per_layer=True,
-                            link=sappkit.HostLink(mb_per_time=1e6))
-    assert link.ranges["offloaded_mb"].tolist() == [40.0, 0.0, 0.0, 0.0]
-    _refused(small_analysis, link, "current range 0 (layers 0-0) offloads 40.0 MB per micro-batch to the host; the "
-                                   "analysis turns layers up on the device and does not price offload (choose "
-                                   "without a host link)")
-    none = choose_recompute(table, part, memory_mb=10, modes=MODES, per_layer=True)
-    _refused(small_analysis, none, f"current made no choice ({none.reason}); there is no plan to extend")
-
-
-def test_refuses_other_dimensions():
-    table, part = _small()
-    choice = choose_recompute(table, part, memory_mb=1e5, modes=MODES, per_layer=True)
-    at_tp4 = RecomputeAnalysis.from_pricing(choice.pricing, dimensions={"dp": 2, "tp": 4})
-    plan = at_tp4.alternatives(choice)[0]
-    assert plan.dimensions == (("dp", 2), ("tp", 4))
-    at_tp2 = RecomputeAnalysis.from_pricing(choice.pricing, dimensions=(("dp", 2), ("tp", 2)))
-    _refused(at_tp2, plan, "current was priced at dimensions (('dp', 2), ('tp', 4)), this analysis at (('dp', 2), "
-                           "('tp', 2)); alternatives keep the strategy: build a RecomputeAnalysis at those dimensions")
-    assert at_tp4.alternatives(plan) and at_tp2.alternatives(choice)
-
+# --- refused settings (refused currents: test_current.py) --------------------------------------------------------
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(modes=None), "modes is None; the analysis turns layers up to the mode 'full' of a runtime's modes: pass "
@@ -392,18 +313,16 @@ def test_refuses_other_dimensions():
                                   "and refuses a plan that offloads)"),
     (dict(modes=MODES, budget=3), "RecomputeAnalysis got unknown option(s) 'budget'; it takes choose_recompute's "
                                   "fsdp_holds_grads, bucket_mb, per_layer, link"),
-    (dict(modes=MODES, dimensions=[("tp", 0)]), "dimensions[0] is ('tp', 0); expected a (name, degree) pair with a "
-                                                "degree >= 1, e.g. ('tp', 4)"),
 ])
-def test_refuses_bad_analysis_settings(kwargs, message):
-    table, part = _small()
+def test_refuses_bad_analysis_settings(small, kwargs, message):
+    table, part = small
     with pytest.raises(InputError) as error:
         RecomputeAnalysis(table, part, memory_mb=1e5, **kwargs)
     assert str(error.value) == message
 
 
-def test_alternatives_needs_prices():
-    table, part = _small()
+def test_alternatives_needs_prices(small):
+    table, part = small
     with pytest.raises(InputError) as error:
         alternatives(_ranges(part, ["off"] * 4))
     assert str(error.value) == ("choice is a DataFrame, which carries no prices; pass "
@@ -423,8 +342,8 @@ def test_alternatives_needs_prices():
 # --- plot, dashboard logic, command line -----------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def walk_start():
-    table, part = _small()
+def walk_start(small):
+    table, part = small
     choice = choose_recompute(table, part, memory_mb=290, modes=MODES, per_layer=True)
     return RecomputeAnalysis.from_pricing(choice.pricing), choice
 

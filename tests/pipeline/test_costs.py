@@ -7,14 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sappkit import (
-    InputError,
-    LayerTable,
-    cell_costs,
-    even_assignment,
-    in_flight,
-    read_layers_json,
-    simulate,
-    stage_memory,
+    InputError, LayerTable, cell_costs, even_assignment, in_flight, read_layers_json, simulate, stage_memory,
 )
 from sappkit.columns import STAGE_MEMORY
 from sappkit.pipeline.schedules import model_order

@@ -5,19 +5,15 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
-from test_chooser_cases import (
-    brute_force_stages,
-    check_reported_memory,
-    limit_between,
-    random_partition,
-    random_table,
-    stage_memory,
-)
 
 from sappkit.errors import InputError
 from sappkit.layers.table import LayerTable
 from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from sappkit.recompute.partition import Partition
+
+from .test_chooser_cases import (
+    brute_force_stages, check_reported_memory, limit_between, random_partition, random_table, stage_memory,
+)
 
 MODES = ("off", "selective", "full")
 

@@ -6,22 +6,15 @@ from fractions import Fraction
 
 import pandas as pd
 import pytest
-from test_chooser_cases import (
-    _row,
-    _stage_layers,
-    brute_force_stages,
-    check_reported_memory,
-    layer_memory,
-    limit_between,
-    one_stage,
-    random_partition,
-    random_table,
-    working_set,
-)
 
 from sappkit.layers.table import LayerTable
 from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from sappkit.recompute.partition import Partition
+
+from .test_chooser_cases import (
+    _row, _stage_layers, brute_force_stages, check_reported_memory, layer_memory, limit_between, one_stage,
+    random_partition, random_table, working_set,
+)
 
 
 def test_two_peaks_equal_brute_force(rng):

@@ -9,14 +9,7 @@ import pytest
 
 from sappkit.errors import InputError
 from sappkit.recompute.knapsack import (
-    Group,
-    budget_buckets,
-    build_front,
-    canonical,
-    choose,
-    least_times,
-    suffix_fronts,
-    to_buckets,
+    Group, budget_buckets, build_front, canonical, choose, least_times, suffix_fronts, to_buckets,
 )
 
 

@@ -15,13 +15,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from browser_support import (
-    browser_context,
-    jupyter_lab,
-    log_tail,
-    require_browser,
-    wait_for_kernel,
-)
+
+from ..browser_support import browser_context, jupyter_lab, log_tail, require_browser, wait_for_kernel
 
 pytestmark = pytest.mark.browser
 

@@ -1,0 +1,174 @@
+"""Settings of an analytic layer estimate: a transformer stack's shape, how it is trained in parallel
+(micro-batch, parallel degrees, ZeRO stage, precision) and what one device computes and moves per second."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from .._check import check_choice, check_int, check_number
+from ..errors import InputError
+
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig"]
+
+#: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``.
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransformerConfig:
+    """One stack of transformer layers: a language model or a vision tower."""
+
+    layers: int
+    """Layers in the stack (MoE stacks: dense and MoE together)."""
+    hidden_size: int
+    """Model width ``h``."""
+    num_heads: int
+    """Attention (query) heads ``a``."""
+    ffn_size: int
+    """FFN width ``f`` of a dense layer."""
+    seq_length: int
+    """Tokens per sample ``s`` (patches for a vision tower)."""
+    num_kv_heads: int | None = None
+    """Key/value heads (GQA); default ``num_heads``."""
+    head_dim: int | None = None
+    """Query/key head size (with MLA's rope part); default ``hidden_size // num_heads``."""
+    v_head_dim: int | None = None
+    """Value head size; default ``head_dim``."""
+    vocab_size: int = 0
+    """Vocabulary; required on the last stack (its LM head is the tail), 0 on the others."""
+    patch_size: int = 0
+    """Patch side for a vision tower's patch embedding (first stack only); 0 for none."""
+    gated_mlp: bool = False
+    """SwiGLU-style MLP with three matrices (Llama, DeepSeek); False: two (GPT's GeLU)."""
+    dropout: bool = True
+    """Keep dropout masks and outputs as the paper does (also a stand-in for fp32 softmax buffers)."""
+    q_lora_rank: int = 0
+    """MLA query latent rank; 0 for a plain query projection."""
+    kv_lora_rank: int = 0
+    """MLA key/value latent rank; > 0 makes the attention MLA (DeepSeek)."""
+    rope_head_dim: int = 0
+    """MLA's decoupled rotary key size (part of ``head_dim``, shared by all heads)."""
+    experts: int = 0
+    """Routed experts of a MoE layer; 0 for a dense stack."""
+    top_k: int = 0
+    """Experts each token is routed to (MoE only)."""
+    shared_experts: int = 0
+    """Shared experts every token runs (MoE only)."""
+    expert_ffn_size: int | None = None
+    """FFN width of one expert; default ``ffn_size``."""
+    dense_layers: int = 0
+    """Leading dense layers of a MoE stack (DeepSeek-V3: 3)."""
+    name: str = "layer"
+    """Kind name of the dense layers."""
+    moe_name: str | None = None
+    """Kind name of the MoE layers; default ``name + "_moe"``."""
+    module: str = "model"
+    """Submodule the stack's layers belong to (e.g. ``vision``, ``language``)."""
+
+    def __post_init__(self):
+        for field in ("layers", "hidden_size", "num_heads", "ffn_size", "seq_length"):
+            check_int(field, getattr(self, field), minimum=1)
+        for field in ("vocab_size", "patch_size", "q_lora_rank", "kv_lora_rank", "rope_head_dim", "experts",
+                      "top_k", "shared_experts", "dense_layers"):
+            check_int(field, getattr(self, field), minimum=0)
+        mla = self.kv_lora_rank > 0
+        kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+        check_int("num_kv_heads", kv_heads, minimum=1)
+        if self.num_heads % kv_heads or (mla and kv_heads != self.num_heads):
+            raise InputError(f"num_kv_heads must divide num_heads={self.num_heads} (and equal it under MLA); "
+                             f"got {self.num_kv_heads!r}")
+        if self.head_dim is None and self.hidden_size % self.num_heads:
+            raise InputError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}; "
+                             "give head_dim explicitly")
+        head_dim = check_int("head_dim", self.hidden_size // self.num_heads if self.head_dim is None
+                             else self.head_dim, minimum=1)
+        if (self.rope_head_dim or self.q_lora_rank) and not mla:
+            raise InputError("rope_head_dim and q_lora_rank are MLA settings; set kv_lora_rank > 0 to use MLA, "
+                             f"got kv_lora_rank=0 with rope_head_dim={self.rope_head_dim!r}, "
+                             f"q_lora_rank={self.q_lora_rank!r}")
+        if self.rope_head_dim >= head_dim and mla:
+            raise InputError(f"rope_head_dim must be < head_dim={head_dim} (it is part of it); "
+                             f"got {self.rope_head_dim!r}")
+        if self.experts:
+            check_int("top_k", self.top_k, minimum=1, why="a MoE layer routes each token to top_k experts")
+            if self.top_k > self.experts:
+                raise InputError(f"top_k must be <= experts={self.experts}; got {self.top_k!r}")
+            if self.dense_layers >= self.layers:
+                raise InputError(f"dense_layers must be < layers={self.layers} (a MoE stack needs a MoE layer); "
+                                 f"got {self.dense_layers!r}")
+        elif self.top_k or self.shared_experts or self.dense_layers or self.expert_ffn_size is not None:
+            raise InputError("top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set "
+                             f"experts > 0 to use them (got top_k={self.top_k!r}, shared_experts="
+                             f"{self.shared_experts!r}, dense_layers={self.dense_layers!r}, "
+                             f"expert_ffn_size={self.expert_ffn_size!r})")
+        for field in ("name", "module", "moe_name"):
+            value = getattr(self, field)
+            if not (isinstance(value, str) and value) and not (field == "moe_name" and value is None):
+                raise InputError(f"{field} must be a non-empty string; got {value!r}")
+        resolved = dict(num_kv_heads=kv_heads, head_dim=head_dim,
+                        v_head_dim=check_int("v_head_dim", head_dim if self.v_head_dim is None
+                                             else self.v_head_dim, minimum=1),
+                        expert_ffn_size=check_int("expert_ffn_size", self.ffn_size if self.expert_ffn_size is None
+                                                  else self.expert_ffn_size, minimum=1),
+                        moe_name=f"{self.name}_moe" if self.moe_name is None else self.moe_name)
+        for field, value in resolved.items():
+            object.__setattr__(self, field, value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelConfig:
+    """How the model is trained: micro-batch, parallel degrees, optimizer sharding, precision."""
+
+    micro_batch_size: int = 1
+    """Samples per micro-batch ``b``."""
+    tensor_parallel: int = 1
+    """Tensor-parallel degree ``t``."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism: split the ``R`` activations over ``t`` too."""
+    context_parallel: int = 1
+    """Context-parallel degree ``c`` (the sequence split over ``c`` ranks)."""
+    data_parallel: int = 1
+    """Data-parallel degree ``dp`` (ZeRO shards over ``dp·c``)."""
+    expert_parallel: int = 1
+    """Expert-parallel degree ``ep``; must divide ``t·c·dp`` together with ``expert_tensor_parallel``."""
+    expert_tensor_parallel: int = 1
+    """Tensor-parallel degree inside an expert ``etp``."""
+    zero: Literal[0, 1, 2, 3] = 1
+    """ZeRO stage: 0 replicates all, 1 shards optimizer state, 2 also gradients, 3 (FSDP) also weights."""
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Weight and activation precision (gradients and optimizer state are fp32)."""
+
+    def __post_init__(self):
+        for field in ("micro_batch_size", "tensor_parallel", "context_parallel", "data_parallel",
+                      "expert_parallel", "expert_tensor_parallel"):
+            check_int(field, getattr(self, field), minimum=1)
+        check_choice("zero", check_int("zero", self.zero, minimum=0), (0, 1, 2, 3))
+        check_choice("dtype", self.dtype, tuple(_BYTES))
+        if not isinstance(self.sequence_parallel, bool):
+            raise InputError(f"sequence_parallel must be a bool; got {self.sequence_parallel!r}")
+        ranks = self.tensor_parallel * self.context_parallel * self.data_parallel
+        if ranks % (self.expert_parallel * self.expert_tensor_parallel):
+            raise InputError(f"expert_parallel * expert_tensor_parallel = {self.expert_parallel} * "
+                             f"{self.expert_tensor_parallel} must divide tensor_parallel * context_parallel * "
+                             f"data_parallel = {ranks}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceConfig:
+    """What one device computes and moves per second."""
+
+    tflops: float = 300.0
+    """Peak dense TFLOP/s in ``dtype`` (Ascend 910B-class ~300, H100 ~990)."""
+    mfu: float = 0.4
+    """Fraction of peak a layer's matmuls reach (model FLOPs utilisation), in (0, 1]."""
+    link_gbs: float = 50.0
+    """Tensor-parallel link bandwidth per device, GB/s (1e9 bytes), for ``comm`` recompute."""
+    hbm_gbs: float = 1600.0
+    """Device memory bandwidth, GB/s, for re-running layer norms under ``comm`` recompute."""
+
+    def __post_init__(self):
+        for field in ("tflops", "link_gbs", "hbm_gbs"):
+            check_number(field, getattr(self, field), minimum=0, strict=True)
+        if not 0 < check_number("mfu", self.mfu) <= 1:
+            raise InputError(f"mfu must be in (0, 1]; got {self.mfu!r}")

@@ -1,0 +1,66 @@
+"""``sappkit choose``: the choice and trainer plan, offsets YAML, one-line refusals."""
+
+import json
+
+import pytest
+
+from sappkit.cli import main
+from sappkit.recompute.chooser import choose_recompute
+from sappkit.recompute.partition import Partition
+
+from ..bundled import DATA
+
+
+def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
+    code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "8", "--micro-batches", "16",
+                 "--memory", "60000", "--per-layer"])
+    out = capsys.readouterr().out
+    assert code == 0
+    assert out.splitlines()[0].startswith("time saved ")
+    assert "trainer plan: activation_checkpoint.mode = " in out
+    assert "megatron: " in out and "torchtitan: " in out
+
+
+def test_cli_reads_offsets_yaml_nested_or_flat(tmp_path, capsys, llama):
+    nested = tmp_path / "plan.yaml"
+    nested.write_text("model:\n  model_config:\n    offset: [1, 0, 0, -1]\nrecompute_config:\n"
+                      "  recompute: [true, 4, 2, 0]\n")
+    flat = tmp_path / "flat.yaml"
+    flat.write_text("offset: [1, 0, 0, -1]\nrecompute: [true, 4, 2, 0]\n")
+    outputs = []
+    for path in (nested, flat):
+        code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8",
+                     "--memory", "60000", "--offsets", str(path), "--json"])
+        assert code == 0
+        outputs.append(json.loads(capsys.readouterr().out))
+    assert outputs[0] == outputs[1]
+    part = Partition.from_offsets(llama, stages=4, micro_batches=8, offset=[1, 0, 0, -1], recompute=[True, 4, 2, 0])
+    assert outputs[0]["ranges"] == choose_recompute(llama, part, memory_mb=60000).to_records()
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--offsets", "missing.yaml"], "sappkit choose: --offsets file 'missing.yaml' does not exist"),
+    (["--modes", "off,quick"], "sappkit choose: modes names an unknown mode 'quick'; the default modes are 'off', "
+                               "'selective', 'full' (pass a mapping mode -> option for others)"),
+    (["--link-gbps", "0"], "sappkit choose: gbps must be a finite number > 0; got 0.0"),
+])
+def test_cli_refuses_with_one_line(capsys, arguments, message):
+    code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8",
+                 "--memory", "60000", *arguments])
+    assert code == 2
+    assert capsys.readouterr().err.strip() == message
+
+
+def test_cli_offsets_without_offset(tmp_path, capsys):
+    path = tmp_path / "bad.yaml"
+    path.write_text("recompute: [1, 1]\n")
+    assert main(["choose", str(DATA / "llama2_70b.json"), "--stages", "2", "--micro-batches", "4", "--memory", "1e5",
+                 "--offsets", str(path)]) == 2
+    assert capsys.readouterr().err.strip() == (f"sappkit choose: --offsets file {str(path)!r} has no 'offset' "
+                                               "(at the top or under model.model_config)")
+
+
+def test_cli_says_when_nothing_fits(capsys):
+    code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8", "--memory", "5000"])
+    assert code == 1
+    assert capsys.readouterr().out.startswith("no choice: stage 0 cannot fit")

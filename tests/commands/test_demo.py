@@ -1,0 +1,57 @@
+"""``sappkit demo``: the headline, and the report it writes unless told not to."""
+
+from pathlib import Path
+
+import pytest
+
+from sappkit import InputError
+from sappkit.cli import main
+from sappkit.report import default_notebooks
+
+
+@pytest.fixture()
+def writer(monkeypatch, demo):
+    """A stand-in for write_report that records its call and says where it would have written (and the demo
+    computed once)."""
+    calls = []
+
+    def write_report(notebooks, out, *, force=False, progress=None, with_input=False):
+        calls.append(dict(notebooks=list(notebooks), out=out, force=force, with_input=with_input))
+        progress(f"[1/1] {Path(calls[-1]['notebooks'][0]).name}: executing")
+        return Path(out) / "index.html"
+
+    monkeypatch.setattr("sappkit.commands.demo.write_report", write_report)
+    monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: demo)
+    return calls
+
+
+def test_cli_demo_prints_the_headline_and_no_report_when_asked(demo, capsys):
+    assert main(["demo", "--no-report"]) == 0
+    assert capsys.readouterr().out == demo.describe() + "\n"
+
+
+def test_cli_demo_writes_the_report_of_every_notebook_by_default(demo, writer, capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert writer == [dict(notebooks=default_notebooks(), out=Path("reports"), force=False, with_input=False)]
+    assert out == (demo.describe() + "\n\nwriting the report to reports\n"
+                   f"[1/1] {default_notebooks()[0].name}: executing\n"
+                   f"report written to reports (open {Path('reports') / 'index.html'})\n")
+
+
+def test_cli_demo_passes_out_force_and_notebooks(writer, tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "r"), "--force", "--notebooks", "notebooks/00_tour.ipynb"]) == 0
+    assert writer == [dict(notebooks=[Path("notebooks/00_tour.ipynb")], out=tmp_path / "r", force=True,
+                           with_input=False)]
+    assert capsys.readouterr().out.splitlines()[-1] == f"report written to {tmp_path / 'r'} (open " \
+                                                        f"{tmp_path / 'r' / 'index.html'})"
+
+
+def test_cli_demo_reports_a_refused_report_folder(demo, monkeypatch, capsys):
+    def refuse(notebooks, out, **options):
+        raise InputError(f"out: {str(out)!r} already exists and is not empty")
+
+    monkeypatch.setattr("sappkit.commands.demo.write_report", refuse)
+    monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: demo)
+    assert main(["demo"]) == 2
+    assert capsys.readouterr().err == "sappkit demo: out: 'reports' already exists and is not empty\n"

@@ -1,0 +1,37 @@
+"""``sappkit simulate``: the stage frame, the saved figure, the files it reads."""
+
+import matplotlib.pyplot as plt
+
+from sappkit import read_layers_json
+from sappkit.cli import main
+from sappkit.demo import simulate_layers
+
+LLAMA = "data/llama2_70b.json"
+
+
+def test_cli_simulate_prints_the_stage_frame_and_saves_the_figure(tmp_path, capsys):
+    figure = tmp_path / "sim.png"
+    assert main(["simulate", LLAMA, "--stages", "4", "--micro-batches", "8", "--chunks", "2", "--schedule",
+                 "interleaved", "--option", "full", "--limit-mb", "60000", "--save", str(figure)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    sim = simulate_layers(read_layers_json(LLAMA), stages=4, micro_batches=8, schedule="interleaved", chunks=2,
+                          option="full", limit_mb=60000)
+    assert out[:4] == sim.describe().splitlines()
+    assert out[4].split() == list(sim.stages.columns)
+    assert len(out) == 4 + 1 + 4 + 1 and out[-1] == f"figure saved to {figure}"
+    assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plt.get_fignums() == []
+
+
+def test_cli_simulate_reads_csv_and_refuses_other_files(tmp_path, capsys):
+    from sappkit import write_layers_csv
+
+    write_layers_csv(read_layers_json(LLAMA), tmp_path / "layers.csv")
+    assert main(["simulate", str(tmp_path / "layers.csv"), "--stages", "2", "--micro-batches", "2"]) == 0
+    assert capsys.readouterr().out.startswith("1f1b: 2 stages")
+    assert main(["simulate", "layers.txt", "--stages", "2", "--micro-batches", "2"]) == 2
+    assert capsys.readouterr().err == ("sappkit simulate: LAYERS must be a .json (MindFormers layer description) "
+                                       "or .csv layer table; got 'layers.txt'\n")
+    assert main(["simulate", LLAMA, "--stages", "4", "--micro-batches", "4", "--schedule", "dualpipev"]) == 2
+    assert capsys.readouterr().err == ("sappkit simulate: chunks must be 2 for schedule 'dualpipev' (the V); "
+                                       "got 1\n")

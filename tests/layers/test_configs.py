@@ -1,0 +1,47 @@
+"""Settings of an analytic layer estimate: bad transformer, parallel and device configs."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from sappkit import DeviceConfig, InputError, ParallelConfig, TransformerConfig
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(layers=0), "layers must be an int >= 1; got 0"),
+    (dict(num_kv_heads=3), "num_kv_heads must divide num_heads=4 (and equal it under MLA); got 3"),
+    (dict(hidden_size=18), "hidden_size=18 is not a multiple of num_heads=4; give head_dim explicitly"),
+    (dict(rope_head_dim=8), "rope_head_dim and q_lora_rank are MLA settings; set kv_lora_rank > 0 to use MLA, "
+                            "got kv_lora_rank=0 with rope_head_dim=8, q_lora_rank=0"),
+    (dict(kv_lora_rank=8, rope_head_dim=4), "rope_head_dim must be < head_dim=4 (it is part of it); got 4"),
+    (dict(experts=4), "top_k must be an int >= 1; got 0 (a MoE layer routes each token to top_k experts)"),
+    (dict(experts=4, top_k=5), "top_k must be <= experts=4; got 5"),
+    (dict(experts=4, top_k=1, dense_layers=3), "dense_layers must be < layers=3 (a MoE stack needs a MoE layer); "
+                                               "got 3"),
+    (dict(top_k=2), "top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set experts > 0 "
+                    "to use them (got top_k=2, shared_experts=0, dense_layers=0, expert_ffn_size=None)"),
+    (dict(name=""), "name must be a non-empty string; got ''"),
+    (dict(vocab_size=-1), "vocab_size must be an int >= 0; got -1"),
+])
+def test_bad_transformer_config(settings, message):
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        TransformerConfig(**{**dict(layers=3, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8,
+                                    vocab_size=32), **settings})
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: ParallelConfig(tensor_parallel=0), "tensor_parallel must be an int >= 1; got 0"),
+    (lambda: ParallelConfig(zero=4), "zero must be one of 0, 1, 2, 3; got 4"),
+    (lambda: ParallelConfig(dtype="fp8"), "dtype must be one of 'bf16', 'fp16', 'fp32'; got 'fp8'"),
+    (lambda: ParallelConfig(sequence_parallel=1), "sequence_parallel must be a bool; got 1"),
+    (lambda: ParallelConfig(data_parallel=2, expert_parallel=4),
+     "expert_parallel * expert_tensor_parallel = 4 * 1 must divide tensor_parallel * context_parallel * "
+     "data_parallel = 2"),
+    (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),
+    (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
+])
+def test_bad_parallel_or_device_config(make, message):
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        make()
