@@ -10,7 +10,7 @@ __all__ = [
     "GRAD_MB", "LAYER_REQUIRED", "LAYER_OPTIONAL", "LAYER_NUMERIC",
     "STAGE", "CHUNK", "IN_FLIGHT", "OVERHEAD_MB", "CONST_MB", "MEMORY_MB", "LIMIT_MB",
     "STAGE_MEMORY", "RECOMPUTE_TIME", "TIME", "LAYERS",
-    "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "DEFAULT_MODES",
+    "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "POSITIONAL_OPTIONS", "DEFAULT_MODES",
 ]
 
 # The layer table (DESIGN.md "The layer table").
@@ -55,5 +55,7 @@ BODY = "body"
 TAIL = "tail"
 ROLES = (HEAD, BODY, TAIL)
 SAPP_OPTIONS = ("none", "selective", "comm", "both", "full")
+#: The order MindFormers runs a cell's layers of one kind in: the most recomputed first, none last.
+POSITIONAL_OPTIONS = ("full", "both", "selective", "comm", "none")
 #: Which option each runtime mode runs, unless the caller says otherwise.
 DEFAULT_MODES = {"off": "none", "selective": "selective", "full": "full"}

@@ -75,14 +75,15 @@ def test_a_loop_that_cannot_place_stops_at_the_balancer(llama, observed):
     assert loop.describe().splitlines()[-1] == f"2. balance: infeasible: {loop.plan.message}"
 
 
-def test_a_loop_with_no_even_partition_and_no_recompute_choice_says_so(llama, observed):
-    loop = run_loop(observed, llama, micro_batches=32, memory_mb=7700)
+def test_a_loop_with_no_even_partition_says_so_and_its_plan_fits_the_chooser_too(llama, observed):
+    # One memory truth: a plan the balancer calls fitting leaves the chooser a choice (at worst its own options).
+    loop = run_loop(observed, llama, micro_batches=32, memory_mb=8500)
     assert loop.plan.status == "optimal" and loop.even_baseline() is None
     lines = loop.describe().splitlines()
     assert lines[13] == f"2. balance: optimal; simulated step time {loop.plans['step_time'].iloc[0]:.1f}; no even " \
                         "partition with one option fits"
-    assert lines[-1] == f"3. recompute, no choice: {loop.choice.reason}"
-    assert loop.alternatives is None and loop.choices["step_time"].isna().all()
+    assert loop.choice.chosen and loop.choices["reason"].isna().all()
+    assert (loop.choice.stages["memory_mb"] <= 8500 + 1e-6).all()
 
 
 def test_a_multimodal_loop_balances_but_makes_no_recompute_choice():

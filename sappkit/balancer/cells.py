@@ -4,7 +4,11 @@ For one body kind whose options share a forward time, a cell holding ``n``
 layers is a *mix* of options with summed backward ``B`` and activation
 ``A``. Where a stage's memory grows with the cell's activation, only mixes
 on the Pareto front of (``B``, ``A``) matter (:func:`pareto_fronts`);
-elsewhere every distinct mix does. :func:`enumerate_stage` lists a stage's
+elsewhere every distinct mix does. With the working set, a stage's
+last-chunk cell also charges the working set ``W`` of its layer that ends
+warm-up (the last present in the order a cell's layers run), so its mixes
+are grouped by that layer's option and fronts kept per group
+(:func:`working_fronts`). :func:`enumerate_stage` lists a stage's
 products of cell contents under caps, each with its relaxed and exact
 memory; :func:`min_max` and :func:`min_sum` combine per-stage tables over
 ``Σ n_s = L``.
@@ -21,7 +25,8 @@ from .setup import BalanceSetup
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
            "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "min_sum", "monotone_chunks",
-           "overhead_weights", "pareto_fronts", "placement", "split_values", "stage_value", "subset"]
+           "overhead_weights", "pareto_fronts", "placement", "split_values", "stage_value", "subset",
+           "working_fronts"]
 
 #: Stage enumerations larger than this hand the instance to the integer program.
 COMBO_BUDGET = 400_000
@@ -44,8 +49,9 @@ class Cache:
     def bind(self, setup: BalanceSetup) -> Cache:
         """Use this cache for ``setup``: keep what it holds only if it was built for the same instance."""
         instance = (setup.schedule, setup.stages, setup.slices, setup.chunks, setup.less_memory, setup.level,
-                    setup.const_mb, setup.items, *(tuple(a) for a in (setup.forward, setup.backward,
-                                                                      setup.activation, setup.param, setup.once)),
+                    setup.const_mb, setup.items, setup.working_set,
+                    *(tuple(a) for a in (setup.forward, setup.backward, setup.activation, setup.param, setup.once,
+                                         setup.working)),
                     setup.fixed)
         if instance != self.instance:
             self.stages.clear()
@@ -84,6 +90,18 @@ class Front:
     activation: np.ndarray
     mix: np.ndarray
     """Layers per option, one row per point."""
+    working: np.ndarray | None = None
+    """Per point, the working set it charges (:func:`working_fronts`); None: none."""
+
+    def charged(self) -> np.ndarray:
+        """The working set each point charges (zeros for a plain front)."""
+        return np.zeros(len(self.backward)) if self.working is None else self.working
+
+    def lightest(self) -> list[int]:
+        """Per working-set value, the point with the least activation: all memory needs when it grows with both."""
+        working = self.charged()
+        return [int(np.flatnonzero(working == w)[np.argmin(self.activation[working == w])])
+                for w in np.unique(working)]
 
 
 def _pareto(backward, activation, mix) -> Front:
@@ -115,12 +133,26 @@ def pareto_fronts(backward: np.ndarray, activation: np.ndarray, n_max: int, know
     return fronts
 
 
-def _distinct(backward, activation, mix) -> Front:
-    """Every distinct (backward, activation) of the mixes, one mix each, ordered as a front is."""
-    order = np.lexsort((activation, backward))
-    backward, activation, mix = backward[order], activation[order], mix[order]
-    keep = np.r_[True, (np.diff(backward) > EPS) | (np.abs(np.diff(activation)) > EPS)]
-    return Front(backward[keep], activation[keep], mix[keep])
+def _distinct(backward, activation, mix, working=None) -> Front:
+    """Every distinct (backward, activation, working set) of the mixes, one mix each, ordered as a front is."""
+    charged = np.zeros(len(backward)) if working is None else working
+    order = np.lexsort((charged, activation, backward))
+    backward, activation, mix, charged = backward[order], activation[order], mix[order], charged[order]
+    keep = np.r_[True, (np.diff(backward) > EPS) | (np.abs(np.diff(activation)) > EPS) | (np.diff(charged) > EPS)]
+    return Front(backward[keep], activation[keep], mix[keep], None if working is None else charged[keep])
+
+
+def _distinct_fronts(backward: np.ndarray, activation: np.ndarray, n_max: int, known: list) -> list[Front]:
+    """Every distinct mix for 0..``n_max`` layers (extending ``known`` in place)."""
+    if not known:
+        known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(backward)), dtype=int)))
+    eye = np.eye(len(backward), dtype=int)
+    while len(known) <= n_max:
+        last = known[-1]
+        known.append(_distinct((last.backward[:, None] + backward[None, :]).ravel(),
+                               (last.activation[:, None] + activation[None, :]).ravel(),
+                               (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(backward))))
+    return known
 
 
 def kind_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool = True) -> list[Front]:
@@ -130,22 +162,84 @@ def kind_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool
     known = cache.fronts.setdefault(key, [])
     if monotone:
         return pareto_fronts(setup.backward, setup.activation, n_max, known)
-    if not known:
-        known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(setup.backward)), dtype=int)))
-    eye = np.eye(len(setup.backward), dtype=int)
+    return _distinct_fronts(setup.backward, setup.activation, n_max, known)
+
+
+def working_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool = True) -> list[Front]:
+    """Contents of a last-chunk cell whose layer ending warm-up charges its working set, for 0..``n_max`` layers.
+
+    The mixes whose last present item (in :attr:`BalanceSetup.cell_order`) is
+    ``j`` are one layer of ``j`` plus ``n - 1`` layers of ``j`` and the items
+    before it; each such group keeps its own fronts (or distinct mixes), its
+    points charging ``j``'s working set. Across groups, monotone memory drops
+    the points another beats on backward, activation and working set at once.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from sappkit.balancer.setup import make_setup
+    >>> rows = [dict(kind="b", role="body", count=2, param_mb=1, option=o, forward_time=1, backward_time=bt,
+    ...              activation_mb=a, working_mb=w) for o, bt, a, w in (("none", 2, 50, 9), ("full", 3, 5, 1))]
+    >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=2, memory_mb=1e3, working_set=True)
+    >>> front = working_fronts(setup, 2, Cache())[2]
+    >>> front.mix.tolist(), front.working.tolist()
+    ([[2, 0], [1, 1], [0, 2]], [59.0, 59.0, 51.0])
+    """
+    key = ("working", tuple(setup.backward), tuple(setup.activation), tuple(setup.working), monotone)
+    known = cache.fronts.setdefault(key, [])
+    order = setup.cell_order
+    items = len(setup.items)
     while len(known) <= n_max:
-        last = known[-1]
-        known.append(_distinct((last.backward[:, None] + setup.backward[None, :]).ravel(),
-                               (last.activation[:, None] + setup.activation[None, :]).ravel(),
-                               (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(setup.backward))))
+        n = len(known)
+        if n == 0:
+            known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, items), dtype=int), np.zeros(1)))
+            continue
+        groups = []
+        for position, last in enumerate(order):
+            allowed = order[: position + 1]
+            before = _subset_fronts(setup, allowed, n - 1, cache, monotone)[n - 1]
+            mix = np.zeros((len(before.backward), items), dtype=int)
+            mix[:, allowed] = before.mix
+            mix[:, last] += 1
+            groups.append((before.backward + setup.backward[last], before.activation + setup.activation[last], mix,
+                           np.full(len(before.backward), setup.working[last])))
+        backward, activation, mix, working = (np.concatenate(parts) for parts in zip(*groups))
+        known.append(_undominated(backward, activation, mix, working) if monotone
+                     else _distinct(backward, activation, mix, working))
     return known
 
 
+def _subset_fronts(setup: BalanceSetup, allowed: list[int], n_max: int, cache: Cache, monotone: bool) -> list[Front]:
+    """Fronts (or distinct mixes) of the items ``allowed`` alone, their mixes over those items."""
+    key = ("subset", tuple(setup.backward[allowed]), tuple(setup.activation[allowed]), monotone)
+    known = cache.fronts.setdefault(key, [])
+    if monotone:
+        return pareto_fronts(setup.backward[allowed], setup.activation[allowed], n_max, known)
+    return _distinct_fronts(setup.backward[allowed], setup.activation[allowed], n_max, known)
+
+
+def _undominated(backward, activation, mix, working) -> Front:
+    """The points no other beats (or equals) on backward, activation and working set, ordered as a front is."""
+    order = np.lexsort((working, activation, backward))
+    backward, activation, mix, working = backward[order], activation[order], mix[order], working[order]
+    tol = EPS * np.maximum(1.0, np.abs(activation))
+    keep = np.ones(len(backward), dtype=bool)
+    for i in range(1, len(backward)):
+        earlier = keep[:i]
+        beaten = (activation[:i][earlier] <= activation[i] + tol[i]) & (working[:i][earlier] <= working[i] + EPS)
+        keep[i] = not beaten.any()
+    return Front(backward[keep], activation[keep], mix[keep], working[keep])
+
+
 def cell_fronts(setup: BalanceSetup, s: int, n_max, cache: Cache, monotone=None) -> list[list[Front]]:
-    """Per chunk of stage ``s``, the contents :func:`kind_fronts` offers it, up to ``n_max[c]`` layers."""
+    """Per chunk of stage ``s``, the contents it may hold up to ``n_max[c]`` layers: :func:`kind_fronts`, and
+    :func:`working_fronts` for the last chunk when the working set counts and no tail ends the warm-up."""
     n_max = np.broadcast_to(np.minimum(n_max, int(setup.counts[0])), (setup.chunks,))
     monotone = monotone_chunks(setup, s) if monotone is None else monotone
-    return [kind_fronts(setup, max(int(n), 0), cache, monotone=bool(flag)) for n, flag in zip(n_max, monotone)]
+    working = setup.working_set and s != setup.tail_ends_warm_up
+    return [(working_fronts if working and c == setup.chunks - 1 else kind_fronts)(
+                setup, max(int(n), 0), cache, monotone=bool(flag))
+            for c, (n, flag) in enumerate(zip(n_max, monotone))]
 
 
 # ------------------------------------------------------------------ stage enumeration
@@ -159,6 +253,7 @@ class Combos:
     backward: np.ndarray     # [combo, chunk], head/tail included
     activation: np.ndarray   # [combo, chunk]
     point: np.ndarray        # [combo, chunk] index into the cell's front
+    working: np.ndarray      # [combo, chunk] working set the cell's point charges
     relaxed_mb: np.ndarray
     exact_mb: np.ndarray
 
@@ -168,29 +263,31 @@ class Combos:
 
 
 def _cell_choices(setup, fronts, s, c, cap_layers, cap_backward, only_lightest):
-    """(layers, backward, activation, point) of the front points a cell may take under the caps.
+    """(layers, backward, activation, point, working) of the front points a cell may take under the caps.
 
-    ``only_lightest`` keeps the least-activation point per layer count (enough
-    when memory is all that matters and the cell is monotone).
+    ``only_lightest`` keeps the least-activation point per layer count and
+    working set (enough when memory is all that matters and the cell is
+    monotone).
     """
     low = 0 if (c, s) in setup.reserved else 1
     rows = []
     for n in range(low, min(cap_layers, len(fronts) - 1) + 1):
         front = fronts[n]
-        points = [len(front.backward) - 1] if only_lightest else range(len(front.backward))
+        points = front.lightest() if only_lightest else range(len(front.backward))
         limit = cap_backward(n) + EPS
+        working = front.charged()
         for j in points:
             b = front.backward[j] + setup.fixed_backward[c, s]
             if b <= limit:
-                rows.append((n, b, front.activation[j], j))
-    return np.array(rows, dtype=float).reshape(-1, 4)
+                rows.append((n, b, front.activation[j], j, working[j]))
+    return np.array(rows, dtype=float).reshape(-1, 5)
 
 
-def memory_bounds(setup: BalanceSetup, s: int, layers, activation,
+def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
                   overhead: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Relaxed and exact stage memory of every combo (``overhead=False``: both without the overhead)."""
     memory = (fixed_memory(setup, s) + layers.sum(axis=1) * (setup.param[0] + setup.once[0])
-              + activation @ setup.in_flight[:, s])
+              + activation @ setup.in_flight[:, s] + working.sum(axis=1))
     if not overhead or not setup.overhead_active or not setup.overhead_terms(s):
         return memory, memory
     expr = activation @ overhead_weights(setup, s)
@@ -198,9 +295,11 @@ def memory_bounds(setup: BalanceSetup, s: int, layers, activation,
 
 
 def fixed_memory(setup: BalanceSetup, s: int) -> float:
-    """What stage ``s`` holds whatever its body layers: constant, head and tail."""
-    return setup.const_mb + sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage] + f.memory_once_mb
-                                for f in setup.fixed if f.stage == s)
+    """What stage ``s`` holds whatever its body layers: constant, head and tail (and the tail's working set
+    where it ends the warm-up)."""
+    working = setup.tail.working_mb if setup.working_set and s == setup.tail_ends_warm_up else 0.0
+    return working + setup.const_mb + sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage]
+                                          + f.memory_once_mb for f in setup.fixed if f.stage == s)
 
 
 def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, stage_cap=None,
@@ -235,10 +334,10 @@ def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, 
         rows = np.column_stack([rows[left], right])
         totals = totals[left] + part[right, 0].astype(int)
         most_forward, most_backward, work = new_forward[keep], new_backward[keep], new_work[keep]
-    picked = [part[rows[:, c]] for c, part in enumerate(parts)] if len(rows) else [np.zeros((0, 4))] * len(parts)
-    layers, backward, activation, point = (np.stack([p[:, k] for p in picked], axis=1) for k in range(4))
-    relaxed, exact = memory_bounds(setup, s, layers, activation, overhead)
-    return Combos(layers.astype(np.int64), backward, activation, point.astype(np.int64), relaxed, exact)
+    picked = [part[rows[:, c]] for c, part in enumerate(parts)] if len(rows) else [np.zeros((0, 5))] * len(parts)
+    layers, backward, activation, point, working = (np.stack([p[:, k] for p in picked], axis=1) for k in range(5))
+    relaxed, exact = memory_bounds(setup, s, layers, activation, working, overhead)
+    return Combos(layers.astype(np.int64), backward, activation, point.astype(np.int64), working, relaxed, exact)
 
 
 def subset(combos: Combos, keep: np.ndarray) -> Combos:

@@ -127,7 +127,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
     >>> result = evaluate(setup, np.array([[[0, 2]], [[2, 0]]]))
     >>> result.stages["memory_mb"].tolist(), result.sapp, result.step
-    ([220.0, 300.0], 8.0, 38.0)
+    ([270.0, 350.0], 8.0, 38.0)
     """
     counts = np.asarray(counts, dtype=float)
     forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward

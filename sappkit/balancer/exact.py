@@ -1,8 +1,8 @@
 """Exact search for the balancer with one body kind: Pareto cells, stage tables, a DP over stages.
 
 Applies when the model has one body kind whose options share one forward
-time and one ``memory_once_mb``, without the working set, at optimisation
-levels 0 and 1 (every objective of the ``sapp`` table but approach A, and
+time and one ``memory_once_mb``, with or without the working set, at
+optimisation levels 0 and 1 (every objective of the ``sapp`` table but approach A, and
 ``step``); otherwise :func:`search` returns None and the integer program
 runs alone. Every schedule is covered.
 
@@ -64,8 +64,6 @@ def applicable(setup: BalanceSetup) -> str:
     """Why the exact search does not apply to ``setup`` ('' when it does)."""
     if len(setup.kinds) != 1:
         return "more than one body kind"
-    if setup.working_set:
-        return "working set"
     if setup.level >= 2:
         return "optimization_level >= 2"
     if np.ptp(setup.forward) > 0 or np.ptp(setup.once) > 0:

@@ -250,7 +250,7 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
 def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, recompute=None,
                       select_recompute=None, select_comm_recompute=None, chunks=1, schedule=None,
                       less_memory=False, seq_split=1, seq_params=None, const_mb=None, objective="sapp",
-                      optimization_level=1, working_set=False) -> Plan:
+                      optimization_level=1, working_set=True) -> Plan:
     """Evaluate a hand-written MindFormers config as a :class:`Plan` (status ``"evaluated"``).
 
     ``offset`` and the recompute lists as :meth:`Plan.offsets` writes them (an

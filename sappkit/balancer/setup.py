@@ -19,10 +19,11 @@ from .._check import check_choice, check_int, check_number
 from ..columns import ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, PARAM_MB, SAPP_OPTIONS
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
+from ..pipeline.costs import positional_rank
 from ..pipeline.schedules import check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell
 from ..pipeline.seqpipe import rescale_for_seqpipe
 
-__all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup", "positional_rank"]
+__all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup"]
 
 OBJECTIVES = ("sapp", "step")
 
@@ -177,15 +178,6 @@ class BalanceSetup:
         return [i for i, (k, _) in enumerate(self.items) if k == kind]
 
 
-#: The order MindFormers' cumulative counts give a cell's first layers: most recompute first.
-_POSITIONAL = ("full", "both", "selective", "comm", "none")
-
-
-def positional_rank(option: str) -> int:
-    """Where ``option``'s layers sit in a cell: full, both, selective, comm, none, then other names."""
-    return _POSITIONAL.index(option) if option in _POSITIONAL else len(_POSITIONAL)
-
-
 def _considered(items) -> list[str]:
     """Options any body kind may use, least recomputed first (SAPP order, then first appearance)."""
     seen = list(dict.fromkeys(option for _, option in items))
@@ -205,7 +197,7 @@ def _fixed(layers: LayerTable, role_row, chunk: int, stage: int) -> Fixed | None
 
 def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
                seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-               consistent_recompute=True, working_set=False) -> BalanceSetup:
+               consistent_recompute=True, working_set=True) -> BalanceSetup:
     """Validate ``balance``'s arguments and resolve the instance (see :func:`sappkit.balance`).
 
     Examples
@@ -232,6 +224,8 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
                          f"stage time by m - 2); got micro_batches={m}")
     const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0)
     notes = []
+    if less_memory and v == 1:
+        notes.append("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way (seed 003)")
     if schedule == "seqpipe" and k > 1:
         table, seq_notes = rescale_for_seqpipe(table, k, seq_params)
         notes.extend(seq_notes)

@@ -70,7 +70,7 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
     ...         for o, b, a in (("none", 2, 50), ("full", 3, 5))]
     >>> frame = sweep_memory(pd.DataFrame(rows), memory_mb=[400, 600, 1000], stages=2, micro_batches=4)
     >>> frame[["memory_mb", "status", "objective", "step_time"]].values.tolist()
-    [[400.0, 'infeasible', nan, nan], [600.0, 'optimal', 15.0, 69.0], [1000.0, 'optimal', 12.0, 60.0]]
+    [[400.0, 'infeasible', nan, nan], [600.0, 'optimal', 15.0, 73.0], [1000.0, 'optimal', 12.0, 60.0]]
     """
     limits = sorted(float(m) for m in memory_mb)
     if not limits:
@@ -222,7 +222,7 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     >>> plan, status = dashboard_plan(pd.DataFrame(rows), schedule="1f1b", stages=2, chunks=3,
     ...                               micro_batches=4, memory_mb=400)
     >>> status
-    'infeasible: no placement fits 400 MB; the least-memory placement needs 440.0 MB on stage 0'
+    'infeasible: no placement fits 400 MB; the least-memory placement needs 490.0 MB on stage 0'
     """
     chunks = schedule_chunks(schedule, chunks)
     key = (schedule, stages, chunks, micro_batches, objective)

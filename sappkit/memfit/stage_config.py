@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .._check import check_int
-from ..columns import CHUNK, KIND, LAYERS, SAPP_OPTIONS, STAGE
+from ..columns import CHUNK, KIND, LAYERS, POSITIONAL_OPTIONS, SAPP_OPTIONS, STAGE
 from ..errors import InputError
 from ..pipeline.schedules import model_order
 
@@ -32,8 +32,6 @@ __all__ = ["RUN", "STAGES", "COUNT_PREFIX", "count_column", "per_option_counts",
 RUN = "run"
 STAGES = "stages"
 COUNT_PREFIX = "n_"
-#: Options by position in a stage: the first layers run full, then both, then selective or comm, then none.
-_POSITIONAL = ("full", "both", "selective", "comm", "none")
 
 
 def count_column(option: str) -> str:
@@ -170,7 +168,7 @@ def _split_kinds(prefix: str, rows: list, kinds: Mapping[str, int], total: int) 
     bounds = np.cumsum([0, *kinds.values()])
     out, start = [], 0
     for cell, options in rows:
-        stops = np.cumsum([options[o] for o in _POSITIONAL])
+        stops = np.cumsum([options[o] for o in POSITIONAL_OPTIONS])
         positions = range(start, start + cell[LAYERS])
         # An empty cell still gets a row (its stage's peak is observed), of the next kind in model order.
         empty_kind = min(int(np.searchsorted(bounds, start, side="right")) - 1, len(kinds) - 1)
@@ -180,7 +178,7 @@ def _split_kinds(prefix: str, rows: list, kinds: Mapping[str, int], total: int) 
                 continue
             per = {o: 0 for o in SAPP_OPTIONS}
             for j in mine:
-                per[_POSITIONAL[int(np.searchsorted(stops, j, side="right"))]] += 1
+                per[POSITIONAL_OPTIONS[int(np.searchsorted(stops, j, side="right"))]] += 1
             out.append({**cell, KIND: kind, LAYERS: len(mine), **{count_column(o): per[o] for o in SAPP_OPTIONS}})
         start += cell[LAYERS]
     frame = pd.DataFrame(out)

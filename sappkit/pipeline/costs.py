@@ -25,22 +25,32 @@ from .._check import check_int, check_number
 from .._frames import check_frame, whole_column
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
-    OPTION, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, WORKING_MB,
+    OPTION, OVERHEAD_MB, PARAM_MB, POSITIONAL_OPTIONS, RECOMPUTE_TIME, STAGE, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
 
-__all__ = ["even_assignment", "cell_costs", "stage_memory", "ASSIGNMENT", "COSTS"]
+__all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "ASSIGNMENT", "COSTS"]
 
 #: Columns of an assignment frame.
 ASSIGNMENT = (KIND, CHUNK, STAGE, OPTION, LAYERS)
 #: Columns of the costs frame :func:`cell_costs` returns.
 COSTS = (STAGE, CHUNK, LAYERS, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, PARAM_MB,
-         MEMORY_ONCE_MB, CONST_MB, STATIC_MB)
+         MEMORY_ONCE_MB, WORKING_MB, CONST_MB, STATIC_MB)
 #: Per-layer columns a cell sums, each times its layer count.
 _SUMMED = (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, PARAM_MB, MEMORY_ONCE_MB)
+
+
+def positional_rank(option: str) -> int:
+    """Where ``option``'s layers sit among a kind's layers in a cell: full, both, selective, comm, none, others.
+
+    MindFormers' cumulative recompute counts put a cell's most recomputed
+    layers first, so its last layer (the first its backward reaches) runs the
+    least recompute present.
+    """
+    return POSITIONAL_OPTIONS.index(option) if option in POSITIONAL_OPTIONS else len(POSITIONAL_OPTIONS)
 
 
 def even_assignment(layers, *, stages: int, chunks: int = 1, schedule: str = "1f1b",
@@ -106,9 +116,14 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     head's on (0, 0) and the tail's on its cell; ``recompute_time`` sums each
     layer's backward minus the least backward its kind has under any option
     (the recompute part; 0 for head and tail); ``param_mb`` and
-    ``memory_once_mb`` sum what the layers hold; ``const_mb`` (the layer
-    table's constant unless given) sits on each stage's chunk-0 row;
-    ``static_mb = param_mb + memory_once_mb + const_mb``.
+    ``memory_once_mb`` sum what the layers hold; ``working_mb`` is what the
+    cell's backward holds while it runs: the working set
+    (:meth:`~sappkit.LayerTable.working_set_mb`) of the cell's last layer —
+    the tail where the cell ends with it, else its last body layer in the
+    order the cell runs them (kinds in model order, a kind's most recomputed
+    layers first, :func:`positional_rank`), 0 for a cell with neither;
+    ``const_mb`` (the layer table's constant unless given) sits on each
+    stage's chunk-0 row; ``static_mb = param_mb + memory_once_mb + const_mb``.
 
     Returns
     -------
@@ -148,6 +163,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
         if row is not None:
             for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, PARAM_MB, MEMORY_ONCE_MB):
                 sums[column][chunk * p + stage] += row[column]
+    sums[WORKING_MB] = _working_sets(table, placed, cell, tail_cell(schedule, p, v), p, v)
     chunks_of = np.repeat(np.arange(v), p)
     const_column = np.where(chunks_of == 0, const, 0.0)
     return pd.DataFrame({
@@ -160,9 +176,27 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     })[list(COSTS)]
 
 
+def _working_sets(table: LayerTable, placed: pd.DataFrame, cell: np.ndarray, tail_at: tuple[int, int],
+                  p: int, v: int) -> np.ndarray:
+    """Per cell, the working set of the layer its backward reaches first (:func:`cell_costs`)."""
+    working = np.zeros(p * v)
+    kinds = table.body_kinds
+    last: dict[int, tuple[tuple[int, int], int]] = {}
+    for row, (kind, option, index) in enumerate(zip(placed[KIND], placed[OPTION], cell)):
+        order = (kinds.index(kind), positional_rank(option))
+        if index not in last or order > last[index][0]:
+            last[index] = (order, row)
+    for index, (_, row) in last.items():
+        working[index] = table.working_set_mb(placed.at[row, KIND], placed.at[row, OPTION])
+    if table.tail is not None:
+        working[tail_at[0] * p + tail_at[1]] = table.working_set_mb(str(table.tail[KIND]), str(table.tail[OPTION]))
+    return working
+
+
 def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches: int, chunks: int = 1,
                  schedule: str = "1f1b", less_memory: bool = False, seq_split: int = 1,
-                 const_mb: float | None = None, limit_mb: float | None = None) -> pd.DataFrame:
+                 const_mb: float | None = None, limit_mb: float | None = None,
+                 working_set: bool = True) -> pd.DataFrame:
     """Per-stage memory in the shared schema from the micro-batches in flight.
 
     ``activation_mb`` is Σ over the stage's cells of the cell's activation ×
@@ -170,8 +204,11 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     are slices and the layer table's activations per slice, as
     :func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe` makes them);
     ``param_mb`` the layers' (and head's or tail's) parameters; ``const_mb``
-    the table's constant unless given; ``overhead_mb`` and ``working_mb`` 0
-    (the balancer and recompute chooser add theirs); ``memory_mb`` the sum.
+    the table's constant unless given; ``working_mb`` the end-of-warm-up
+    working set: the ``working_mb`` :func:`cell_costs` gives the stage's
+    last-chunk cell, whose backward is the stage's first (0 with
+    ``working_set=False``, seed 003's model); ``overhead_mb`` 0 (the
+    balancer adds the interleaved overhead); ``memory_mb`` the sum.
 
     Examples
     --------
@@ -179,6 +216,8 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     ...                            forward_time=1, backward_time=2, activation_mb=10)])
     >>> plan = even_assignment(table, stages=4)
     >>> stage_memory(table, plan, stages=4, micro_batches=8, const_mb=1000)["memory_mb"].tolist()
+    [1290.0, 1270.0, 1250.0, 1230.0]
+    >>> stage_memory(table, plan, stages=4, micro_batches=8, const_mb=1000, working_set=False)["memory_mb"].tolist()
     [1280.0, 1260.0, 1240.0, 1220.0]
     """
     costs = cell_costs(layers, assignment, stages=stages, chunks=chunks, schedule=schedule, const_mb=const_mb)
@@ -191,9 +230,12 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
 
     param, const = per_stage(costs[PARAM_MB]), per_stage(costs[CONST_MB])
     activation = per_stage(costs[ACTIVATION_MB].to_numpy().reshape(v, p) * counts) + per_stage(costs[MEMORY_ONCE_MB])
+    if not isinstance(working_set, bool):
+        raise InputError(f"working_set must be a bool; got {working_set!r}")
+    working = costs[WORKING_MB].to_numpy().reshape(v, p)[-1] if working_set else np.zeros(p)
     return pd.DataFrame({
-        STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: 0.0, WORKING_MB: 0.0,
-        CONST_MB: const, MEMORY_MB: param + activation + const, LIMIT_MB: limit,
+        STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: 0.0, WORKING_MB: working,
+        CONST_MB: const, MEMORY_MB: param + activation + working + const, LIMIT_MB: limit,
     })
 
 

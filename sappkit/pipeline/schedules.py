@@ -64,8 +64,6 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
                          "(sequence splitting is the 'seqpipe' schedule)")
     if schedule == "1f1b" and v != 1:
         raise InputError(f"chunks must be 1 for schedule '1f1b'; got {v} (use schedule='interleaved')")
-    if schedule == "1f1b" and less_memory:
-        raise InputError("less_memory applies to 'interleaved' and 'seqpipe' schedules; got schedule '1f1b'")
     if schedule == "dualpipev":
         if v != 2:
             raise InputError(f"chunks must be 2 for schedule 'dualpipev' (the V); got {v}")

@@ -11,7 +11,11 @@ op starts when its stage is free and its input is ready:
 
 The step time is the last op's end. Memory: a stage holds its static memory
 throughout; a forward adds its cell's ``activation_mb`` when it **starts** and
-the backward of the same unit releases it when it **ends**.
+the backward of the same unit releases it when it **ends**; while a backward
+runs it also holds its cell's ``working_mb`` (the working set of the layer it
+reaches first, :func:`sappkit.cell_costs`), so a stage's first backward
+measures the end-of-warm-up working set the balancer and the recompute
+chooser charge.
 
 How the measured counts relate to :func:`sappkit.in_flight` (tested in
 ``tests/test_simulate.py``):
@@ -72,7 +76,7 @@ PHASES = ("forward", "backward")
 
 _COST_REQUIRED = (STAGE, CHUNK, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
 _COST_NUMERIC = (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, STATIC_MB, PARAM_MB,
-                 MEMORY_ONCE_MB)
+                 MEMORY_ONCE_MB, WORKING_MB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,10 +106,11 @@ class Simulation:
         of changes at one time only the result is listed, while the stage's
         peak counts every moment).
     stages : DataFrame
-        The shared per-stage memory schema, measured: ``param_mb`` (the costs'
-        ``param_mb``), ``activation_mb`` (peak activations + ``memory_once_mb``),
-        ``overhead_mb`` and ``working_mb`` (0), ``const_mb`` (the rest of the
-        static memory), ``memory_mb`` (the peak), ``limit_mb``; plus
+        The shared per-stage memory schema, measured at each stage's peak:
+        ``param_mb`` (the costs' ``param_mb``), ``activation_mb`` (activations
+        held then + ``memory_once_mb``), ``overhead_mb`` (0), ``working_mb``
+        (the running backward's working set then), ``const_mb`` (the rest of
+        the static memory), ``memory_mb`` (the peak), ``limit_mb``; plus
         ``busy_time`` and ``idle_time``.
     in_flight : DataFrame
         ``stage``, ``chunk``, ``in_flight``: the most units each cell held at
@@ -192,6 +197,7 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     in_model_order = [chunk * p + stage for chunk, stage in plan.cells]
     forward, backward, recompute, activation = (
         cost[column][in_model_order] for column in (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB))
+    working = cost.get(WORKING_MB, np.zeros(p * v))[in_model_order]
     durations = np.concatenate([forward, backward])
 
     start = np.array(op_starts(plan, durations.tolist(), p2p_time, p))
@@ -199,13 +205,12 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     end = start + durations[plan.phase * plan.cell_count + plan.position]
     step_time = float(end.max())
 
-    ops_per_stage = 2 * v * m * k
-    held = np.where(is_forward, activation[plan.position], -activation[plan.position])
-    held = held.reshape(p, ops_per_stage).cumsum(axis=1)
-    event_time = np.where(is_forward, start, end).reshape(p, ops_per_stage)
-    peak_activation = np.maximum(held.max(axis=1), 0.0)
+    event_time, held, running = _memory_events(plan, start, end, is_forward, activation, working, p)
+    peak_at = (held + running).argmax(axis=1)
+    rows = np.arange(p)
+    peak_activation, peak_working = np.maximum(held[rows, peak_at], 0.0), running[rows, peak_at]
 
-    busy = (end - start).reshape(p, ops_per_stage).sum(axis=1)
+    busy = (end - start).reshape(p, -1).sum(axis=1)
     compute = float((forward + backward - recompute).sum()) * m * k
     real = p * step_time / compute - 1
     recompute_share = float(recompute.sum()) * m * k / compute
@@ -217,8 +222,8 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         schedule=schedule, micro_batches=m, chunks=v, seq_split=k, less_memory=bool(less_memory),
         step_time=step_time, bubbles=bubbles,
         timeline=_timeline(plan, start, end, recompute, k),
-        memory=_memory(static, event_time, held),
-        stages=_stage_frame(param, once, const, peak_activation, limit, busy, step_time),
+        memory=_memory(static, event_time, held + running),
+        stages=_stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time),
         in_flight=_in_flight(plan, is_forward, v, p),
     )
 
@@ -298,18 +303,38 @@ def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     })
 
 
+def _memory_events(plan: StepPlan, start, end, is_forward, activation, working, p: int):
+    """Per stage, in run order, each memory change's time and what is held after it: activations, working set.
+
+    A forward adds its activation at its start; a backward adds its working
+    set at its start and releases both at its end. A stage's ops run one
+    after another, so the changes are in time order.
+    """
+    cell = plan.position
+    ops = len(start) // p
+    add_activation = np.where(is_forward, activation[cell], 0.0)
+    add_working = np.where(is_forward, 0.0, working[cell])
+    # Two changes per op: at its start (+activation or +working), at its end (a backward's releases).
+    times = np.stack([start, end], axis=1).reshape(p, 2 * ops)
+    activation_change = np.stack([add_activation, np.where(is_forward, 0.0, -activation[cell])], axis=1)
+    working_change = np.stack([add_working, -add_working], axis=1)
+    held = activation_change.reshape(p, 2 * ops).cumsum(axis=1)
+    running = working_change.reshape(p, 2 * ops).cumsum(axis=1)
+    return times, held, running
+
+
 def _memory(static: np.ndarray, event_time: np.ndarray, held: np.ndarray) -> pd.DataFrame:
-    """Each stage's memory from time 0 and after each change; of changes at one time, only the result."""
-    p = len(static)
-    time = np.hstack([np.zeros((p, 1)), event_time])
-    value = static[:, None] + np.hstack([np.zeros((p, 1)), held])
-    last_at_time = np.ones(time.shape, dtype=bool)
-    last_at_time[:, :-1] = time[:, 1:] != time[:, :-1]
-    return pd.DataFrame({
-        STAGE: np.broadcast_to(np.arange(p)[:, None], time.shape)[last_at_time],
-        TIME: time[last_at_time],
-        MEMORY_MB: value[last_at_time],
-    })
+    """Each stage's memory from time 0 and after each change; of changes at one time, only the result, and
+    only where it differs from the value before."""
+    frames = []
+    for s in range(len(static)):
+        time = np.r_[0.0, event_time[s]]
+        value = static[s] + np.r_[0.0, held[s]]
+        last_at_time = np.r_[time[1:] != time[:-1], True]
+        time, value = time[last_at_time], value[last_at_time]
+        changed = np.r_[True, value[1:] != value[:-1]]
+        frames.append(pd.DataFrame({STAGE: s, TIME: time[changed], MEMORY_MB: value[changed]}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _static_parts(cost: dict[str, np.ndarray], static: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -325,16 +350,16 @@ def _static_parts(cost: dict[str, np.ndarray], static: np.ndarray) -> tuple[np.n
     return param, once, np.maximum(const, 0.0)
 
 
-def _stage_frame(param, once, const, peak_activation, limit, busy, step_time) -> pd.DataFrame:
+def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time) -> pd.DataFrame:
     p = len(param)
     return pd.DataFrame({
         STAGE: np.arange(p),
         PARAM_MB: param,
         ACTIVATION_MB: peak_activation + once,
         OVERHEAD_MB: 0.0,
-        WORKING_MB: 0.0,
+        WORKING_MB: peak_working,
         CONST_MB: const,
-        MEMORY_MB: param + once + const + peak_activation,
+        MEMORY_MB: param + once + const + peak_activation + peak_working,
         LIMIT_MB: limit,
         BUSY_TIME: busy,
         IDLE_TIME: step_time - busy,

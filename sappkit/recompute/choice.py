@@ -74,8 +74,12 @@ class RecomputeChoice:
 
     @property
     def time_saved(self) -> float:
-        """Time saved against the configured options, summed over stages (NaN without a choice)."""
-        return float(self.stages[TIME_SAVED].sum()) if self.chosen else float("nan")
+        """Time saved against the configured options, summed over stages (NaN without a choice).
+
+        Rounded to 1e-9 time units, so a choice that keeps the configured
+        options saves exactly 0 rather than the float noise of the sums.
+        """
+        return round(float(self.stages[TIME_SAVED].sum()), 9) + 0.0 if self.chosen else float("nan")
 
     @property
     def memory_mb(self) -> float:

@@ -5,7 +5,9 @@ The reference here re-derives seed 003's model independently of
 recompute consistency and DESIGN.md's objective table, evaluated on every
 placement of a small instance. Each constraint test also solves the
 reference *without* the constraint and checks that the answer changes, so
-dropping it from sappkit would fail the test.
+dropping it from sappkit would fail the test. Seed 003 charges no working
+set, so the balancer runs here with ``working_set=False`` (its parity
+switch) unless a test asks for it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -25,6 +28,10 @@ from sappkit.balancer.ilp import BalanceModel
 from sappkit.balancer.optimise import optimise
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.solver import SolverOptions, solve
+
+#: The balancer and its set-up in seed 003's memory model (no working set), unless a call asks for it.
+balance = partial(sappkit.balance, working_set=False)
+setup_of = partial(make_setup, working_set=False)
 
 OPTIONS = ("none", "selective", "full")
 
@@ -203,7 +210,7 @@ def reference_sapp(F, B, body_forward, fixed_f, fixed_b, frame, *, p, m, v, leve
 
 def solve_both_ways(frame, objective, **pipeline):
     """sappkit's optimum of ``objective`` by the exact search (when it applies) and by the ILP alone."""
-    setup = make_setup(frame, objective=objective, **pipeline)
+    setup = setup_of(frame, objective=objective, **pipeline)
     found = search(setup)
     fast = None if found is None else (found.upper if found.counts is not None else math.inf)
     model = BalanceModel(setup)
@@ -214,7 +221,7 @@ def solve_both_ways(frame, objective, **pipeline):
 
 def loose_limit(frame, **pipeline):
     """A memory limit under what an even, unrecomputed placement needs: recompute must help."""
-    setup = make_setup(frame, memory_mb=1e9, **pipeline)
+    setup = setup_of(frame, memory_mb=1e9, **pipeline)
     even = sappkit.even_assignment(frame, stages=setup.stages, chunks=setup.chunks, schedule=setup.schedule)
     return float(evaluate(setup, counts_from_assignment(setup, even)).stages.memory_mb.max()) * 0.85
 
@@ -263,7 +270,7 @@ def test_multimodal_optimum_equals_brute_force(rng, pipeline, counts):
 def test_public_balance_reports_the_optimum(rng):
     frame = table(rng, counts=(8,))
     limit = loose_limit(frame, stages=3, micro_batches=6)
-    plan = sappkit.balance(frame, stages=3, micro_batches=6, memory_mb=limit)
+    plan = balance(frame, stages=3, micro_batches=6, memory_mb=limit)
     assert plan.status == "optimal" and plan.gap == 0.0 and plan.method == "exact search"
     assert plan.objective == pytest.approx(brute_force(frame, stages=3, micro_batches=6, memory_mb=limit)[0])
     assert plan.fits and plan.has_plan
@@ -277,7 +284,7 @@ def _bites(frame, flag, **pipeline):
     limit = pipeline.pop("memory_mb")
     with_it = brute_force(frame, memory_mb=limit, **pipeline)
     without = brute_force(frame, memory_mb=limit, **pipeline, **{flag: False})
-    plan = sappkit.balance(frame, memory_mb=limit, solver=SolverOptions(time_limit=30), **pipeline)
+    plan = balance(frame, memory_mb=limit, solver=SolverOptions(time_limit=30), **pipeline)
     assert plan.status == "optimal"
     assert plan.objective == pytest.approx(with_it[0], rel=1e-6)
     assert without[0] != pytest.approx(with_it[0], rel=1e-6)
@@ -300,7 +307,7 @@ def test_overhead_dropped_when_micro_batches_equal_stages():
     frame = pd.DataFrame([
         dict(kind="b", role="body", count=6, param_mb=10, option=o, forward_time=2, backward_time=bt,
              activation_mb=a) for o, bt, a in (("none", 4, 40), ("full", 7, 4))])
-    plan = sappkit.balance(frame, stages=2, micro_batches=2, chunks=2, memory_mb=330)
+    plan = balance(frame, stages=2, micro_batches=2, chunks=2, memory_mb=330)
     assert (plan.stages.overhead_mb == 0).all()
     assert plan.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=2, chunks=2,
                                                        memory_mb=330, overhead=False)[0])
@@ -317,10 +324,20 @@ def test_each_schedule_in_flight_binds(schedule, chunks, less_memory, micro_batc
              activation_mb=a) for o, bt, a in (("none", 4, 30), ("full", 7, 3))])
     pipeline = dict(stages=3, micro_batches=micro_batches, chunks=chunks, schedule=schedule, less_memory=less_memory)
     expected = brute_force(frame, memory_mb=limit, **pipeline)
-    plan = sappkit.balance(frame, memory_mb=limit, **pipeline)
+    plan = balance(frame, memory_mb=limit, **pipeline)
     assert plan.objective == pytest.approx(expected[0])
     flat = np.ones_like(reference_in_flight(schedule, 3, micro_batches, chunks, less_memory))
     assert brute_force(frame, memory_mb=limit, in_flight=flat, **pipeline)[0] != pytest.approx(expected[0])
+
+
+def test_less_memory_with_one_chunk_is_1f1b_with_a_note(rng):
+    frame = table(rng, counts=(12,))
+    pipeline = dict(stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
+    plain, less = balance(frame, **pipeline), balance(frame, less_memory=True, **pipeline)
+    assert less.objective == plain.objective and less.stages.equals(plain.stages)
+    assert less.notes == ("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way "
+                          "(seed 003)",)
+    assert less.simulate().step_time == plain.simulate().step_time
 
 
 def test_less_memory_changes_the_plan():
@@ -328,8 +345,8 @@ def test_less_memory_changes_the_plan():
         dict(kind="b", role="body", count=8, param_mb=10, option=o, forward_time=2, backward_time=bt,
              activation_mb=a) for o, bt, a in (("none", 4, 30), ("full", 7, 3))])
     pipeline = dict(stages=2, micro_batches=4, chunks=2, memory_mb=280)
-    regular = sappkit.balance(frame, **pipeline)
-    less = sappkit.balance(frame, less_memory=True, **pipeline)
+    regular = balance(frame, **pipeline)
+    less = balance(frame, less_memory=True, **pipeline)
     assert less.objective < regular.objective
     assert less.objective == pytest.approx(brute_force(frame, less_memory=True, **pipeline)[0])
     assert regular.objective == pytest.approx(brute_force(frame, **pipeline)[0])
@@ -361,7 +378,7 @@ def test_recompute_consistency_binds():
     for (c, s), cell in plan.assignment.groupby(["chunk", "stage"]):
         if ((cell.kind == "moe") & (cell.option == "full")).any():
             assert not ((cell.kind == "dense") & (cell.option == "none")).any()
-    off = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=130, consistent_recompute=False)
+    off = balance(frame, stages=2, micro_batches=4, memory_mb=130, consistent_recompute=False)
     assert off.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=4, memory_mb=130,
                                                       consistency=False)[0])
 
@@ -370,7 +387,7 @@ def test_consistency_with_three_options_is_noted():
     frame = pd.DataFrame([
         dict(kind=k, role="body", count=3, param_mb=10, option=o, forward_time=2, backward_time=4 + i,
              activation_mb=30 - 10 * i) for k in ("a", "b") for i, o in enumerate(OPTIONS)])
-    plan = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=1000)
+    plan = balance(frame, stages=2, micro_batches=4, memory_mb=1000)
     assert plan.notes == ("recompute consistency not applied: MindFormers' rule is defined for two options "
                           "and the body kinds use 3 (none, selective, full), as seed 003 does",)
 
@@ -385,14 +402,14 @@ def test_objective_table_cell(rng, level, split):
     pipeline = dict(stages=2, chunks=2, micro_batches=2 if split else 4)
     limit = loose_limit(frame, **pipeline)
     expected = brute_force(frame, memory_mb=limit, level=level, **pipeline)[0]
-    plan = sappkit.balance(frame, memory_mb=limit, optimization_level=level, **pipeline)
+    plan = balance(frame, memory_mb=limit, optimization_level=level, **pipeline)
     assert plan.status == "optimal"
     assert plan.objective == pytest.approx(expected, rel=1e-6)
 
 
 def test_level_two_weighs_the_bubble(rng):
     frame = table(rng, counts=(6,), options=("none", "full"))
-    plan = sappkit.balance(frame, stages=3, micro_batches=6, memory_mb=1e6, optimization_level=2)
+    plan = balance(frame, stages=3, micro_batches=6, memory_mb=1e6, optimization_level=2)
     stage_time = plan.stages.time.max()
     assert plan.objective > stage_time * (6 - 2)
     assert plan.method.startswith("ilp")
@@ -408,7 +425,7 @@ def test_seqpipe_rescales_and_drops_full():
     frame = pd.DataFrame([
         dict(kind="b", role="body", count=6, param_mb=10, option=o, forward_time=2, backward_time=bt,
              activation_mb=a) for o, bt, a in (("none", 4, 30), ("selective", 5, 12), ("full", 7, 3))])
-    plan = sappkit.balance(frame, stages=3, micro_batches=2, schedule="seqpipe", seq_split=2, seq_params=SEQ,
+    plan = balance(frame, stages=3, micro_batches=2, schedule="seqpipe", seq_split=2, seq_params=SEQ,
                            memory_mb=300)
     assert "full" not in set(plan.assignment.option)
     assert plan.notes == ("SeqPipe cannot run full recompute: option 'full' dropped for kind 'b'",)
@@ -425,7 +442,7 @@ def test_seqpipe_rescales_and_drops_full():
 def test_seqpipe_needs_its_parameters():
     frame = table(np.random.default_rng(0), counts=(6,))
     with pytest.raises(sappkit.InputError) as error:
-        sappkit.balance(frame, stages=3, micro_batches=2, schedule="seqpipe", seq_split=2, memory_mb=300)
+        balance(frame, stages=3, micro_batches=2, schedule="seqpipe", seq_split=2, memory_mb=300)
     assert str(error.value) == ("seq_params must be a mapping with keys batch_size, num_heads, seq_length, head_dim, "
                                 "hidden_size, vocab_size, model_parallel, ffn_size; got NoneType (schedule "
                                 "'seqpipe' with seq_split > 1 needs it)")
@@ -438,22 +455,26 @@ def test_infeasible_reports_the_least_memory():
     frame = pd.DataFrame([
         dict(kind="b", role="body", count=8, param_mb=100, option=o, forward_time=1, backward_time=bt,
              activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))])
-    plan = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=400)
+    plan = balance(frame, stages=2, micro_batches=4, memory_mb=400)
     assert plan.status == "infeasible" and plan.objective is None and not plan.has_plan
     assert (plan.memory_needed_mb, plan.binding_stage) == (440.0, 0)
     assert plan.message == "no placement fits 400 MB; the least-memory placement needs 440.0 MB on stage 0"
-    assert sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=440.0).status == "optimal"
-    assert sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=439.0).status == "infeasible"
-    # With the working set (the ILP's route) the last full layer ends warm-up holding the plain layer
-    # it rebuilds at one micro-batch, 50 MB: 400 + 2 x 4 x 5 + 50 on stage 0.
-    ilp = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=400, working_set=True)
-    assert (ilp.status, ilp.memory_needed_mb, ilp.method) == ("infeasible", 490.0, "ilp (highs)")
-    assert ilp.stages.working_mb.tolist() == [50.0, 50.0]
+    assert balance(frame, stages=2, micro_batches=4, memory_mb=440.0).status == "optimal"
+    assert balance(frame, stages=2, micro_batches=4, memory_mb=439.0).status == "infeasible"
+    # With the working set the last full layer ends warm-up holding the plain layer it rebuilds at one
+    # micro-batch, 50 MB: 400 + 2 x 4 x 5 + 50 on stage 0. The exact search and the ILP both find it.
+    plan = balance(frame, stages=2, micro_batches=4, memory_mb=400, working_set=True)
+    assert (plan.status, plan.memory_needed_mb, plan.method) == ("infeasible", 490.0, "exact search")
+    assert plan.stages.working_mb.tolist() == [50.0, 50.0]
+    setup = setup_of(frame, stages=2, micro_batches=4, memory_mb=400, working_set=True)
+    model = BalanceModel(setup, memory="minimise")
+    assert solve(model.problem, SolverOptions()).status == "optimal"
+    assert evaluate(setup, model.counts()).stages.memory_mb.max() == pytest.approx(490.0)
 
 
 def test_too_few_layers_for_the_cells():
     frame = table(np.random.default_rng(1), counts=(3,))
-    plan = sappkit.balance(frame, stages=4, micro_batches=4, chunks=2, memory_mb=1e6)
+    plan = balance(frame, stages=4, micro_batches=4, chunks=2, memory_mb=1e6)
     assert plan.status == "infeasible" and plan.memory_needed_mb is None
     assert plan.message == ("the model has 3 body layers but the pipeline has 6 cells that must each hold one; "
                             "use fewer stages or chunks")
@@ -462,13 +483,13 @@ def test_too_few_layers_for_the_cells():
 def test_bad_arguments_name_themselves():
     frame = table(np.random.default_rng(2), counts=(6,))
     with pytest.raises(sappkit.InputError) as error:
-        sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=0)
+        balance(frame, stages=2, micro_batches=4, memory_mb=0)
     assert str(error.value) == "memory_mb must be a finite number > 0; got 0"
     with pytest.raises(sappkit.InputError) as error:
-        sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=100, objective="fast")
+        balance(frame, stages=2, micro_batches=4, memory_mb=100, objective="fast")
     assert str(error.value) == "objective must be one of 'sapp', 'step'; got 'fast'"
     with pytest.raises(sappkit.InputError) as error:
-        sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=100, solver="highs")
+        balance(frame, stages=2, micro_batches=4, memory_mb=100, solver="highs")
     assert str(error.value) == "solver must be a SolverOptions; got str"
 
 
@@ -481,8 +502,8 @@ def test_step_never_simulates_slower_than_sapp(rng, chunks, micro_batches, scale
     frame = table(rng, counts=(16,))
     pipeline = dict(stages=4, micro_batches=micro_batches, chunks=chunks)
     limit = loose_limit(frame, **pipeline) * scale
-    sapp = sappkit.balance(frame, memory_mb=limit, **pipeline)
-    step = sappkit.balance(frame, memory_mb=limit, objective="step", **pipeline)
+    sapp = balance(frame, memory_mb=limit, **pipeline)
+    step = balance(frame, memory_mb=limit, objective="step", **pipeline)
     if sapp.status == "infeasible":
         assert step.status == "infeasible"
         return
@@ -493,7 +514,7 @@ def test_step_never_simulates_slower_than_sapp(rng, chunks, micro_batches, scale
 
 def test_step_objective_equals_the_1f1b_simulation(rng):
     frame = table(rng, counts=(12,))
-    plan = sappkit.balance(frame, stages=4, micro_batches=8, memory_mb=loose_limit(frame, stages=4,
+    plan = balance(frame, stages=4, micro_batches=8, memory_mb=loose_limit(frame, stages=4,
                                                                                    micro_batches=8),
                            objective="step")
     assert plan.objective == pytest.approx(plan.simulate().step_time)
@@ -501,7 +522,7 @@ def test_step_objective_equals_the_1f1b_simulation(rng):
 
 def test_optimise_uses_the_ilp_when_the_search_does_not_apply(rng):
     frame = table(rng, counts=(6,), equal_forward=False)
-    setup = make_setup(frame, stages=2, micro_batches=4, memory_mb=loose_limit(frame, stages=2, micro_batches=4))
+    setup = setup_of(frame, stages=2, micro_batches=4, memory_mb=loose_limit(frame, stages=2, micro_batches=4))
     solved = optimise(setup, SolverOptions())
     assert solved.method == "ilp (highs)" and solved.status == "optimal"
     assert solved.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=4,
@@ -511,7 +532,7 @@ def test_optimise_uses_the_ilp_when_the_search_does_not_apply(rng):
 def test_search_bounds_hand_over_to_the_ilp(rng, monkeypatch):
     # When the exact search cannot close the gap it hands its bound and incumbent to the ILP.
     frame = table(rng, counts=(8,))
-    setup = make_setup(frame, stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
+    setup = setup_of(frame, stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
     found = search(setup)
     monkeypatch.setattr(sappkit.balancer.exact, "search",
                         lambda *a, **k: replace(found, proven=False, lower=found.lower * 0.9))
@@ -542,7 +563,7 @@ def test_exact_search_agrees_with_the_ilp(rng, pipeline, objective):
 def test_a_cache_never_serves_another_instance(rng):
     frame = table(rng, counts=(12,))
     cache = sappkit.balancer.exact.Cache()
-    first = make_setup(frame, stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
-    other = make_setup(frame, stages=4, micro_batches=8, memory_mb=first.memory_mb)
+    first = setup_of(frame, stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
+    other = setup_of(frame, stages=4, micro_batches=8, memory_mb=first.memory_mb)
     search(first, cache=cache)
     assert search(other, cache=cache).upper == search(other).upper

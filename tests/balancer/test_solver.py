@@ -101,8 +101,8 @@ def test_balance_with_cbc_matches_highs():
                activation_mb=a) for o, bt, a in (("none", 4, 29), ("full", 9, 2))],
         *[dict(kind="moe", role="body", count=4, param_mb=30, option=o, forward_time=3, backward_time=bt,
                activation_mb=a) for o, bt, a in (("none", 6, 36), ("full", 12, 5))]])
-    highs = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=130)
-    cbc = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=130, solver=SolverOptions(solver="cbc"))
+    highs = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=150)
+    cbc = sappkit.balance(frame, stages=2, micro_batches=4, memory_mb=150, solver=SolverOptions(solver="cbc"))
     assert highs.method == "ilp (highs)" and cbc.method == "ilp (cbc)"
     assert (cbc.status, cbc.objective) == ("optimal", highs.objective)
 

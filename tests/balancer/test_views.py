@@ -57,7 +57,7 @@ def test_compare_balanced_with_even_partitions():
     assert frame.fits.tolist() == [True, False, True]
     assert frame.step_time[0] < frame.step_time[2]
     assert frame.recompute_time[1] == 0 and frame.recompute_time[2] == pytest.approx(12 * 1.0)
-    assert plot_plan_comparison(frame).texts[1].get_text() == "1,000 MB > 900"
+    assert plot_plan_comparison(frame).texts[1].get_text() == "1,050 MB > 900"
 
 
 def test_plots_draw_plan_frames():
