@@ -121,16 +121,7 @@ def pareto_fronts(backward: np.ndarray, activation: np.ndarray, n_max: int, know
     >>> fronts[2].backward.tolist(), fronts[2].activation.tolist(), fronts[2].mix.tolist()
     ([4.0, 5.0, 6.0], [100.0, 55.0, 10.0], [[2, 0], [1, 1], [0, 2]])
     """
-    fronts = known if known is not None else []
-    if not fronts:
-        fronts.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(backward)), dtype=int)))
-    eye = np.eye(len(backward), dtype=int)
-    while len(fronts) <= n_max:
-        last = fronts[-1]
-        fronts.append(_pareto((last.backward[:, None] + backward[None, :]).ravel(),
-                              (last.activation[:, None] + activation[None, :]).ravel(),
-                              (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(backward))))
-    return fronts
+    return _grow(backward, activation, n_max, known if known is not None else [], _pareto)
 
 
 def _distinct(backward, activation, mix, working=None) -> Front:
@@ -144,14 +135,20 @@ def _distinct(backward, activation, mix, working=None) -> Front:
 
 def _distinct_fronts(backward: np.ndarray, activation: np.ndarray, n_max: int, known: list) -> list[Front]:
     """Every distinct mix for 0..``n_max`` layers (extending ``known`` in place)."""
+    return _grow(backward, activation, n_max, known, _distinct)
+
+
+def _grow(backward: np.ndarray, activation: np.ndarray, n_max: int, known: list, reduce) -> list[Front]:
+    """Extend ``known`` to 0..``n_max`` layers: each count's mixes are the last count's plus one option,
+    kept as ``reduce`` (the Pareto front, or every distinct mix) says."""
     if not known:
         known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, len(backward)), dtype=int)))
     eye = np.eye(len(backward), dtype=int)
     while len(known) <= n_max:
         last = known[-1]
-        known.append(_distinct((last.backward[:, None] + backward[None, :]).ravel(),
-                               (last.activation[:, None] + activation[None, :]).ravel(),
-                               (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(backward))))
+        known.append(reduce((last.backward[:, None] + backward[None, :]).ravel(),
+                            (last.activation[:, None] + activation[None, :]).ravel(),
+                            (last.mix[:, None, :] + eye[None, :, :]).reshape(-1, len(backward))))
     return known
 
 
