@@ -89,6 +89,12 @@ def test_balanced_plan_is_priced_alike_by_the_chooser(seed, kinds, options, tail
     plan = sappkit.balance(layers, memory_mb=limit, working_set=True, **pipeline)
     assert plan.status == "optimal"
     assert_same_stages(plan, layers, limit, same_overhead=pipeline.get("chunks", 1) == 1)
+    simulated = plan.simulate().stages
+    if pipeline.get("chunks", 1) == 1:  # one memory truth: the simulator measures what both models charge
+        np.testing.assert_allclose(simulated["memory_mb"], plan.stages["memory_mb"], rtol=0, atol=1e-6)
+        np.testing.assert_allclose(simulated["working_mb"], plan.stages["working_mb"], rtol=0, atol=1e-6)
+    else:  # interleaved: a later backward may peak above the in-flight model, never below it
+        assert (simulated["memory_mb"] >= plan.stages["memory_mb"] - plan.stages["overhead_mb"] - 1e-6).all()
     # The stage whose last cell ends with the tail charges the tail's working set, no body layer's.
     if tail:
         assert plan.stages["working_mb"].iloc[-1] == layers.working_set_mb("lm_head", "none")
