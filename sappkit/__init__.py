@@ -11,7 +11,8 @@ from .errors import InputError
 #: Public name -> the sub-package (one per model) or plotting module that exports it.
 _EXPORTS = {
     **dict.fromkeys(("LayerTable", "as_layer_table", "read_layers_json", "write_layers_json", "read_layers_csv",
-                     "write_layers_csv", "estimate_layers", "TransformerConfig", "ParallelConfig", "DeviceConfig"),
+                     "write_layers_csv", "estimate_layers", "TransformerConfig", "ParallelConfig", "DeviceConfig",
+                     "KernelConfig"),
                     "layers"),
     **dict.fromkeys(("in_flight", "forward_in_backward", "even_assignment", "cell_costs", "stage_memory",
                      "simulate", "Simulation"), "pipeline"),
