@@ -16,7 +16,8 @@ from .._check import check_number
 from .._frames import plain as _plain
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
-    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, TAIL, WORKING_MB,
+    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, SPLIT_COLUMNS, TAIL,
+    WORKING_MB,
 )
 from ..errors import InputError
 
@@ -252,6 +253,12 @@ def _validated(frame) -> pd.DataFrame:
         frame[column] = frame[column].astype(str)
     for column in LAYER_NUMERIC:
         frame[column] = _numeric_column(frame, column)
+    # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
+    for column in SPLIT_COLUMNS:
+        if column in frame.columns:
+            blank = frame[column].isna()
+            frame[column] = _numeric_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column)
+            frame.loc[blank, column] = np.nan
     for row, role in frame[ROLE].items():
         if role not in ROLES:
             raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'role' is {role!r}; "

@@ -6,12 +6,15 @@ op starts when its stage is free and its input is ready:
 - the forward of (unit, cell) after the forward of the same unit on the cell
   before it in model order (plus ``p2p_time`` when that cell is on another
   stage);
-- the backward after the backward of the same unit on the cell after it, or,
-  on the model's last cell, after its own forward.
+- the backward (or input pass) after the backward or input pass of the same
+  unit on the cell after it, or, on the model's last cell, after its own forward;
+- a weight pass after its own input pass.
 
 The step time is the last op's end. Memory: a stage holds its static memory
 throughout; a forward adds its cell's ``activation_mb`` when it **starts** and
-the backward of the same unit releases it when it **ends**.
+the backward of the same unit releases it when it **ends**; with the backward
+split, the input pass releases all but ``weight_pass_mb`` (what the weight
+pass still needs, by default everything) and the weight pass the rest.
 
 How the measured counts relate to :func:`sappkit.in_flight` (tested in
 ``tests/test_simulate.py``):
@@ -30,13 +33,16 @@ How the measured counts relate to :func:`sappkit.in_flight` (tested in
 - ``seqpipe`` with chunks: a stage's total peak is the sum of ``in_flight``
   plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; the seed
   spreads that total over the chunks differently from this order.
+- ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``:
+  each cell's peak equals ``in_flight`` (a unit counts until its weight pass
+  ends), and a stage's peak is at most their sum.
 
 For ``seqpipe`` the costs are per slice (a layer table rescaled by
 :func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, DESIGN.md "SeqPipe") and the step
 runs ``m k`` slices; a slice's backward follows the later slices' of its
-micro-batch. DualPipeV runs each backward as one block (the open-source schedule
-splits the backward into input- and weight-gradient passes to fill bubbles;
-that split needs per-layer costs the layer table does not carry).
+micro-batch. ``dualpipev`` runs each backward as one block; ``dualpipev_split``
+splits it as PyTorch's DualPipeV does, and runs each of its overlapped
+forward-backward pairs as the forward then the backward (their compute adds up).
 """
 
 from __future__ import annotations
@@ -49,13 +55,14 @@ import pandas as pd
 from .._check import check_number
 from .._frames import check_frame, number_column, plain, whole_column
 from ..columns import (
-    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
-    OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
+    ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT,
+    LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WEIGHT_PASS_MB,
+    WORKING_MB,
 )
 from ..errors import InputError
-from .events import StepPlan, op_starts, step_plan
-from .orders import BACKWARD, FORWARD
-from .schedules import check_pipeline
+from .events import StepPlan, op_starts, plan_from_orders, step_plan
+from .phases import BACKWARD, BACKWARD_INPUT, FORWARD, HOLDS
+from .schedules import check_pipeline, model_order
 
 __all__ = ["Simulation", "simulate", "STATIC_MB", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
            "BUSY_TIME", "IDLE_TIME", "PHASES"]
@@ -68,11 +75,12 @@ START = "start"
 END = "end"
 BUSY_TIME = "busy_time"
 IDLE_TIME = "idle_time"
-PHASES = ("forward", "backward")
+#: Phase names, indexed by the op phases of :mod:`sappkit.pipeline.orders`.
+PHASES = ("forward", "backward", "backward_input", "backward_weight")
 
 _COST_REQUIRED = (STAGE, CHUNK, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
 _COST_NUMERIC = (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, STATIC_MB, PARAM_MB,
-                 MEMORY_ONCE_MB)
+                 MEMORY_ONCE_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, WEIGHT_PASS_MB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -94,8 +102,8 @@ class Simulation:
         schedule beats the ideal, as DualPipeV can).
     timeline : DataFrame
         One row per op: ``stage``, ``chunk``, ``micro_batch``, ``slice``,
-        ``phase`` ("forward"/"backward"), ``start``, ``end``, ``recompute_time``
-        (the recompute at the start of a backward).
+        ``phase`` (one of :data:`PHASES`), ``start``, ``end``, ``recompute_time``
+        (the recompute at the start of a backward or input pass).
     memory : DataFrame
         ``stage``, ``time``, ``memory_mb``: each stage's memory from time 0 and
         after every change (a step function: hold each value until the next;
@@ -139,7 +147,8 @@ class Simulation:
 
 
 def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int, less_memory: bool = False,
-             seq_split: int = 1, static_mb=None, p2p_time: float = 0.0, limit_mb: float | None = None) -> Simulation:
+             seq_split: int = 1, static_mb=None, p2p_time: float = 0.0, limit_mb: float | None = None,
+             orders=None) -> Simulation:
     """Simulate one training step of ``schedule`` over per-cell costs.
 
     Parameters
@@ -151,8 +160,14 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         ``seqpipe``); optional ``recompute_time`` (the part of the backward
         that is recompute; default 0), ``static_mb`` (summed per stage),
         ``param_mb`` and ``memory_once_mb`` (the parts of ``static_mb``
-        reported under those names; :func:`sappkit.cell_costs` writes them all).
-    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}
+        reported under those names; :func:`sappkit.cell_costs` writes them all);
+        for split backwards ``backward_input_time`` and ``backward_weight_time``
+        (default: the weight pass takes half the backward beyond its recompute,
+        ``(backward - recompute) / 2``, the input pass the rest) and
+        ``weight_pass_mb`` (kept from the input pass until the weight pass
+        ends; default ``activation_mb``).
+    schedule : str
+        One of :data:`sappkit.pipeline.schedules.SCHEDULES`.
     micro_batches : int
     less_memory : bool
         Less-memory interleaved order (``interleaved`` and ``seqpipe``).
@@ -165,6 +180,10 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         Added to every dependency between two stages.
     limit_mb : float, optional
         Device memory, copied into ``stages.limit_mb``.
+    orders : sequence of sequences of (phase, chunk, unit), optional
+        Each stage's ops to run instead of the schedule's own order, e.g.
+        :func:`sappkit.torch.schedule_orders`; the schedule still fixes the
+        cells' model order.
 
     Returns
     -------
@@ -186,40 +205,44 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True)
     static = _static_per_stage(cost, static_mb, p)
     param, once, const = _static_parts(cost, static)
-    plan = step_plan(schedule, p, m, v, k, less_memory)
+    plan = step_plan(schedule, p, m, v, k, less_memory) if orders is None else plan_from_orders(
+        _checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k)
 
     # Cell values in model order: position i is plan.cells[i].
     in_model_order = [chunk * p + stage for chunk, stage in plan.cells]
-    forward, backward, recompute, activation = (
-        cost[column][in_model_order] for column in (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB))
-    durations = np.concatenate([forward, backward])
+    forward, backward, recompute, activation, kept_for_weights, input_pass, weight_pass = (
+        cost[column][in_model_order] for column in (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB,
+                                                    WEIGHT_PASS_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME))
+    durations = np.concatenate([forward, backward, input_pass, weight_pass])
 
     start = np.array(op_starts(plan, durations.tolist(), p2p_time, p))
-    is_forward = plan.phase == FORWARD
     end = start + durations[plan.phase * plan.cell_count + plan.position]
     step_time = float(end.max())
 
-    ops_per_stage = 2 * v * m * k
-    held = np.where(is_forward, activation[plan.position], -activation[plan.position])
-    held = held.reshape(p, ops_per_stage).cumsum(axis=1)
-    event_time = np.where(is_forward, start, end).reshape(p, ops_per_stage)
-    peak_activation = np.maximum(held.max(axis=1), 0.0)
+    # Memory: a forward adds its activation at its start; the passes that end a unit's backward release it.
+    # Stages may run different numbers of ops (a whole backward on one, input and weight passes on another).
+    bounds = np.cumsum([0] + [len(ops) for ops in plan.stage_ops])
+    change = np.stack([activation, -activation, kept_for_weights - activation, -kept_for_weights])
+    change = change[plan.phase, plan.position]
+    event_time = np.where(plan.phase == FORWARD, start, end)
+    held = [np.cumsum(change[a:b]) for a, b in zip(bounds, bounds[1:])]
+    peak_activation = np.maximum([h.max() for h in held], 0.0)
 
-    busy = (end - start).reshape(p, ops_per_stage).sum(axis=1)
-    compute = float((forward + backward - recompute).sum()) * m * k
+    busy = np.add.reduceat(end - start, bounds[:-1])
+    recompute_total = float(recompute.sum()) * m * k
+    compute = float(busy.sum()) - recompute_total
     real = p * step_time / compute - 1
-    recompute_share = float(recompute.sum()) * m * k / compute
     ideal = (p - 1) / (v * m * k)
-    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": real - ideal - recompute_share,
-                         "recompute": recompute_share})
+    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": real - ideal - recompute_total / compute,
+                         "recompute": recompute_total / compute})
 
     return Simulation(
         schedule=schedule, micro_batches=m, chunks=v, seq_split=k, less_memory=bool(less_memory),
         step_time=step_time, bubbles=bubbles,
         timeline=_timeline(plan, start, end, recompute, k),
-        memory=_memory(static, event_time, held),
+        memory=_memory(static, [event_time[a:b] for a, b in zip(bounds, bounds[1:])], held),
         stages=_stage_frame(param, once, const, peak_activation, limit, busy, step_time),
-        in_flight=_in_flight(plan, is_forward, v, p),
+        in_flight=_in_flight(plan, v, p),
     )
 
 
@@ -232,11 +255,17 @@ def _checked_costs(costs) -> tuple[dict[str, np.ndarray], int, int]:
     stage, chunk = (whole_column(costs, column, "costs") for column in (STAGE, CHUNK))
     values = {column: number_column(costs, column, "costs") for column in _COST_NUMERIC if column in costs.columns}
     values.setdefault(RECOMPUTE_TIME, np.zeros(len(costs)))
-    over = np.flatnonzero(values[RECOMPUTE_TIME] > values[BACKWARD_TIME])
-    if over.size:
-        row = int(over[0])
-        raise InputError(f"costs row {row} has recompute_time {plain(values[RECOMPUTE_TIME][row])!r} above its "
-                         f"backward_time {plain(values[BACKWARD_TIME][row])!r}; the recompute is part of the backward")
+    values.setdefault(BACKWARD_WEIGHT_TIME, (values[BACKWARD_TIME] - values[RECOMPUTE_TIME]) / 2)
+    values.setdefault(BACKWARD_INPUT_TIME, values[BACKWARD_TIME] - values[BACKWARD_WEIGHT_TIME])
+    values.setdefault(WEIGHT_PASS_MB, values[ACTIVATION_MB])
+    for part, whole, why in ((RECOMPUTE_TIME, BACKWARD_TIME, "the recompute is part of the backward"),
+                             (RECOMPUTE_TIME, BACKWARD_INPUT_TIME, "the recompute runs in the input pass"),
+                             (WEIGHT_PASS_MB, ACTIVATION_MB, "the weight pass keeps part of the activation")):
+        over = np.flatnonzero(values[part] > values[whole])
+        if over.size:
+            row = int(over[0])
+            raise InputError(f"costs row {row} has {part} {plain(values[part][row])!r} above its {whole} "
+                             f"{plain(values[whole][row])!r}; {why}")
     p, v = int(stage.max()) + 1, int(chunk.max()) + 1
     cell = chunk * p + stage
     seen = np.zeros(p * v, dtype=bool)
@@ -285,7 +314,7 @@ def _static_per_stage(cost: dict[str, np.ndarray], static_mb, p: int) -> np.ndar
 
 def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     cells = np.array(plan.cells)
-    is_backward = plan.phase == BACKWARD
+    is_backward = (plan.phase == BACKWARD) | (plan.phase == BACKWARD_INPUT)
     return pd.DataFrame({
         STAGE: cells[plan.position, 1],
         CHUNK: cells[plan.position, 0],
@@ -298,18 +327,15 @@ def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     })
 
 
-def _memory(static: np.ndarray, event_time: np.ndarray, held: np.ndarray) -> pd.DataFrame:
+def _memory(static: np.ndarray, event_time: list[np.ndarray], held: list[np.ndarray]) -> pd.DataFrame:
     """Each stage's memory from time 0 and after each change; of changes at one time, only the result."""
-    p = len(static)
-    time = np.hstack([np.zeros((p, 1)), event_time])
-    value = static[:, None] + np.hstack([np.zeros((p, 1)), held])
-    last_at_time = np.ones(time.shape, dtype=bool)
-    last_at_time[:, :-1] = time[:, 1:] != time[:, :-1]
-    return pd.DataFrame({
-        STAGE: np.broadcast_to(np.arange(p)[:, None], time.shape)[last_at_time],
-        TIME: time[last_at_time],
-        MEMORY_MB: value[last_at_time],
-    })
+    frames = []
+    for s, (times, values) in enumerate(zip(event_time, held)):
+        time = np.concatenate([[0.0], times])
+        value = static[s] + np.concatenate([[0.0], values])
+        last_at_time = np.append(time[1:] != time[:-1], True)
+        frames.append(pd.DataFrame({STAGE: s, TIME: time[last_at_time], MEMORY_MB: value[last_at_time]}))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _static_parts(cost: dict[str, np.ndarray], static: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -341,12 +367,33 @@ def _stage_frame(param, once, const, peak_activation, limit, busy, step_time) ->
     })
 
 
-def _in_flight(plan: StepPlan, is_forward: np.ndarray, v: int, p: int) -> pd.DataFrame:
-    """Peak units held per cell: count up at each forward, down at each backward, in run order."""
+def _in_flight(plan: StepPlan, v: int, p: int) -> pd.DataFrame:
+    """Peak units held per cell: up at each forward, down at each backward or weight pass, in run order."""
     by_cell = np.argsort(plan.position, kind="stable")
-    counts = np.where(is_forward, 1, -1)[by_cell].reshape(plan.cell_count, -1).cumsum(axis=1).max(axis=1)
+    step = np.array(HOLDS)[plan.phase][by_cell]
+    starts = np.cumsum(np.concatenate([[0], np.bincount(plan.position, minlength=plan.cell_count)[:-1]]))
+    running = np.cumsum(step)
+    running -= np.repeat(running[starts] - step[starts], np.diff(np.append(starts, len(step))))
+    counts = np.maximum.reduceat(running, starts)
     peaks = np.zeros((v, p), dtype=int)
     for i, (chunk, stage) in enumerate(plan.cells):
         peaks[chunk, stage] = counts[i]
     return pd.DataFrame({STAGE: np.tile(np.arange(p), v), CHUNK: np.repeat(np.arange(v), p),
                          IN_FLIGHT: peaks.ravel()})
+
+
+def _checked_orders(orders, p: int, v: int) -> tuple:
+    """``orders`` as a tuple per stage of ``(phase, chunk, unit)`` tuples, or raise naming the bad entry."""
+    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__len__") or len(orders) != p:
+        raise InputError(f"orders must hold one sequence of ops per stage ({p}); got {orders!r:.80}")
+    checked = []
+    for s, ops in enumerate(orders):
+        stage_ops = []
+        for index, op in enumerate(ops):
+            ok = isinstance(op, tuple) and len(op) == 3 and all(isinstance(x, (int, np.integer)) for x in op)
+            if not ok or op[0] not in range(len(PHASES)) or op[1] not in range(v) or op[2] < 0:
+                raise InputError(f"orders[{s}][{index}] must be (phase, chunk, unit) with phase in 0..3, chunk in "
+                                 f"0..{v - 1} and unit >= 0; got {op!r}")
+            stage_ops.append(tuple(int(x) for x in op))
+        checked.append(tuple(stage_ops))
+    return tuple(checked)

@@ -1,5 +1,8 @@
 """PyTorch in sappkit (the optional extra ``[torch]``): measured layer tables and the schedules PyTorch runs.
 
+- :func:`measure_layers`: a layer table measured on a real block;
+- :func:`schedule_orders`: the step orders ``torch.distributed.pipelining`` generates.
+
 ``import sappkit`` never imports this package; importing it without PyTorch
 raises one ImportError that names the extra.
 """
@@ -11,5 +14,6 @@ except ImportError as error:
                       "pip install 'sappkit[torch]'") from error
 
 from .measure import measure_layers  # noqa: E402
+from .schedules import schedule_orders  # noqa: E402
 
-__all__ = ["measure_layers"]
+__all__ = ["measure_layers", "schedule_orders"]
