@@ -11,7 +11,8 @@ from .errors import InputError
 #: Public name -> the sub-package (one per model) or plotting module that exports it.
 _EXPORTS = {
     **dict.fromkeys(("LayerTable", "as_layer_table", "read_layers_json", "write_layers_json", "read_layers_csv",
-                     "write_layers_csv", "estimate_layers", "TransformerConfig", "ParallelConfig", "DeviceConfig"),
+                     "write_layers_csv", "estimate_layers", "TransformerConfig", "ParallelConfig", "DeviceConfig",
+                     "KernelConfig"),
                     "layers"),
     **dict.fromkeys(("in_flight", "forward_in_backward", "even_assignment", "cell_costs", "stage_memory",
                      "simulate", "Simulation"), "pipeline"),
@@ -22,7 +23,7 @@ _EXPORTS = {
                     "recompute"),
     **dict.fromkeys(("RecomputeAnalysis", "alternatives"), "one_more"),
     **dict.fromkeys(("balance", "Plan", "SolverOptions", "plan_from_offsets", "sweep_memory", "compare_plans",
-                     "even_plan"), "balancer"),
+                     "even_plan", "torchtitan_config", "TorchtitanConfig"), "balancer"),
     **dict.fromkeys(("plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"),
                     "plots.pipeline"),
     **dict.fromkeys(("plot_fit", "plot_fit_params", "plot_fit_observations", "plot_fit_residuals"), "plots.fit"),

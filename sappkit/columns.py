@@ -7,7 +7,8 @@ unit in every ``*_time`` column.
 __all__ = [
     "KIND", "ROLE", "COUNT", "PARAM_MB", "OPTION", "FORWARD_TIME", "BACKWARD_TIME",
     "ACTIVATION_MB", "MODULE", "MEMORY_ONCE_MB", "WORKING_MB", "FIRST_WORKING_MB",
-    "GRAD_MB", "LAYER_REQUIRED", "LAYER_OPTIONAL", "LAYER_NUMERIC",
+    "GRAD_MB", "BACKWARD_INPUT_TIME", "BACKWARD_WEIGHT_TIME", "WEIGHT_PASS_MB", "SPLIT_COLUMNS",
+    "LAYER_REQUIRED", "LAYER_OPTIONAL", "LAYER_NUMERIC",
     "STAGE", "CHUNK", "IN_FLIGHT", "OVERHEAD_MB", "CONST_MB", "MEMORY_MB", "LIMIT_MB",
     "STAGE_MEMORY", "RECOMPUTE_TIME", "TIME", "LAYERS",
     "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "POSITIONAL_OPTIONS", "DEFAULT_MODES",
@@ -27,6 +28,12 @@ MEMORY_ONCE_MB = "memory_once_mb"
 WORKING_MB = "working_mb"
 FIRST_WORKING_MB = "first_working_mb"
 GRAD_MB = "grad_mb"
+# Optional, for schedules that split the backward (not filled in when absent; the simulator's default split).
+BACKWARD_INPUT_TIME = "backward_input_time"
+BACKWARD_WEIGHT_TIME = "backward_weight_time"
+WEIGHT_PASS_MB = "weight_pass_mb"
+#: The split-backward columns.
+SPLIT_COLUMNS = (BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, WEIGHT_PASS_MB)
 
 LAYER_REQUIRED = (KIND, ROLE, COUNT, PARAM_MB, OPTION, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
 #: Optional layer columns and their defaults (``first_working_mb`` defaults to ``working_mb``).

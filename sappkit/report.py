@@ -16,12 +16,14 @@ and never destroys the previous one.
 from __future__ import annotations
 
 import html
+import json
 import os
 import re
 import shutil
 import tempfile
 import time
 from collections.abc import Callable, Iterable
+from importlib.util import find_spec
 from pathlib import Path
 
 from .errors import InputError
@@ -36,6 +38,10 @@ _NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 def default_notebooks() -> list[Path]:
     """Every ``notebooks/*.ipynb`` of the repository sappkit is installed from, in sorted order.
 
+    A notebook whose metadata lists modules under ``sappkit.requires`` (an
+    optional extra, e.g. ``05_pytorch.ipynb`` needs ``torch``) is left out
+    where one of them is not installed.
+
     Examples
     --------
     >>> all(path.suffix == ".ipynb" for path in default_notebooks())
@@ -44,7 +50,13 @@ def default_notebooks() -> list[Path]:
     if not _NOTEBOOKS_DIR.is_dir():
         raise InputError(f"no notebooks folder at {str(_NOTEBOOKS_DIR)!r} (sappkit is not installed from a "
                          f"source checkout); name the notebooks explicitly (--notebooks PATH ...)")
-    return sorted(_NOTEBOOKS_DIR.glob("*.ipynb"))
+    return [path for path in sorted(_NOTEBOOKS_DIR.glob("*.ipynb")) if _installed(path)]
+
+
+def _installed(path: Path) -> bool:
+    """Whether the modules the notebook's metadata requires (``sappkit.requires``) are installed."""
+    required = json.loads(path.read_text()).get("metadata", {}).get("sappkit", {}).get("requires", [])
+    return all(find_spec(module) is not None for module in required)
 
 
 def notebook_summary(nb) -> tuple[str, str]:

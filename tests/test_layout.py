@@ -4,6 +4,7 @@ import ast
 import importlib
 import pkgutil
 import types
+from importlib.util import find_spec
 from pathlib import Path
 
 import sappkit
@@ -11,7 +12,7 @@ import sappkit
 PACKAGE = Path(sappkit.__file__).parent
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
-MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"))
+MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"), ("torch",))
 
 
 def _module_name(path: Path) -> str:
@@ -78,7 +79,8 @@ def test_model_folders_import_only_the_folders_before_them():
 
 def test_every_public_name_resolves_even_after_every_module_is_imported():
     for info in pkgutil.walk_packages(sappkit.__path__, "sappkit."):
-        if not info.name.endswith("__main__"):  # running it is the command line
+        optional = info.name.startswith("sappkit.torch") and find_spec("torch") is None  # the [torch] extra
+        if not info.name.endswith("__main__") and not optional:  # running __main__ is the command line
             importlib.import_module(info.name)
     for name in sappkit.__all__:
         value = getattr(sappkit, name)

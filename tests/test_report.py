@@ -179,6 +179,11 @@ def test_notebook_summary(cells, expected):
     assert notebook_summary(nbformat.v4.new_notebook(cells=cells)) == expected
 
 
-def test_default_notebooks_are_the_repository_notebooks_in_order():
+def test_default_notebooks_are_the_repository_notebooks_in_order(monkeypatch, tmp_path):
     folder = Path(__file__).resolve().parent.parent / "notebooks"
     assert default_notebooks() == sorted(folder.glob("*.ipynb"))
+    # A notebook that needs an optional extra the environment lacks is left out.
+    for name, requires in (("a.ipynb", ["json"]), ("b.ipynb", ["no_such_module_for_sappkit"]), ("c.ipynb", [])):
+        nbformat.write(nbformat.v4.new_notebook(metadata={"sappkit": {"requires": requires}}), tmp_path / name)
+    monkeypatch.setattr("sappkit.report._NOTEBOOKS_DIR", tmp_path)
+    assert [path.name for path in default_notebooks()] == ["a.ipynb", "c.ipynb"]

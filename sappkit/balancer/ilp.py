@@ -52,6 +52,7 @@ from typing import Literal
 import numpy as np
 import pulp
 
+from ..pipeline.schedules import V_SHAPED
 from .setup import BalanceSetup
 
 __all__ = ["BalanceModel", "layer_bound", "overhead_bound"]
@@ -170,7 +171,7 @@ class BalanceModel:
     def _earlier_cells(self, c: int, s: int) -> list[tuple[int, int]]:
         """Cells whose layers precede cell (c, s) for the frontier (DualPipeV's chunk 1 includes the cell)."""
         setup = self.setup
-        if setup.schedule == "dualpipev":
+        if setup.schedule in V_SHAPED:
             if c == 0:
                 return [(0, t) for t in range(s)]
             if c == 1:
@@ -186,7 +187,7 @@ class BalanceModel:
             later, earlier = setup.item_indices(setup.kinds[k]), setup.item_indices(setup.kinds[k - 1])
             for c, s in setup.cells:
                 before = self._earlier_cells(c, s)
-                if not before and not (setup.schedule == "dualpipev" and c == 1):
+                if not before and not (setup.schedule in V_SHAPED and c == 1):
                     continue
                 started = self._var(f"frontier_{k}_{c}_{s}", 0, 1, "Binary")
                 self._add(layer_bound(setup, [k]) * started

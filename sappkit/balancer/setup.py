@@ -20,7 +20,9 @@ from ..columns import ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_O
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.costs import positional_rank
-from ..pipeline.schedules import check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell
+from ..pipeline.schedules import (
+    SEED_SCHEDULES, V_SHAPED, check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell,
+)
 from ..pipeline.seqpipe import rescale_for_seqpipe
 
 __all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup"]
@@ -110,14 +112,14 @@ class BalanceSetup:
     @property
     def reserved(self) -> set[tuple[int, int]]:
         """Cells that may stay empty of body layers: the head's and the tail's (seed 003)."""
-        if self.schedule == "dualpipev":
+        if self.schedule in V_SHAPED:
             return {(0, 0), (1, 0)}
         return {(0, 0), (self.chunks - 1, self.stages - 1)}
 
     @property
     def overhead_active(self) -> bool:
-        """The interleaved overhead term applies: ``v > 1`` and ``m != p`` (seed 003)."""
-        return self.chunks > 1 and self.slices != self.stages
+        """The interleaved overhead term applies: ``v > 1`` and ``m != p`` on the seed's schedules (seed 003)."""
+        return self.chunks > 1 and self.slices != self.stages and self.schedule in SEED_SCHEDULES
 
     def overhead_terms(self, stage: int) -> list[tuple[int, int, int]]:
         """``(factor, chunk_a, chunk_b)``: stage overhead = Σ factor (A(chunk_a) - A(chunk_b)).
@@ -150,8 +152,8 @@ class BalanceSetup:
 
     @property
     def bottleneck_split(self) -> bool:
-        """The level >= 1 objective with ``v > 1`` and ``m = p`` (``MAX_STAGE`` and ``MAX_LAST``)."""
-        return self.chunks > 1 and self.slices == self.stages and self.level >= 1
+        """The level >= 1 objective with ``v > 1`` and ``m = p`` (``MAX_STAGE`` and ``MAX_LAST``), seed schedules."""
+        return self.chunks > 1 and self.slices == self.stages and self.level >= 1 and self.schedule in SEED_SCHEDULES
 
     @property
     def consistency(self) -> tuple[str, str] | None:
@@ -257,6 +259,10 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
         head=_fixed(table, table.head, 0, 0), tail=_fixed(table, table.tail, *tail_cell(schedule, p, v)),
         in_flight=in_flight_counts(schedule, p, m, v, less_memory, k).astype(float),
     )
+    if schedule not in SEED_SCHEDULES:
+        notes.append(f"{schedule}: memory = Σ activation × in-flight (each cell's peak, a bound on the stage's); "
+                     "time: the objective's closed form stands in for the schedule, and the step objective picks "
+                     "its plan by simulating it")
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "

@@ -4,11 +4,11 @@ Built by hand, read from MindFormers/SAPP layer JSON or CSV, or estimated
 analytically from a transformer's shape; every other model reads it.
 """
 
-from .configs import DeviceConfig, ParallelConfig, TransformerConfig
+from .configs import DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig
 from .estimate import estimate_layers
 from .formats import read_layers_csv, write_layers_csv
 from .mindformers import read_layers_json, write_layers_json
 from .table import LayerTable, as_layer_table
 
 __all__ = ["LayerTable", "as_layer_table", "read_layers_json", "write_layers_json", "read_layers_csv",
-           "write_layers_csv", "TransformerConfig", "ParallelConfig", "DeviceConfig", "estimate_layers"]
+           "write_layers_csv", "TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig", "estimate_layers"]

@@ -9,7 +9,7 @@ from typing import Literal
 from .._check import check_choice, check_int, check_number
 from ..errors import InputError
 
-__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig"]
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
 
 #: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``.
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
@@ -42,7 +42,9 @@ class TransformerConfig:
     gated_mlp: bool = False
     """SwiGLU-style MLP with three matrices (Llama, DeepSeek); False: two (GPT's GeLU)."""
     dropout: bool = True
-    """Keep dropout masks and outputs as the paper does (also a stand-in for fp32 softmax buffers)."""
+    """Attention dropout (its mask and output kept, as the paper does); also the default of ``hidden_dropout``."""
+    hidden_dropout: bool | None = None
+    """Dropout after the attention and the MLP (two masks per layer) and after the embedding; default ``dropout``."""
     q_lora_rank: int = 0
     """MLA query latent rank; 0 for a plain query projection."""
     kv_lora_rank: int = 0
@@ -102,6 +104,8 @@ class TransformerConfig:
                              f"experts > 0 to use them (got top_k={self.top_k!r}, shared_experts="
                              f"{self.shared_experts!r}, dense_layers={self.dense_layers!r}, "
                              f"expert_ffn_size={self.expert_ffn_size!r})")
+        if self.hidden_dropout is not None and not isinstance(self.hidden_dropout, bool):
+            raise InputError(f"hidden_dropout must be a bool or None; got {self.hidden_dropout!r}")
         for field in ("name", "module", "moe_name"):
             value = getattr(self, field)
             if not (isinstance(value, str) and value) and not (field == "moe_name" and value is None):
@@ -111,7 +115,8 @@ class TransformerConfig:
                                              else self.v_head_dim, minimum=1),
                         expert_ffn_size=check_int("expert_ffn_size", self.ffn_size if self.expert_ffn_size is None
                                                   else self.expert_ffn_size, minimum=1),
-                        moe_name=f"{self.name}_moe" if self.moe_name is None else self.moe_name)
+                        moe_name=f"{self.name}_moe" if self.moe_name is None else self.moe_name,
+                        hidden_dropout=self.dropout if self.hidden_dropout is None else self.hidden_dropout)
         for field, value in resolved.items():
             object.__setattr__(self, field, value)
 
@@ -172,3 +177,45 @@ class DeviceConfig:
             check_number(field, getattr(self, field), minimum=0, strict=True)
         if not 0 < check_number("mfu", self.mfu) <= 1:
             raise InputError(f"mfu must be in (0, 1]; got {self.mfu!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelConfig:
+    """Which kernels a layer runs, where they keep other bytes for the backward than the paper counts.
+
+    The default is the paper's accounting. The other choices are what
+    :func:`sappkit.torch.measure_layers` finds PyTorch and transformers keeping
+    (``tests/torch/test_analytic.py`` checks each against a measurement).
+    """
+
+    attention: Literal["paper", "eager", "math", "flash"] = "paper"
+    """``paper``: softmax output (and dropout mask and output) in the activation dtype, K and V at their own
+    heads. ``eager`` (transformers' eager attention): K and V repeated to every query head, an fp32 softmax,
+    and its cast to the activation dtype (or, with dropout, the dropout's mask and output). ``math`` (SDPA's
+    math backend, which computes in fp32): Q, K and V as fp32 copies with K and V repeated, softmax (and
+    dropout) in fp32. ``flash`` (flash, memory-efficient and cuDNN kernels; PyTorch's CPU flash kernel): no
+    memory per (query, key) pair, an fp32 log-sum-exp per head and token; the output is the projection's input."""
+    norm: Literal["paper", "hf"] = "paper"
+    """``paper``: a norm keeps its input. ``hf`` (transformers' eager RMSNorm): an fp32 copy of its input (the
+    input itself in fp32), the normalised input in the activation dtype (for the weight's gradient) and an
+    fp32 reciprocal RMS per token."""
+    fused_mlp: bool = True
+    """A gated MLP's activation and product run as one kernel keeping the gate and up outputs (Megatron's
+    fused SwiGLU: ``3ef`` per token with the down projection's input); False: separate ops, which also keep
+    the activation's output (``4ef``)."""
+    moe: Literal["paper", "hf"] = "paper"
+    """``paper``: a MoE layer keeps what the module docstring of :mod:`sappkit.layers.estimate` says. ``hf``
+    (transformers' loop over experts) also keeps per routed token the weighted expert output (``index_add_``'s
+    source), its fp32 routing weight and two int64 indices, and per token the router's top-k indices (int64),
+    values (fp32) and their fp32 sum."""
+    dropout_mask: Literal["bool", "dtype"] = "bool"
+    """``bool``: dropout keeps a 1-byte mask (CUDA's fused dropout, the paper); ``dtype``: it keeps its scaled
+    noise in the dtype it runs in (PyTorch's CPU dropout)."""
+
+    def __post_init__(self):
+        check_choice("attention", self.attention, ("paper", "eager", "math", "flash"))
+        check_choice("norm", self.norm, ("paper", "hf"))
+        check_choice("moe", self.moe, ("paper", "hf"))
+        check_choice("dropout_mask", self.dropout_mask, ("bool", "dtype"))
+        if not isinstance(self.fused_mlp, bool):
+            raise InputError(f"fused_mlp must be a bool; got {self.fused_mlp!r}")

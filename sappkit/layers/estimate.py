@@ -26,6 +26,27 @@ MHA, GeLU, ``f = 4h``, dropout and ``e = 2`` this is the paper's
   backward, so the two gathered linear inputs (``2eh`` per token of ``R``)
   are not kept; ``both``: ``selective`` and ``comm`` together.
 
+**Kernels** (:class:`KernelConfig`; the default is the paper's count above).
+What PyTorch and transformers keep instead, as :func:`sappkit.torch.measure_layers`
+measures it (``c`` = 1 for a ``bool`` dropout mask, else the bytes of the
+dtype the dropout runs in):
+
+- ``attention="eager"``: K and V repeated to all ``a`` heads (``e(a − a_kv)(d
+  + d_v)`` more per token) and per (query, key) pair an fp32 softmax ``4a``
+  plus its cast ``e·a`` (only when ``e < 4``) or, with dropout, the mask and
+  output ``(c + e)·a``;
+- ``attention="math"``: Q, K, V as fp32 copies, K and V repeated
+  (``4(2a·d + a·d_v)`` per token instead of ``e(a·d + a_kv·d + a_kv·d_v)``),
+  per pair ``4a`` (+ ``(c + 4)·a`` with dropout);
+- ``attention="flash"``: nothing per pair, ``4a`` (fp32 log-sum-exp) per token;
+- ``norm="hf"``: each norm keeps ``4h + e·h + 4`` per token instead of ``e·h``;
+- ``fused_mlp=False``: a gated MLP keeps ``4ef`` (the activation's output too);
+- ``moe="hf"``: ``top_k·(e·h + 20) + 12·top_k + 4`` more per token (routing bookkeeping);
+- ``dropout_mask="dtype"``: masks take ``e`` bytes, not 1.
+
+``selective`` drops what is per pair and what the kernel keeps beyond
+the paper's Q, K, V (its recompute runs from them).
+
 MoE layers (Megatron-style token routing, balanced, tokens split over TP
 ranks) keep per token ``top_k·(2eh + m·e·f_e)`` (dispatched input, expert
 output, the expert MLP's ``m·e·f_e``, ``m`` = 3 gated else 2) ``+
@@ -74,16 +95,17 @@ from ..columns import (
     MODULE, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, TAIL, WORKING_MB,
 )
 from ..errors import InputError
-from .configs import _BYTES, DeviceConfig, ParallelConfig, TransformerConfig
+from .configs import _BYTES, DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig
 from .table import LayerTable
 
-__all__ = ["estimate_layers"]
+__all__ = ["estimate_layers", "param_bytes"]
 
 _MB = 2**20
 
 
 def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None = None,
-                    device: DeviceConfig | None = None, options=SAPP_OPTIONS, const_mb: float = 0.0) -> LayerTable:
+                    device: DeviceConfig | None = None, options=SAPP_OPTIONS, const_mb: float = 0.0,
+                    kernels: KernelConfig | None = None) -> LayerTable:
     """A layer table from transformer stacks in model order (formulas and sources in the module docstring).
 
     Parameters
@@ -101,6 +123,8 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
         ``both``, ``full``; rows come in that order.
     const_mb : float
         The table's per-stage constant (runtime buffers, workspace), MB.
+    kernels : KernelConfig
+        Which attention, norm, MLP and dropout kernels the layers run (default: the paper's count).
 
     Returns
     -------
@@ -126,11 +150,12 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     """
     parallel = ParallelConfig() if parallel is None else parallel
     device = DeviceConfig() if device is None else device
-    options = _check_estimate(models, parallel, device, options)
-    rows = _rows(_head_shape(models, parallel), models[0].module, parallel, device, HEAD, "embedding")
+    kernels = KernelConfig() if kernels is None else kernels
+    options = _check_estimate(models, parallel, device, options, kernels)
+    rows = _rows(_head_shape(models, parallel, kernels), models[0].module, parallel, device, HEAD, "embedding")
     for model in models:
         for kind, count, moe in _kinds(model):
-            shape = _layer_shape(model, moe, _BYTES[parallel.dtype])
+            shape = _layer_shape(model, moe, _BYTES[parallel.dtype], kernels)
             rows += _rows([shape], model.module, parallel, device, BODY, kind, count=count, options=options)
     rows += _rows(_tail_shape(models[-1], parallel), models[-1].module, parallel, device, TAIL, "lm_head")
     return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0))
@@ -150,6 +175,8 @@ class _Shape:
     """``S``: bytes per token split over ``t``."""
     core: float = 0.0
     """Attention-core bytes per (query, key) pair, all heads."""
+    core_tokens: float = 0.0
+    """Attention-core bytes per token that ``selective`` does not keep either (split over ``t``)."""
     dropped_by_comm: float = 0.0
     """Bytes per token of ``R`` that ``comm`` recompute does not keep."""
     kept_by_full: float = 0.0
@@ -160,9 +187,8 @@ class _Shape:
     """Forward attention-core FLOPs per (query, key) pair."""
 
 
-def _layer_shape(model: TransformerConfig, moe: bool, e: int) -> _Shape:
+def _layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConfig) -> _Shape:
     h, a, d, dv = model.hidden_size, model.num_heads, model.head_dim, model.v_head_dim
-    mask = 1 if model.dropout else 0
     q_r, kv_r, rope = model.q_lora_rank, model.kv_lora_rank, model.rope_head_dim
     if kv_r:  # MLA: latents projected up to per-head keys and values
         kv_heads = a
@@ -174,35 +200,65 @@ def _layer_shape(model: TransformerConfig, moe: bool, e: int) -> _Shape:
         query, key_value, latents = h * a * d, h * kv_heads * (d + dv), 0
     attention = query + key_value + a * dv * h
     m = 3 if model.gated_mlp else 2
+    kept_m = 4 if model.gated_mlp and not kernels.fused_mlp else m
     f, experts = model.expert_ffn_size, model.experts
     if moe:
         mlp_dense = h * experts + model.shared_experts * m * h * f
         expert = experts * m * h * f
-        mlp_kept = model.top_k * (2 * e * h + m * e * f) + model.shared_experts * m * e * f + 4 * experts
+        mlp_kept = model.top_k * (2 * e * h + kept_m * e * f) + model.shared_experts * kept_m * e * f + 4 * experts
+        if kernels.moe == "hf":
+            mlp_kept += model.top_k * (e * h + 4 + 16) + model.top_k * 12 + 4
         mlp_flops = 2 * (h * experts + (model.top_k + model.shared_experts) * m * h * f)
     else:
         mlp_dense, expert = m * h * model.ffn_size, 0.0
-        mlp_kept, mlp_flops = m * e * model.ffn_size, 2 * m * h * model.ffn_size
+        mlp_kept, mlp_flops = kept_m * e * model.ffn_size, 2 * m * h * model.ffn_size
+    qkv = e * (a * d + kv_heads * d + kv_heads * dv)
+    core, core_tokens = _attention_core(kernels, e, a, a * (2 * d + dv), qkv, model.dropout)
+    norm = e * h if kernels.norm == "paper" else 4 * h + e * h + 4
+    hidden_masks = 2 * _mask_bytes(kernels, e) * h if model.hidden_dropout else 0
     return _Shape(
         seq=model.seq_length, dense_params=attention + mlp_dense + 2 * h, expert_params=expert,
-        replicated=4 * e * h + 2 * mask * h + latents,
-        split=e * (a * d + kv_heads * d + kv_heads * dv + a * dv) + mlp_kept,
-        core=a * (e + mask * (1 + e)), dropped_by_comm=2 * e * h, kept_by_full=e * h,
-        flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
+        replicated=2 * norm + 2 * e * h + hidden_masks + latents,
+        split=qkv + e * a * dv + mlp_kept, core=core, core_tokens=core_tokens,
+        dropped_by_comm=2 * e * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
 
 
-def _head_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig) -> list[_Shape]:
+def _mask_bytes(kernels: KernelConfig, e: int) -> int:
+    """Bytes per element of a dropout mask for a dropout running in ``e``-byte elements."""
+    return 1 if kernels.dropout_mask == "bool" else e
+
+
+def _attention_core(kernels: KernelConfig, e: int, a: int, repeated: int, qkv: float,
+                    dropout: bool) -> tuple[float, float]:
+    """The attention core's bytes per (query, key) pair and per token (module docstring, "Kernels").
+
+    ``repeated`` is ``a·(2d + d_v)``, Q, K and V at every query head, in
+    elements; ``qkv`` the paper's Q, K, V bytes per token.
+    """
+    if kernels.attention == "flash":
+        return 0.0, 4 * a
+    if kernels.attention == "paper":
+        return a * (e + (_mask_bytes(kernels, e) + e if dropout else 0)), 0.0
+    if kernels.attention == "eager":
+        kept_for_values = _mask_bytes(kernels, e) + e if dropout else (e if e < 4 else 0)
+        return a * (4 + kept_for_values), e * repeated - qkv
+    return a * (4 + (_mask_bytes(kernels, 4) + 4 if dropout else 0)), 4 * repeated - qkv
+
+
+def _head_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig,
+                kernels: KernelConfig) -> list[_Shape]:
     """The head's parts: the first stack's patch embedding (if any) and the last stack's token embedding."""
     e, parts = _BYTES[parallel.dtype], []
     first, last = models[0], models[-1]
+    mask = _mask_bytes(kernels, e)
     if first.patch_size:
         pixels = 3 * first.patch_size**2
         parts.append(_Shape(seq=first.seq_length,
                             dense_params=pixels * first.hidden_size + first.seq_length * first.hidden_size,
-                            replicated=e * pixels + first.dropout * first.hidden_size,
+                            replicated=e * pixels + first.hidden_dropout * mask * first.hidden_size,
                             flops=2 * pixels * first.hidden_size))
     parts.append(_Shape(seq=last.seq_length, dense_params=last.vocab_size * last.hidden_size,
-                        replicated=last.dropout * last.hidden_size))
+                        replicated=last.hidden_dropout * mask * last.hidden_size))
     return parts
 
 
@@ -227,11 +283,11 @@ def _rows(parts: list[_Shape], module: str, parallel: ParallelConfig, device: De
     t_sp = t if parallel.sequence_parallel else 1
     ms_per_flop = 1e3 / (device.tflops * 1e12 * device.mfu)
     experts = parallel.expert_parallel * parallel.expert_tensor_parallel
-    param_bytes, working = _param_bytes(sum(p.dense_params for p in parts) / t,
-                                        sum(p.expert_params for p in parts) / experts, parallel)
+    held, working = param_bytes(sum(p.dense_params for p in parts) / t,
+                                sum(p.expert_params for p in parts) / experts, parallel)
     tokens = [p.seq * b / c for p in parts]
     linear = sum(n * (p.replicated / t_sp + p.split / t) for n, p in zip(tokens, parts))
-    core = sum(n * p.seq * p.core / t for n, p in zip(tokens, parts))
+    core = sum(n * (p.seq * p.core + p.core_tokens) / t for n, p in zip(tokens, parts))
     core_time = sum(n * p.seq * p.core_flops for n, p in zip(tokens, parts)) / t * ms_per_flop
     forward = sum(n * p.flops for n, p in zip(tokens, parts)) / t * ms_per_flop + core_time
     comm_bytes = sum(n * p.dropped_by_comm for n, p in zip(tokens, parts))
@@ -244,15 +300,23 @@ def _rows(parts: list[_Shape], module: str, parallel: ParallelConfig, device: De
         "both": (linear - comm_bytes / t_sp, core_time + comm_time),
         "full": (sum(n * p.kept_by_full for n, p in zip(tokens, parts)) / t_sp, forward),
     }
-    return [{KIND: kind, ROLE: role, COUNT: count, PARAM_MB: param_bytes / _MB, OPTION: option,
+    return [{KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
              FORWARD_TIME: forward, BACKWARD_TIME: 2 * forward + kept[option][1],
              ACTIVATION_MB: kept[option][0] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
              FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}
             for option in options]
 
 
-def _param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
-    """Bytes a device holds for its dense and expert parameters, and the ZeRO-3 gathered working set."""
+def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+    """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
+
+    The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
+
+    Examples
+    --------
+    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
+    (9000.0, 0.0)
+    """
     w = _BYTES[parallel.dtype]
     g, o = 4, (12 if w == 2 else 8)
     ranks = parallel.data_parallel * parallel.context_parallel
@@ -265,7 +329,7 @@ def _param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tupl
     return held, working
 
 
-def _check_estimate(models, parallel, device, options) -> tuple[str, ...]:
+def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ...]:
     """Check the stacks against each other and the parallel layout; return the options in SAPP order."""
     if not models:
         raise InputError("estimate_layers needs at least one TransformerConfig; got none")
@@ -276,6 +340,8 @@ def _check_estimate(models, parallel, device, options) -> tuple[str, ...]:
         raise InputError(f"parallel must be a ParallelConfig; got {type(parallel).__name__}")
     if not isinstance(device, DeviceConfig):
         raise InputError(f"device must be a DeviceConfig; got {type(device).__name__}")
+    if not isinstance(kernels, KernelConfig):
+        raise InputError(f"kernels must be a KernelConfig; got {type(kernels).__name__}")
     if isinstance(options, str) or not options or len(set(options)) != len(options) \
             or any(option not in SAPP_OPTIONS for option in options):
         raise InputError(f"options must be distinct names among {', '.join(map(repr, SAPP_OPTIONS))}; "

@@ -16,7 +16,8 @@ from .._check import check_number
 from .._frames import plain as _plain
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
-    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, TAIL, WORKING_MB,
+    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, SPLIT_COLUMNS, TAIL,
+    WORKING_MB,
 )
 from ..errors import InputError
 
@@ -39,6 +40,9 @@ class LayerTable:
     const_mb : float
         Memory every stage holds whatever runs on it (the layer JSON's
         ``stage_const_mem``), in MB.
+    device : str, optional
+        The device the table was measured on (:func:`sappkit.torch.measure_layers`
+        writes e.g. ``"cpu"``); None for estimated or given costs.
 
     Examples
     --------
@@ -57,6 +61,7 @@ class LayerTable:
 
     frame: pd.DataFrame
     const_mb: float = 0.0
+    device: str | None = None
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
 
@@ -64,6 +69,8 @@ class LayerTable:
         frame = _validated(self.frame)
         object.__setattr__(self, "frame", frame)
         object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0))
+        if self.device is not None and not (isinstance(self.device, str) and self.device):
+            raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
         object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
         # Plain dicts, so the per-option lookups below cost no pandas filtering.
         records: dict[str, dict[str, dict]] = {}
@@ -208,8 +215,8 @@ class LayerTable:
         return self._records[self._known(kind)]
 
     def with_frame(self, frame: pd.DataFrame) -> LayerTable:
-        """A new table with ``frame`` and this table's constant."""
-        return LayerTable(frame, const_mb=self.const_mb)
+        """A new table with ``frame`` and this table's constant and device."""
+        return LayerTable(frame, const_mb=self.const_mb, device=self.device)
 
     def _known(self, kind: str) -> str:
         if kind not in self._kinds.index:
@@ -246,6 +253,12 @@ def _validated(frame) -> pd.DataFrame:
         frame[column] = frame[column].astype(str)
     for column in LAYER_NUMERIC:
         frame[column] = _numeric_column(frame, column)
+    # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
+    for column in SPLIT_COLUMNS:
+        if column in frame.columns:
+            blank = frame[column].isna()
+            frame[column] = _numeric_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column)
+            frame.loc[blank, column] = np.nan
     for row, role in frame[ROLE].items():
         if role not in ROLES:
             raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'role' is {role!r}; "

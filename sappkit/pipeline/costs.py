@@ -24,8 +24,9 @@ import pandas as pd
 from .._check import check_int, check_number
 from .._frames import check_frame, whole_column
 from ..columns import (
-    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
-    OPTION, OVERHEAD_MB, PARAM_MB, POSITIONAL_OPTIONS, RECOMPUTE_TIME, STAGE, WORKING_MB,
+    ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND,
+    LAYERS, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OPTION, OVERHEAD_MB, PARAM_MB, POSITIONAL_OPTIONS, RECOMPUTE_TIME,
+    SPLIT_COLUMNS, STAGE, WEIGHT_PASS_MB, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
@@ -124,11 +125,14 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     layers first, :func:`positional_rank`), 0 for a cell with neither;
     ``const_mb`` (the layer table's constant unless given) sits on each
     stage's chunk-0 row; ``static_mb = param_mb + memory_once_mb + const_mb``.
+    When the table has split-backward columns (``backward_input_time``,
+    ``backward_weight_time``, ``weight_pass_mb``) they are summed too, a
+    blank taking the simulator's default for its row (:func:`sappkit.simulate`).
 
     Returns
     -------
     DataFrame
-        Columns :data:`COSTS`, one row per cell, chunk-major, stages ascending.
+        Columns :data:`COSTS` (and the split-backward ones), one row per cell, chunk-major, stages ascending.
 
     Examples
     --------
@@ -157,12 +161,22 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     cell = placed[CHUNK].to_numpy() * p + placed[STAGE].to_numpy()
     per_row = {column: rows[column].to_numpy() for column in _SUMMED if column != RECOMPUTE_TIME}
     per_row[RECOMPUTE_TIME] = per_row[BACKWARD_TIME] - least_backward.loc[placed[KIND]].to_numpy()
-    sums = {column: np.bincount(cell, weights=count * per_row[column], minlength=p * v) for column in _SUMMED}
+    split = [column for column in SPLIT_COLUMNS if column in table.frame.columns]
+    if split:
+        per_row.update(_split_backward(rows, per_row[BACKWARD_TIME], per_row[RECOMPUTE_TIME], per_row[ACTIVATION_MB]))
+    sums = {column: np.bincount(cell, weights=count * per_row[column], minlength=p * v)
+            for column in (*_SUMMED, *(SPLIT_COLUMNS if split else ()))}
 
     for row, (chunk, stage) in ((table.head, (0, 0)), (table.tail, tail_cell(schedule, p, v))):
         if row is not None:
-            for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, PARAM_MB, MEMORY_ONCE_MB):
-                sums[column][chunk * p + stage] += row[column]
+            fixed = {column: row[column] for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, PARAM_MB,
+                                                         MEMORY_ONCE_MB)}
+            if split:
+                fixed.update({column: float(values[0]) for column, values in _split_backward(
+                    row.to_frame().T, np.array([row[BACKWARD_TIME]]), np.zeros(1),
+                    np.array([row[ACTIVATION_MB]])).items()})
+            for column, value in fixed.items():
+                sums[column][chunk * p + stage] += value
     sums[WORKING_MB] = _working_sets(table, placed, cell, tail_cell(schedule, p, v), p, v)
     chunks_of = np.repeat(np.arange(v), p)
     const_column = np.where(chunks_of == 0, const, 0.0)
@@ -173,7 +187,18 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
         **sums,
         CONST_MB: const_column,
         STATIC_MB: sums[PARAM_MB] + sums[MEMORY_ONCE_MB] + const_column,
-    })[list(COSTS)]
+    })[[*COSTS, *(SPLIT_COLUMNS if split else ())]]
+
+
+def _split_backward(rows: pd.DataFrame, backward, recompute, activation) -> dict[str, np.ndarray]:
+    """Per-layer split-backward values: those given, else the simulator's defaults (see :func:`sappkit.simulate`)."""
+    def given(column, default):
+        values = rows[column].to_numpy(dtype=float) if column in rows.columns else np.full(len(rows), np.nan)
+        return np.where(np.isnan(values), default, values)
+
+    weight = given(BACKWARD_WEIGHT_TIME, (backward - recompute) / 2)
+    return {BACKWARD_WEIGHT_TIME: weight, BACKWARD_INPUT_TIME: given(BACKWARD_INPUT_TIME, backward - weight),
+            WEIGHT_PASS_MB: given(WEIGHT_PASS_MB, activation)}
 
 
 def _working_sets(table: LayerTable, placed: pd.DataFrame, cell: np.ndarray, tail_at: tuple[int, int],

@@ -13,10 +13,16 @@ from functools import lru_cache
 
 import numpy as np
 
-from .orders import BACKWARD, FORWARD, stage_orders
+from ..errors import InputError
+from .orders import stage_orders
+from .phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from .schedules import model_order
 
-__all__ = ["StepPlan", "step_plan", "op_starts"]
+__all__ = ["StepPlan", "step_plan", "plan_from_orders", "op_starts"]
+
+#: What an op's end makes ready: a forward's output, a backward's input gradient, a weight gradient.
+_OUTPUT, _GRADIENT, _WEIGHT = 0, 1, 2
+_PRODUCES = {FORWARD: _OUTPUT, BACKWARD: _GRADIENT, BACKWARD_INPUT: _GRADIENT, BACKWARD_WEIGHT: _WEIGHT}
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,32 +40,47 @@ class StepPlan:
 
 @lru_cache(maxsize=32)
 def step_plan(schedule: str, p: int, m: int, v: int, k: int, less_memory: bool) -> StepPlan:
-    """Encode a validated pipeline shape's step order: each op's slot, the slot its input comes from, and more.
+    """Encode a validated pipeline shape's own step order (:func:`sappkit.pipeline.orders.stage_orders`)."""
+    return plan_from_orders(stage_orders(schedule, p, m, v, less_memory, k), tuple(model_order(schedule, p, v)),
+                            m * k)
 
-    Slots index one flat list of op end times, ``(phase L + position) m k +
-    unit`` for ``L`` cells; a forward's input is the forward of the cell before
-    it in model order, a backward's the backward of the cell after it (the last
-    cell's, its own forward).
+
+@lru_cache(maxsize=32)
+def plan_from_orders(orders: tuple, cells: tuple, units: int) -> StepPlan:
+    """Encode per-stage orders: each op's slot, the slot its input comes from, and more.
+
+    Slots index one flat list of end times, ``(kind L + position) units +
+    unit`` for ``L`` cells and kinds output, gradient, weight. A forward's
+    input is the forward of the cell before it in model order; a backward's
+    or input pass's, the gradient of the cell after it (the last cell's, its
+    own forward); a weight pass's, its own input pass. Raises
+    :class:`~sappkit.InputError` when the orders do not run each cell's
+    units exactly once (a forward, then a backward or an input pass and a
+    weight pass).
     """
-    cells = model_order(schedule, p, v)
+    cells = list(cells)
     position = {cell: i for i, cell in enumerate(cells)}
-    last, units = len(cells) - 1, m * k
+    last = len(cells) - 1
     stage_ops, flat = [], []
-    for s, ops in enumerate(stage_orders(schedule, p, m, v, less_memory, k)):
+    for s, ops in enumerate(orders):
         encoded = []
         for phase, chunk, unit in ops:
+            if unit >= units:
+                raise InputError(f"orders run unit {unit} on stage {s}; the step has units 0..{units - 1}")
             i = position[(chunk, s)]
             if phase == FORWARD:
-                source = i - 1
+                source, source_kind = i - 1, _OUTPUT
+            elif phase == BACKWARD_WEIGHT:
+                source, source_kind = i, _GRADIENT
             else:
-                source = i + 1 if i < last else i
-            source_phase = FORWARD if phase == FORWARD or i == last else BACKWARD
-            slot = ((phase * len(cells) + i) * units + unit)
-            dependency = -1 if source < 0 else (source_phase * len(cells) + source) * units + unit
+                source, source_kind = (i + 1, _GRADIENT) if i < last else (i, _OUTPUT)
+            slot = (_PRODUCES[phase] * len(cells) + i) * units + unit
+            dependency = -1 if source < 0 else (source_kind * len(cells) + source) * units + unit
             crosses = source >= 0 and cells[source][1] != s
             encoded.append((slot, dependency, crosses, phase * len(cells) + i))
             flat.append((phase, i, unit))
         stage_ops.append(tuple(encoded))
+    _check_complete(flat, cells, units)
     phase, pos, unit = (np.array(column) for column in zip(*flat))
     for array in (phase, pos, unit):
         array.flags.writeable = False
@@ -67,20 +88,35 @@ def step_plan(schedule: str, p: int, m: int, v: int, k: int, less_memory: bool) 
                     phase=phase, position=pos, unit=unit)
 
 
+def _check_complete(flat: list[tuple[int, int, int]], cells: list, units: int) -> None:
+    """Every (cell, unit) runs one forward and one backward, or one input and one weight pass."""
+    seen: dict[tuple[int, int], list[int]] = {}
+    for phase, i, unit in flat:
+        seen.setdefault((i, unit), []).append(phase)
+    for i, cell in enumerate(cells):
+        for unit in range(units):
+            phases = sorted(seen.get((i, unit), []))
+            if phases not in ([FORWARD, BACKWARD], [FORWARD, BACKWARD_INPUT, BACKWARD_WEIGHT]):
+                raise InputError(f"orders run cell (chunk, stage) = {cell} unit {unit} as phases {phases}; "
+                                 "each unit needs one forward (0) and one backward (1), or one input pass (2) "
+                                 "and one weight pass (3)")
+
+
 def op_starts(plan: StepPlan, durations: list[float], p2p_time: float, p: int) -> list[float]:
     """Start time of every op (stage-major, run order): each stage runs its next op once its input is ready.
 
-    ``durations`` holds the forward times of the cells in model order, then
-    their backward times. A sweep that runs nothing would mean the order
-    deadlocks.
+    ``durations`` holds the cells' forward times in model order, then their
+    backward, input-pass and weight-pass times. A sweep that runs nothing
+    means the orders deadlock: an op waits for one its own or another
+    stage's order puts after it.
 
     Examples
     --------
     >>> plan = step_plan("1f1b", 2, 2, 1, 1, False)
-    >>> op_starts(plan, [1.0, 1.0, 2.0, 2.0], 0.0, 2)  # stage 0: F F B B, stage 1: F B F B
+    >>> op_starts(plan, [1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0], 0.0, 2)  # stage 0: F F B B, stage 1: F B F B
     [0.0, 1.0, 4.0, 7.0, 1.0, 2.0, 4.0, 5.0]
     """
-    ends = [None] * (2 * plan.cell_count * plan.units)
+    ends = [None] * (3 * plan.cell_count * plan.units)
     offsets = np.cumsum([0] + [len(ops) for ops in plan.stage_ops]).tolist()
     starts = [0.0] * offsets[-1]
     next_op, free = [0] * p, [0.0] * p
@@ -107,7 +143,9 @@ def op_starts(plan: StepPlan, durations: list[float], p2p_time: float, p: int) -
             ran += i - next_op[s]
             next_op[s], free[s] = i, t
         if not ran:
-            raise RuntimeError("the schedule's step order deadlocks; sappkit.pipeline.orders built an inconsistent order")
+            waiting = {s: next_op[s] for s in range(p) if next_op[s] < len(plan.stage_ops[s])}
+            raise InputError(f"the step orders deadlock: each stage's next op waits for an op that never runs "
+                             f"first (stage: position of its next op in its order) {waiting}")
         remaining -= ran
         downward = not downward
     return starts

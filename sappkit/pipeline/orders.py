@@ -1,8 +1,10 @@
 """Step orders: the sequence of forward and backward passes each stage runs in one training step.
 
-An *op* is ``(phase, chunk, unit)``: ``phase`` 0 for a forward, 1 for a
-backward; ``unit`` is the micro-batch, or for ``seqpipe`` the slice
-``micro_batch * k + slice``. Each schedule is built from small pure passes:
+An *op* is ``(phase, chunk, unit)``: ``phase`` :data:`FORWARD`,
+:data:`BACKWARD` (a whole backward), or for the zero-bubble orders of
+:mod:`sappkit.pipeline.zero_bubble` :data:`BACKWARD_INPUT` and
+:data:`BACKWARD_WEIGHT`; ``unit`` is the micro-batch, or for ``seqpipe`` the
+slice ``micro_batch * k + slice``. Each schedule is built from small pure passes:
 
 - **1F1B** (one chunk): a warm-up of ``p - s - 1`` forwards, then one forward
   and one backward in turn, then the remaining backwards (Megatron's and
@@ -32,12 +34,11 @@ from __future__ import annotations
 
 from functools import lru_cache
 
+from . import zero_bubble
+from .phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from .schedules import check_pipeline
 
-__all__ = ["FORWARD", "BACKWARD", "stage_orders", "warmup_forwards"]
-
-FORWARD = 0
-BACKWARD = 1
+__all__ = ["FORWARD", "BACKWARD", "BACKWARD_INPUT", "BACKWARD_WEIGHT", "stage_orders", "warmup_forwards"]
 
 Op = tuple[int, int, int]
 
@@ -61,6 +62,14 @@ def stage_orders(schedule: str, stages: int, micro_batches: int, chunks: int = 1
 def _stage_orders(schedule: str, p: int, m: int, v: int, k: int, less_memory: bool):
     if schedule == "dualpipev":
         return tuple(_dualpipev(p, m, s) for s in range(p))
+    if schedule == "dualpipev_split":
+        return tuple(zero_bubble.dualpipev_split(p, m, s) for s in range(p))
+    if schedule == "zbv":
+        return tuple(zero_bubble.zbv(p, m, s) for s in range(p))
+    if schedule == "zb_interleaved":
+        return tuple(zero_bubble.zb_interleaved(p, m, v, s) for s in range(p))
+    if schedule in ("gpipe", "looped_bfs"):
+        return (_breadth_first(m, v, reverse=schedule == "looped_bfs"),) * p
     units = m * k
     group = k * -(-p // k)
     forward = _group_table(units, v, group)
@@ -104,6 +113,13 @@ def _one_f_one_b(forward, backward, warmup: int) -> tuple[Op, ...]:
         ops.append((BACKWARD, bc, bu))
     ops.extend((BACKWARD, c, u) for c, u in backward[steady:])
     return tuple(ops)
+
+
+def _breadth_first(m: int, v: int, reverse: bool) -> tuple[Op, ...]:
+    """Every forward chunk by chunk, then every backward back down; ``reverse``: last micro-batch first."""
+    units = range(m - 1, -1, -1) if reverse else range(m)
+    return tuple([(FORWARD, c, u) for c in range(v) for u in range(m)]
+                 + [(BACKWARD, c, u) for c in range(v - 1, -1, -1) for u in units])
 
 
 def _dualpipev(p: int, m: int, s: int) -> tuple[Op, ...]:

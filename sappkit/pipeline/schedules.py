@@ -16,6 +16,17 @@ SAPP balancer (DESIGN.md "Micro-batches in flight"):
   chunk holds ``p - s + k - 1`` slices; with more chunks the last holds ``k``
   and the earlier chunks take the remainder stage by stage (2 slices a step,
   1 with ``less_memory``), capped at ``m k``.
+
+The schedules ``torch.distributed.pipelining`` runs (orders in
+:mod:`sappkit.pipeline.orders` and :mod:`sappkit.pipeline.zero_bubble`; a
+micro-batch counts until its weight pass ends), each count the cell's peak
+in the simulator:
+
+- ``gpipe`` and ``looped_bfs``: every forward before any backward, ``m`` everywhere.
+- ``zb_interleaved``: counted by walking its order (the weight passes' lag
+  and the rounds interleave; no closed form): e.g. one round (``m < 2p``)
+  holds ``m`` on every chunk but the last and ``min(m, p)`` on the last.
+- ``zbv`` and ``dualpipev_split``: as ``dualpipev``.
 """
 
 from __future__ import annotations
@@ -28,25 +39,34 @@ import pandas as pd
 from .._check import check_choice, check_int
 from ..columns import CHUNK, IN_FLIGHT, STAGE
 from ..errors import InputError
+from . import zero_bubble
 
-__all__ = ["Schedule", "SCHEDULES", "schedule_chunks", "in_flight", "in_flight_counts", "forward_in_backward",
-           "check_pipeline", "model_order", "tail_cell"]
+__all__ = ["Schedule", "SCHEDULES", "SEED_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
+           "in_flight_counts", "forward_in_backward", "check_pipeline", "model_order", "tail_cell"]
 
-Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe"]
-SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe")
-#: Chunks a schedule fixes; the others take the caller's.
-_FIXED_CHUNKS = {"1f1b": 1, "dualpipev": 2}
+Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs", "zb_interleaved", "zbv",
+                   "dualpipev_split"]
+SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs",
+                              "zb_interleaved", "zbv", "dualpipev_split")
+#: The schedules of the original tool, whose interleaved overhead and time factors the ``sapp`` balancer models.
+SEED_SCHEDULES: tuple[str, ...] = SCHEDULES[:4]
+#: Two chunks in a V: chunk 1 runs back up the stages and the model ends on stage 0.
+V_SHAPED: tuple[str, ...] = ("dualpipev", "zbv", "dualpipev_split")
+#: Schedules whose backward splits into an input-gradient and a weight-gradient pass.
+SPLIT_BACKWARD: tuple[str, ...] = ("zb_interleaved", "zbv", "dualpipev_split")
+#: Chunks a schedule fixes (and the schedule running other chunk counts); the others take the caller's.
+_FIXED_CHUNKS = {"1f1b": (1, "interleaved"), "gpipe": (1, "looped_bfs"), **{v: (2, None) for v in V_SHAPED}}
 
 
 def schedule_chunks(schedule: str, chunks: int) -> int:
-    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for ``dualpipev``, else ``chunks`` (for dashboards' sliders).
+    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for the V shapes, else ``chunks`` (for dashboards' sliders).
 
     Examples
     --------
     >>> schedule_chunks("dualpipev", 3), schedule_chunks("interleaved", 3)
     (2, 3)
     """
-    return _FIXED_CHUNKS.get(schedule, chunks)
+    return _FIXED_CHUNKS.get(schedule, (chunks,))[0]
 
 
 def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: bool = False,
@@ -62,19 +82,25 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
     if schedule != "seqpipe" and k != 1:
         raise InputError(f"seq_split must be 1 for schedule {schedule!r}; got {k} "
                          "(sequence splitting is the 'seqpipe' schedule)")
-    if schedule == "1f1b" and v != 1:
-        raise InputError(f"chunks must be 1 for schedule '1f1b'; got {v} (use schedule='interleaved')")
-    if schedule == "dualpipev":
-        if v != 2:
-            raise InputError(f"chunks must be 2 for schedule 'dualpipev' (the V); got {v}")
-        if less_memory:
+    if schedule in V_SHAPED and v != 2:
+        raise InputError(f"chunks must be 2 for schedule {schedule!r} (the V); got {v}")
+    if schedule in _FIXED_CHUNKS and v != _FIXED_CHUNKS[schedule][0]:
+        fixed, other = _FIXED_CHUNKS[schedule]
+        raise InputError(f"chunks must be {fixed} for schedule {schedule!r}; got {v} (use schedule={other!r})")
+    if less_memory and schedule not in ("1f1b", "interleaved", "seqpipe"):
+        if schedule == "dualpipev":
             raise InputError("less_memory does not apply to schedule 'dualpipev'")
-        if m < 2 * p:
-            raise InputError(f"micro_batches must be >= 2 * stages = {2 * p} for schedule 'dualpipev'; "
-                             f"got {m} (DualPipeV's step order needs two micro-batches per stage)")
+        raise InputError(f"less_memory applies to the 'interleaved', 'seqpipe' and (one chunk, the 1F1B counts) "
+                         f"'1f1b' schedules; got schedule {schedule!r}")
+    if schedule in ("dualpipev", "dualpipev_split") and m < 2 * p:
+        raise InputError(f"micro_batches must be >= 2 * stages = {2 * p} for schedule {schedule!r}; "
+                         f"got {m} (DualPipeV's step order needs two micro-batches per stage)")
     if schedule == "interleaved" and v > 1 and m < p:
         raise InputError(f"micro_batches must be >= stages = {p} for an interleaved schedule with "
                          f"{v} chunks; got {m}")
+    if schedule == "zb_interleaved" and m % max(1, m // p):
+        raise InputError(f"micro_batches must be a multiple of max(1, micro_batches // stages) = {max(1, m // p)} "
+                         f"for schedule 'zb_interleaved' (PyTorch runs it in equal rounds); got {m}")
     if schedule == "seqpipe" and v > 1 and m * k < p:
         raise InputError(f"micro_batches * seq_split must be >= stages = {p} for an interleaved "
                          f"seqpipe schedule; got {m} * {k} = {m * k}")
@@ -89,9 +115,13 @@ def in_flight_counts(schedule: Schedule, stages: int, micro_batches: int, chunks
     """
     schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
     s = np.arange(p)
-    if schedule == "dualpipev":
+    if schedule in V_SHAPED:
         counts = np.stack([2 * p - s, s + 1])
         return np.minimum(counts, m)
+    if schedule in ("gpipe", "looped_bfs"):
+        return np.full((v, p), m)
+    if schedule == "zb_interleaved":
+        return zero_bubble.zb_interleaved_in_flight(p, m, v)
     if schedule == "seqpipe":
         return np.minimum(_seqpipe_counts(p, v, k, less_memory), m * k)
     if v == 1:
@@ -186,8 +216,8 @@ def forward_in_backward(stages: int, micro_batches: int, less_memory: bool = Fal
 def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int, int]]:
     """Cells ``(chunk, stage)`` in the order the model's layers run through them.
 
-    Chunk 0 stages 0..p-1, then chunk 1 stages 0..p-1, ...; for ``dualpipev``
-    chunk 1 runs back up the V, stages p-1..0.
+    Chunk 0 stages 0..p-1, then chunk 1 stages 0..p-1, ...; for the V shapes
+    (``dualpipev``, ``zbv``, ``dualpipev_split``) chunk 1 runs back up the V, stages p-1..0.
 
     Examples
     --------
@@ -196,7 +226,7 @@ def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int,
     """
     cells = []
     for c in range(chunks):
-        stage_order = range(stages - 1, -1, -1) if schedule == "dualpipev" and c == 1 else range(stages)
+        stage_order = range(stages - 1, -1, -1) if schedule in V_SHAPED and c == 1 else range(stages)
         cells.extend((c, s) for s in stage_order)
     return cells
 

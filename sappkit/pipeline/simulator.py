@@ -6,16 +6,19 @@ op starts when its stage is free and its input is ready:
 - the forward of (unit, cell) after the forward of the same unit on the cell
   before it in model order (plus ``p2p_time`` when that cell is on another
   stage);
-- the backward after the backward of the same unit on the cell after it, or,
-  on the model's last cell, after its own forward.
+- the backward (or input pass) after the backward or input pass of the same
+  unit on the cell after it, or, on the model's last cell, after its own forward;
+- a weight pass after its own input pass.
 
 The step time is the last op's end. Memory: a stage holds its static memory
 throughout; a forward adds its cell's ``activation_mb`` when it **starts** and
-the backward of the same unit releases it when it **ends**; while a backward
-runs it also holds its cell's ``working_mb`` (the working set of the layer it
-reaches first, :func:`sappkit.cell_costs`), so a stage's first backward
-measures the end-of-warm-up working set the balancer and the recompute
-chooser charge.
+the backward of the same unit releases it when it **ends**; with the backward
+split, the input pass releases all but ``weight_pass_mb`` (what the weight
+pass still needs, by default everything) and the weight pass the rest. While
+a backward (or its input pass) runs it also holds its cell's ``working_mb``
+(the working set of the layer it reaches first, :func:`sappkit.cell_costs`),
+so a stage's first backward measures the end-of-warm-up working set the
+balancer and the recompute chooser charge.
 
 How the measured counts relate to :func:`sappkit.in_flight` (tested in
 ``tests/test_simulate.py``):
@@ -34,13 +37,16 @@ How the measured counts relate to :func:`sappkit.in_flight` (tested in
 - ``seqpipe`` with chunks: a stage's total peak is the sum of ``in_flight``
   plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; the seed
   spreads that total over the chunks differently from this order.
+- ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``:
+  each cell's peak equals ``in_flight`` (a unit counts until its weight pass
+  ends), and a stage's peak is at most their sum.
 
 For ``seqpipe`` the costs are per slice (a layer table rescaled by
 :func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, DESIGN.md "SeqPipe") and the step
 runs ``m k`` slices; a slice's backward follows the later slices' of its
-micro-batch. DualPipeV runs each backward as one block (the open-source schedule
-splits the backward into input- and weight-gradient passes to fill bubbles;
-that split needs per-layer costs the layer table does not carry).
+micro-batch. ``dualpipev`` runs each backward as one block; ``dualpipev_split``
+splits it as PyTorch's DualPipeV does, and runs each of its overlapped
+forward-backward pairs as the forward then the backward (their compute adds up).
 """
 
 from __future__ import annotations
@@ -53,13 +59,14 @@ import pandas as pd
 from .._check import check_number
 from .._frames import check_frame, number_column, plain, whole_column
 from ..columns import (
-    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
-    OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
+    ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT,
+    LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WEIGHT_PASS_MB,
+    WORKING_MB,
 )
 from ..errors import InputError
-from .events import StepPlan, op_starts, step_plan
-from .orders import BACKWARD, FORWARD
-from .schedules import check_pipeline
+from .events import StepPlan, op_starts, plan_from_orders, step_plan
+from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
+from .schedules import check_pipeline, model_order
 
 __all__ = ["Simulation", "simulate", "STATIC_MB", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
            "BUSY_TIME", "IDLE_TIME", "PHASES"]
@@ -72,11 +79,12 @@ START = "start"
 END = "end"
 BUSY_TIME = "busy_time"
 IDLE_TIME = "idle_time"
-PHASES = ("forward", "backward")
+#: Phase names, indexed by the op phases of :mod:`sappkit.pipeline.orders`.
+PHASES = ("forward", "backward", "backward_input", "backward_weight")
 
 _COST_REQUIRED = (STAGE, CHUNK, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
 _COST_NUMERIC = (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, STATIC_MB, PARAM_MB,
-                 MEMORY_ONCE_MB, WORKING_MB)
+                 MEMORY_ONCE_MB, WORKING_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, WEIGHT_PASS_MB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -98,8 +106,8 @@ class Simulation:
         schedule beats the ideal, as DualPipeV can).
     timeline : DataFrame
         One row per op: ``stage``, ``chunk``, ``micro_batch``, ``slice``,
-        ``phase`` ("forward"/"backward"), ``start``, ``end``, ``recompute_time``
-        (the recompute at the start of a backward).
+        ``phase`` (one of :data:`PHASES`), ``start``, ``end``, ``recompute_time``
+        (the recompute at the start of a backward or input pass).
     memory : DataFrame
         ``stage``, ``time``, ``memory_mb``: each stage's memory from time 0 and
         after every change (a step function: hold each value until the next;
@@ -144,7 +152,8 @@ class Simulation:
 
 
 def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int, less_memory: bool = False,
-             seq_split: int = 1, static_mb=None, p2p_time: float = 0.0, limit_mb: float | None = None) -> Simulation:
+             seq_split: int = 1, static_mb=None, p2p_time: float = 0.0, limit_mb: float | None = None,
+             orders=None) -> Simulation:
     """Simulate one training step of ``schedule`` over per-cell costs.
 
     Parameters
@@ -156,8 +165,14 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         ``seqpipe``); optional ``recompute_time`` (the part of the backward
         that is recompute; default 0), ``static_mb`` (summed per stage),
         ``param_mb`` and ``memory_once_mb`` (the parts of ``static_mb``
-        reported under those names; :func:`sappkit.cell_costs` writes them all).
-    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}
+        reported under those names; :func:`sappkit.cell_costs` writes them all);
+        for split backwards ``backward_input_time`` and ``backward_weight_time``
+        (default: the weight pass takes half the backward beyond its recompute,
+        ``(backward - recompute) / 2``, the input pass the rest) and
+        ``weight_pass_mb`` (kept from the input pass until the weight pass
+        ends; default ``activation_mb``).
+    schedule : str
+        One of :data:`sappkit.pipeline.schedules.SCHEDULES`.
     micro_batches : int
     less_memory : bool
         Less-memory interleaved order (``interleaved`` and ``seqpipe``).
@@ -170,6 +185,10 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         Added to every dependency between two stages.
     limit_mb : float, optional
         Device memory, copied into ``stages.limit_mb``.
+    orders : sequence of sequences of (phase, chunk, unit), optional
+        Each stage's ops to run instead of the schedule's own order, e.g.
+        :func:`sappkit.torch.schedule_orders`; the schedule still fixes the
+        cells' model order.
 
     Returns
     -------
@@ -191,40 +210,43 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True)
     static = _static_per_stage(cost, static_mb, p)
     param, once, const = _static_parts(cost, static)
-    plan = step_plan(schedule, p, m, v, k, less_memory)
+    plan = step_plan(schedule, p, m, v, k, less_memory) if orders is None else plan_from_orders(
+        _checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k)
 
     # Cell values in model order: position i is plan.cells[i].
     in_model_order = [chunk * p + stage for chunk, stage in plan.cells]
-    forward, backward, recompute, activation = (
-        cost[column][in_model_order] for column in (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB))
+    forward, backward, recompute, activation, kept_for_weights, input_pass, weight_pass = (
+        cost[column][in_model_order] for column in (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB,
+                                                    WEIGHT_PASS_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME))
     working = cost.get(WORKING_MB, np.zeros(p * v))[in_model_order]
-    durations = np.concatenate([forward, backward])
+    durations = np.concatenate([forward, backward, input_pass, weight_pass])
 
     start = np.array(op_starts(plan, durations.tolist(), p2p_time, p))
-    is_forward = plan.phase == FORWARD
     end = start + durations[plan.phase * plan.cell_count + plan.position]
     step_time = float(end.max())
 
-    event_time, held, running = _memory_events(plan, start, end, is_forward, activation, working, p)
-    peak_at = (held + running).argmax(axis=1)
-    rows = np.arange(p)
-    peak_activation, peak_working = np.maximum(held[rows, peak_at], 0.0), running[rows, peak_at]
+    # Stages may run different numbers of ops (a whole backward on one, input and weight passes on another).
+    bounds = np.cumsum([0] + [len(ops) for ops in plan.stage_ops])
+    event_time, held, running = _memory_events(plan, start, end, activation, kept_for_weights, working, bounds)
+    peak_at = [int(np.argmax(h + r)) for h, r in zip(held, running)]
+    peak_activation = np.maximum([h[i] for h, i in zip(held, peak_at)], 0.0)
+    peak_working = np.array([r[i] for r, i in zip(running, peak_at)])
 
-    busy = (end - start).reshape(p, -1).sum(axis=1)
-    compute = float((forward + backward - recompute).sum()) * m * k
+    busy = np.add.reduceat(end - start, bounds[:-1])
+    recompute_total = float(recompute.sum()) * m * k
+    compute = float(busy.sum()) - recompute_total
     real = p * step_time / compute - 1
-    recompute_share = float(recompute.sum()) * m * k / compute
     ideal = (p - 1) / (v * m * k)
-    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": real - ideal - recompute_share,
-                         "recompute": recompute_share})
+    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": real - ideal - recompute_total / compute,
+                         "recompute": recompute_total / compute})
 
     return Simulation(
         schedule=schedule, micro_batches=m, chunks=v, seq_split=k, less_memory=bool(less_memory),
         step_time=step_time, bubbles=bubbles,
         timeline=_timeline(plan, start, end, recompute, k),
-        memory=_memory(static, event_time, held + running),
+        memory=_memory(static, event_time, [h + r for h, r in zip(held, running)]),
         stages=_stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time),
-        in_flight=_in_flight(plan, is_forward, v, p),
+        in_flight=_in_flight(plan, v, p),
     )
 
 
@@ -237,11 +259,17 @@ def _checked_costs(costs) -> tuple[dict[str, np.ndarray], int, int]:
     stage, chunk = (whole_column(costs, column, "costs") for column in (STAGE, CHUNK))
     values = {column: number_column(costs, column, "costs") for column in _COST_NUMERIC if column in costs.columns}
     values.setdefault(RECOMPUTE_TIME, np.zeros(len(costs)))
-    over = np.flatnonzero(values[RECOMPUTE_TIME] > values[BACKWARD_TIME])
-    if over.size:
-        row = int(over[0])
-        raise InputError(f"costs row {row} has recompute_time {plain(values[RECOMPUTE_TIME][row])!r} above its "
-                         f"backward_time {plain(values[BACKWARD_TIME][row])!r}; the recompute is part of the backward")
+    values.setdefault(BACKWARD_WEIGHT_TIME, (values[BACKWARD_TIME] - values[RECOMPUTE_TIME]) / 2)
+    values.setdefault(BACKWARD_INPUT_TIME, values[BACKWARD_TIME] - values[BACKWARD_WEIGHT_TIME])
+    values.setdefault(WEIGHT_PASS_MB, values[ACTIVATION_MB])
+    for part, whole, why in ((RECOMPUTE_TIME, BACKWARD_TIME, "the recompute is part of the backward"),
+                             (RECOMPUTE_TIME, BACKWARD_INPUT_TIME, "the recompute runs in the input pass"),
+                             (WEIGHT_PASS_MB, ACTIVATION_MB, "the weight pass keeps part of the activation")):
+        over = np.flatnonzero(values[part] > values[whole])
+        if over.size:
+            row = int(over[0])
+            raise InputError(f"costs row {row} has {part} {plain(values[part][row])!r} above its {whole} "
+                             f"{plain(values[whole][row])!r}; {why}")
     p, v = int(stage.max()) + 1, int(chunk.max()) + 1
     cell = chunk * p + stage
     seen = np.zeros(p * v, dtype=bool)
@@ -290,7 +318,7 @@ def _static_per_stage(cost: dict[str, np.ndarray], static_mb, p: int) -> np.ndar
 
 def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     cells = np.array(plan.cells)
-    is_backward = plan.phase == BACKWARD
+    is_backward = (plan.phase == BACKWARD) | (plan.phase == BACKWARD_INPUT)
     return pd.DataFrame({
         STAGE: cells[plan.position, 1],
         CHUNK: cells[plan.position, 0],
@@ -303,33 +331,39 @@ def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     })
 
 
-def _memory_events(plan: StepPlan, start, end, is_forward, activation, working, p: int):
+def _memory_events(plan: StepPlan, start, end, activation, kept_for_weights, working, bounds):
     """Per stage, in run order, each memory change's time and what is held after it: activations, working set.
 
-    A forward adds its activation at its start; a backward adds its working
-    set at its start and releases both at its end. A stage's ops run one
-    after another, so the changes are in time order.
+    A forward adds its activation at its start. A backward (or its input
+    pass) adds its cell's working set at its start and releases it at its
+    end, with the activation (all of it, or all but what the weight pass
+    keeps); the weight pass releases the rest at its end. A stage's ops run
+    one after another, so the changes come in time order.
     """
-    cell = plan.position
-    ops = len(start) // p
-    add_activation = np.where(is_forward, activation[cell], 0.0)
-    add_working = np.where(is_forward, 0.0, working[cell])
-    # Two changes per op: at its start (+activation or +working), at its end (a backward's releases).
-    times = np.stack([start, end], axis=1).reshape(p, 2 * ops)
-    activation_change = np.stack([add_activation, np.where(is_forward, 0.0, -activation[cell])], axis=1)
-    working_change = np.stack([add_working, -add_working], axis=1)
-    held = activation_change.reshape(p, 2 * ops).cumsum(axis=1)
-    running = working_change.reshape(p, 2 * ops).cumsum(axis=1)
+    cell, phase = plan.position, plan.phase
+    none = np.zeros_like(activation)
+    at_start = np.stack([activation, none, none, none])[phase, cell]
+    at_end = np.stack([none, -activation, kept_for_weights - activation, -kept_for_weights])[phase, cell]
+    held_working = np.stack([none, working, working, none])[phase, cell]
+    cut = 2 * bounds
+
+    def per_stage(first, second):
+        both = np.stack([first, second], axis=1).ravel()
+        return [both[a:b] for a, b in zip(cut, cut[1:])]
+
+    times = per_stage(start, end)
+    held = [np.cumsum(x) for x in per_stage(at_start, at_end)]
+    running = [np.cumsum(x) for x in per_stage(held_working, -held_working)]
     return times, held, running
 
 
-def _memory(static: np.ndarray, event_time: np.ndarray, held: np.ndarray) -> pd.DataFrame:
+def _memory(static: np.ndarray, event_time: list[np.ndarray], held: list[np.ndarray]) -> pd.DataFrame:
     """Each stage's memory from time 0 and after each change; of changes at one time, only the result, and
     only where it differs from the value before."""
     frames = []
-    for s in range(len(static)):
-        time = np.r_[0.0, event_time[s]]
-        value = static[s] + np.r_[0.0, held[s]]
+    for s, (times, values) in enumerate(zip(event_time, held)):
+        time = np.r_[0.0, times]
+        value = static[s] + np.r_[0.0, values]
         last_at_time = np.r_[time[1:] != time[:-1], True]
         time, value = time[last_at_time], value[last_at_time]
         changed = np.r_[True, value[1:] != value[:-1]]
@@ -366,12 +400,33 @@ def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy,
     })
 
 
-def _in_flight(plan: StepPlan, is_forward: np.ndarray, v: int, p: int) -> pd.DataFrame:
-    """Peak units held per cell: count up at each forward, down at each backward, in run order."""
+def _in_flight(plan: StepPlan, v: int, p: int) -> pd.DataFrame:
+    """Peak units held per cell: up at each forward, down at each backward or weight pass, in run order."""
     by_cell = np.argsort(plan.position, kind="stable")
-    counts = np.where(is_forward, 1, -1)[by_cell].reshape(plan.cell_count, -1).cumsum(axis=1).max(axis=1)
+    step = np.array(HOLDS)[plan.phase][by_cell]
+    starts = np.cumsum(np.concatenate([[0], np.bincount(plan.position, minlength=plan.cell_count)[:-1]]))
+    running = np.cumsum(step)
+    running -= np.repeat(running[starts] - step[starts], np.diff(np.append(starts, len(step))))
+    counts = np.maximum.reduceat(running, starts)
     peaks = np.zeros((v, p), dtype=int)
     for i, (chunk, stage) in enumerate(plan.cells):
         peaks[chunk, stage] = counts[i]
     return pd.DataFrame({STAGE: np.tile(np.arange(p), v), CHUNK: np.repeat(np.arange(v), p),
                          IN_FLIGHT: peaks.ravel()})
+
+
+def _checked_orders(orders, p: int, v: int) -> tuple:
+    """``orders`` as a tuple per stage of ``(phase, chunk, unit)`` tuples, or raise naming the bad entry."""
+    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__len__") or len(orders) != p:
+        raise InputError(f"orders must hold one sequence of ops per stage ({p}); got {orders!r:.80}")
+    checked = []
+    for s, ops in enumerate(orders):
+        stage_ops = []
+        for index, op in enumerate(ops):
+            ok = isinstance(op, tuple) and len(op) == 3 and all(isinstance(x, (int, np.integer)) for x in op)
+            if not ok or op[0] not in range(len(PHASES)) or op[1] not in range(v) or op[2] < 0:
+                raise InputError(f"orders[{s}][{index}] must be (phase, chunk, unit) with phase in 0..3, chunk in "
+                                 f"0..{v - 1} and unit >= 0; got {op!r}")
+            stage_ops.append(tuple(int(x) for x in op))
+        checked.append(tuple(stage_ops))
+    return tuple(checked)

@@ -43,8 +43,9 @@ def _check_simulation(sim) -> Simulation:
 def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     """Gantt chart of a simulated step: one row per stage, forward light, backward dark, recompute hatched.
 
-    Each chunk has its own hue; micro-batch numbers are written on the ops
-    when there are few enough to read.
+    Each chunk has its own hue; a split backward's input pass is dark like a
+    whole backward and its weight pass darker. Micro-batch numbers are written
+    on the ops when there are few enough to read.
 
     Examples
     --------
@@ -59,8 +60,8 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     ax = ax if ax is not None else plt.subplots(figsize=(10, 0.35 * len(sim.stages) + 1.5))[1]
     start, end = timeline[START].to_numpy(), timeline[END].to_numpy()
     stage = timeline[STAGE].to_numpy()
-    backward = (timeline[PHASE] == "backward").to_numpy()
-    colors = [_chunk_colors(c)[int(b)] for c, b in zip(timeline[CHUNK], backward)]
+    phase = timeline[PHASE].to_numpy()
+    colors = [_phase_color(c, ph) for c, ph in zip(timeline[CHUNK], phase)]
     ax.add_collection(PolyCollection(_boxes(start, end, stage), facecolors=colors, edgecolors="white",
                                      linewidths=0.4))
     recompute = timeline[RECOMPUTE_TIME].to_numpy()
@@ -79,15 +80,27 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     ax.set_xlabel("time")
     ax.set_ylabel("stage")
     handles = []
+    split = (phase == "backward_weight").any()
     for chunk in range(sim.chunks):
-        light, dark = _chunk_colors(chunk)
         suffix = f" (chunk {chunk})" if sim.chunks > 1 else ""
-        handles += [Patch(color=light, label="forward" + suffix), Patch(color=dark, label="backward" + suffix)]
+        handles += [Patch(color=_phase_color(chunk, "forward"), label="forward" + suffix),
+                    Patch(color=_phase_color(chunk, "backward"),
+                          label=("backward or input pass" if split else "backward") + suffix)]
+        if split:
+            handles.append(Patch(color=_phase_color(chunk, "backward_weight"), label="weight pass" + suffix))
     if shaded.any():
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="////", label="recompute"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     ax.set_title(f"{sim.schedule}: step time {sim.step_time:.4g}, bubble {sim.bubbles['real']:.1%}")
     return ax
+
+
+def _phase_color(chunk: int, phase: str):
+    """A phase's colour in its chunk's hue: forward light, backward and input pass dark, weight pass darker."""
+    light, dark = _chunk_colors(chunk)
+    if phase == "forward":
+        return light
+    return tuple(0.55 * x for x in dark) if phase == "backward_weight" else dark
 
 
 def _boxes(start, end, stage) -> np.ndarray:

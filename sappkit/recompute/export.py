@@ -28,7 +28,7 @@ from ..columns import CHUNK, OPTION, STAGE
 from ..errors import InputError
 
 __all__ = ["RuntimeSetting", "trainer_plan", "recompute_lists", "megatron_setting", "torchtitan_setting",
-           "TRAINER_MODES"]
+           "torchtitan_layer_setting", "TRAINER_MODES"]
 
 #: The modes HyperParallel's trainer runs, in the order it breaks a tie between the recomputing ones.
 TRAINER_MODES = ("full", "selective", "off")
@@ -177,7 +177,12 @@ def torchtitan_setting(choice) -> RuntimeSetting:
     model part), exactly the blocks at positions ``N, 2N, ...`` (from 1) are
     fully recomputed.
     """
-    layers = _require_choice(choice, "torchtitan")
+    return torchtitan_layer_setting(_require_choice(choice, "torchtitan"))
+
+
+def torchtitan_layer_setting(layers: pd.DataFrame) -> RuntimeSetting:
+    """:func:`torchtitan_setting` for per-layer options: ``chunk``, ``stage``, ``option``, ``offloaded_mb``
+    (one row per body layer in model order), as a choice or a plan gives them."""
     why = _runtime_options(layers, "torchtitan")
     if why:
         return RuntimeSetting("torchtitan", False, note=why)

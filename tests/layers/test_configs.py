@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from sappkit import DeviceConfig, InputError, ParallelConfig, TransformerConfig
+from sappkit import DeviceConfig, InputError, KernelConfig, ParallelConfig, TransformerConfig
 
 
 @pytest.mark.parametrize("settings, message", [
@@ -24,6 +24,7 @@ from sappkit import DeviceConfig, InputError, ParallelConfig, TransformerConfig
                     "to use them (got top_k=2, shared_experts=0, dense_layers=0, expert_ffn_size=None)"),
     (dict(name=""), "name must be a non-empty string; got ''"),
     (dict(vocab_size=-1), "vocab_size must be an int >= 0; got -1"),
+    (dict(hidden_dropout=0), "hidden_dropout must be a bool or None; got 0"),
 ])
 def test_bad_transformer_config(settings, message):
     with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
@@ -41,6 +42,12 @@ def test_bad_transformer_config(settings, message):
      "data_parallel = 2"),
     (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),
     (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
+    (lambda: KernelConfig(attention="sdpa"), "attention must be one of 'paper', 'eager', 'math', 'flash'; "
+                                             "got 'sdpa'"),
+    (lambda: KernelConfig(norm="rms"), "norm must be one of 'paper', 'hf'; got 'rms'"),
+    (lambda: KernelConfig(moe="megatron"), "moe must be one of 'paper', 'hf'; got 'megatron'"),
+    (lambda: KernelConfig(dropout_mask=1), "dropout_mask must be one of 'bool', 'dtype'; got 1"),
+    (lambda: KernelConfig(fused_mlp="yes"), "fused_mlp must be a bool; got 'yes'"),
 ])
 def test_bad_parallel_or_device_config(make, message):
     with pytest.raises(InputError, match=f"^{re.escape(message)}$"):

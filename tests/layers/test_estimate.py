@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sappkit import DeviceConfig, InputError, ParallelConfig, TransformerConfig, estimate_layers
+from sappkit import DeviceConfig, InputError, KernelConfig, ParallelConfig, TransformerConfig, estimate_layers
 from sappkit.columns import SAPP_OPTIONS
 
 MB = 2**20
@@ -221,3 +221,36 @@ def test_bad_argument_types():
         estimate_layers(GPT, device={})
     with pytest.raises(InputError, match=r"^const_mb must be a finite number >= 0; got -1$"):
         estimate_layers(GPT, const_mb=-1)
+    with pytest.raises(InputError, match=r"^kernels must be a KernelConfig; got str$"):
+        estimate_layers(GPT, kernels="flash")
+
+
+def test_kernels_change_what_a_layer_keeps_by_their_closed_forms():
+    # s = 8, b = 2 (16 tokens), h = 16, a = 4 (d = 4), f = 64, bf16 (e = 2), dropout on, no parallelism.
+    def kept(**kernels):
+        table = estimate_layers(GPT, parallel=ParallelConfig(micro_batch_size=2), device=SLOW,
+                                kernels=KernelConfig(**kernels), options=("none", "selective"))
+        return (table.rows("layer")["activation_mb"] * MB / 16).to_dict()
+
+    paper = kept()
+    assert paper == {"none": 34 * 16 + 5 * 4 * 8, "selective": 34 * 16}
+    # Per (query, key) pair: fp32 softmax 4a, then the dropout's mask and output (1 + e)·a, vs (e + 1 + e)·a.
+    assert kept(attention="eager")["none"] - paper["none"] == 8 * (4 - 2) * 4
+    assert kept(attention="eager")["selective"] == paper["selective"]
+    # Flash: nothing per pair, the fp32 log-sum-exp per head and token.
+    assert kept(attention="flash") == {"none": paper["selective"] + 4 * 4, "selective": paper["selective"]}
+    # Math: Q, K, V as fp32 copies (MHA: no repeat), fp32 softmax, fp32 dropout mask and output.
+    assert kept(attention="math")["none"] - paper["selective"] == (4 - 2) * 3 * 16 + 8 * (4 + 1 + 4) * 4
+    assert kept(norm="hf")["none"] - paper["none"] == 2 * (4 * 16 + 4)
+    assert kept(dropout_mask="dtype")["none"] - paper["none"] == 2 * 16 + 8 * 4  # two hidden masks, the core's
+
+
+def test_hidden_dropout_drops_the_two_residual_masks_only():
+    def kept(model):
+        table = estimate_layers(model, parallel=ParallelConfig(micro_batch_size=2), device=SLOW, options=("none",))
+        return table.rows("layer")["activation_mb"].iloc[0] * MB / 16, table.head.activation_mb * MB / 16
+
+    attention_only = TransformerConfig(layers=3, hidden_size=16, num_heads=4, ffn_size=64, seq_length=8,
+                                       vocab_size=32, hidden_dropout=False)
+    assert kept(GPT)[0] - kept(attention_only)[0] == 2 * 16
+    assert kept(attention_only)[1] == 0

@@ -52,6 +52,16 @@ def test_defaults_fill_optional_columns():
     np.testing.assert_array_equal(frame["first_working_mb"].fillna(-1), frame["working_mb"].fillna(0))
 
 
+def test_split_backward_columns_stay_absent_unless_given_and_blanks_stay_blank():
+    assert "backward_weight_time" not in _table().frame.columns
+    frame = pd.DataFrame(_rows()).assign(backward_weight_time=[None, 1, 2, 3, 3, 3, None, 2])
+    table = LayerTable(frame)
+    assert table.frame["backward_weight_time"].tolist()[:3] == [pytest.approx(np.nan, nan_ok=True), 1.0, 2.0]
+    with pytest.raises(InputError) as err:
+        LayerTable(frame.assign(weight_pass_mb=-1))
+    assert str(err.value) == "layers row 0 (kind 'embed') column 'weight_pass_mb' is -1; expected a finite number >= 0"
+
+
 def test_single_module_is_not_multimodal():
     rows = [r for r in _rows() if r["kind"] != "vit"]
     table = LayerTable(pd.DataFrame(rows).assign(module="lm"))

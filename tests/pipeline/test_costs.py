@@ -130,6 +130,37 @@ def test_cell_costs_equal_a_hand_sum(rng, schedule, p, v):
             assert row.static_mb == pytest.approx(row.param_mb + row.memory_once_mb + row.const_mb)
 
 
+def test_cell_costs_sum_the_split_backward_a_blank_taking_the_default():
+    table = toy_table()
+    frame = table.frame.assign(backward_weight_time=np.nan, weight_pass_mb=np.nan)
+    frame.loc[(frame["option"] == "none") & (frame["role"] == "body"), ["backward_weight_time", "weight_pass_mb"]] = [
+        1.0, 2.0]
+    split = LayerTable(frame, const_mb=table.const_mb)
+    plan = even_assignment(split, stages=2, chunks=2, schedule="zbv")
+    costs = cell_costs(split, plan, stages=2, chunks=2, schedule="zbv")
+    plain = cell_costs(table, plan, stages=2, chunks=2, schedule="zbv")
+    assert list(costs.columns) == [*plain.columns, "backward_input_time", "backward_weight_time", "weight_pass_mb"]
+    pd.testing.assert_frame_equal(costs[plain.columns], plain)
+    least = split.frame.groupby("kind")["backward_time"].min()
+    for row in costs.itertuples():
+        here = plan[(plan.chunk == row.chunk) & (plan.stage == row.stage)]
+        # Given: 1 on 'none' rows. Default: half the backward beyond its recompute, half the kind's least
+        # backward; the head and tail recompute nothing.
+        weight = sum(n * (1.0 if option == "none" else least[kind] / 2)
+                     for kind, option, n in zip(here.kind, here.option, here.layers))
+        weight += sum(least[kind] / 2 for kind, cell in (("embed", (0, 0)), ("head_out", (1, 0)))
+                      if cell == (row.chunk, row.stage))
+        # Given: 2 MB on 'none' rows; default: the whole activation (head and tail too).
+        kept = sum(n * (2.0 if option == "none" else split.rows(kind).loc[option, "activation_mb"])
+                   for kind, option, n in zip(here.kind, here.option, here.layers))
+        kept += sum(split.rows(kind).loc["none", "activation_mb"] for kind, cell in (("embed", (0, 0)),
+                                                                                     ("head_out", (1, 0)))
+                    if cell == (row.chunk, row.stage))
+        assert row.backward_weight_time == pytest.approx(weight)
+        assert row.backward_input_time == pytest.approx(row.backward_time - weight)
+        assert row.weight_pass_mb == pytest.approx(kept)
+
+
 def test_cell_costs_const_mb_overrides_the_table():
     table = toy_table()
     plan = even_assignment(table, stages=2)

@@ -35,6 +35,17 @@ def test_dualpipev_the_v():
     assert _grid("dualpipev", 3, 6, 2) == [[6, 5, 4], [1, 2, 3]]
 
 
+def test_the_schedules_pytorch_runs():
+    # Fill and drain: every micro-batch in flight everywhere; ZB-V and the split DualPipeV hold what DualPipeV holds.
+    assert _grid("gpipe", 3, 5) == [[5, 5, 5]]
+    assert _grid("looped_bfs", 2, 3, 2) == [[3, 3], [3, 3]]
+    assert _grid("zbv", 3, 6, 2) == _grid("dualpipev_split", 3, 6, 2) == _grid("dualpipev", 3, 6, 2)
+    assert _grid("zbv", 3, 4, 2) == [[4, 4, 4], [1, 2, 3]]
+    # Interleaved zero bubble, one round (m < 2p): m on the first chunks, min(m, p) on the last.
+    assert _grid("zb_interleaved", 4, 6, 3) == [[6] * 4, [6] * 4, [4] * 4]
+    assert _grid("zb_interleaved", 4, 8, 2) == [[8] * 4, [4] * 4]
+
+
 def test_seqpipe_one_chunk_counts_slices():
     # p - s + k - 1 slices, capped at m k.
     assert _grid("seqpipe", 4, 2, seq_split=3) == [[6, 5, 4, 3]]
@@ -71,10 +82,12 @@ def test_forward_in_backward_factors():
 def test_model_order():
     assert model_order("interleaved", 2, 2) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert model_order("dualpipev", 3, 2) == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0)]
+    assert model_order("zbv", 3, 2) == model_order("dualpipev_split", 3, 2) == model_order("dualpipev", 3, 2)
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
-    (("pipedream", 4, 8), {}, "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe'; got 'pipedream'"),
+    (("pipedream", 4, 8), {}, "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
+                              "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
     (("1f1b", 1, 8), {}, "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)"),
     (("1f1b", 4, 0), {}, "micro_batches must be an int >= 1; got 0"),
     (("1f1b", 4, 2.5), {}, "micro_batches must be an int >= 1; got 2.5"),
@@ -91,6 +104,17 @@ def test_model_order():
     (("seqpipe", 4, 1), {"chunks": 2, "seq_split": 3},
      "micro_batches * seq_split must be >= stages = 4 for an interleaved seqpipe schedule; got 1 * 3 = 3"),
     (("interleaved", 4, 8), {"chunks": 2, "less_memory": "yes"}, "less_memory must be a bool; got 'yes'"),
+    (("gpipe", 4, 8), {"chunks": 2}, "chunks must be 1 for schedule 'gpipe'; got 2 (use schedule='looped_bfs')"),
+    (("zbv", 4, 8), {}, "chunks must be 2 for schedule 'zbv' (the V); got 1"),
+    (("dualpipev_split", 4, 7), {"chunks": 2},
+     "micro_batches must be >= 2 * stages = 8 for schedule 'dualpipev_split'; got 7 "
+     "(DualPipeV's step order needs two micro-batches per stage)"),
+    (("zb_interleaved", 4, 9), {"chunks": 2},
+     "micro_batches must be a multiple of max(1, micro_batches // stages) = 2 for schedule 'zb_interleaved' "
+     "(PyTorch runs it in equal rounds); got 9"),
+    (("looped_bfs", 4, 8), {"chunks": 2, "less_memory": True},
+     "less_memory applies to the 'interleaved', 'seqpipe' and (one chunk, the 1F1B counts) '1f1b' schedules; "
+     "got schedule 'looped_bfs'"),
 ])
 def test_refusals_name_the_argument(args, kwargs, message):
     with pytest.raises(InputError) as err:

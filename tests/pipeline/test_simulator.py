@@ -29,12 +29,14 @@ def random_costs(rng, p, v):
 def held_counts(timeline, p, v):
     """Units held per cell ``[chunk, stage]`` and per stage at their peaks, recounted from the timeline alone.
 
-    A unit is held from its forward's start to its backward's end; at equal
-    times a release comes before a new forward (ops on a stage do not overlap).
+    A unit is held from its forward's start to the end of its backward (or
+    weight pass); at equal times a release comes before a new forward (ops on a
+    stage do not overlap).
     """
-    forward = timeline["phase"].to_numpy() == "forward"
+    phase = timeline["phase"].to_numpy()
+    forward = phase == "forward"
     time = np.where(forward, timeline["start"], timeline["end"])
-    delta = np.where(forward, 1, -1)
+    delta = np.select([forward, phase == "backward_input"], [1, 0], -1)
     stage, chunk = timeline["stage"].to_numpy(), timeline["chunk"].to_numpy()
 
     def peaks(group):
@@ -66,6 +68,11 @@ EXACT_SHAPES = (
     [("1f1b", p, m, 1, False, 1) for p in range(2, 7) for m in range(1, 3 * p + 1)]
     + [("dualpipev", p, m, 2, False, 1) for p in range(2, 7) for m in range(2 * p, 3 * p + 2)]
     + [("seqpipe", p, m, 1, False, k) for p in range(2, 6) for m in range(1, 2 * p + 1) for k in (2, 3)]
+    + [(schedule, p, m, v, False, 1) for schedule, v in (("gpipe", 1), ("looped_bfs", 3), ("zbv", 2))
+       for p in range(2, 6) for m in range(1, 3 * p + 1)]
+    + [("dualpipev_split", p, m, 2, False, 1) for p in range(2, 6) for m in range(2 * p, 3 * p + 2)]
+    + [("zb_interleaved", p, m, v, False, 1) for v in (1, 2, 3) for p in range(2, 6) for m in range(1, 3 * p + 1)
+       if m % max(1, m // p) == 0]
 )
 
 
@@ -193,7 +200,12 @@ def test_interleaved_p2p_crosses_from_the_last_stage_to_the_first():
 SCHEDULE_SHAPES = st.sampled_from([
     ("1f1b", 1, False, 1), ("interleaved", 2, False, 1), ("interleaved", 3, True, 1),
     ("dualpipev", 2, False, 1), ("seqpipe", 1, False, 2), ("seqpipe", 2, False, 2),
+    ("gpipe", 1, False, 1), ("looped_bfs", 2, False, 1), ("zb_interleaved", 2, False, 1), ("zbv", 2, False, 1),
+    ("dualpipev_split", 2, False, 1),
 ])
+#: The costs column each phase takes its duration from.
+DURATION = {"forward": "forward_time", "backward": "backward_time", "backward_input": "backward_input_time",
+            "backward_weight": "backward_weight_time"}
 
 
 @settings(max_examples=40, deadline=None)
@@ -201,14 +213,22 @@ SCHEDULE_SHAPES = st.sampled_from([
        seed=st.integers(0, 2**16))
 def test_every_op_starts_as_soon_as_its_stage_and_input_allow(shape, p, extra, p2p, seed):
     schedule, v, less_memory, k = shape
-    m = (2 * p if schedule == "dualpipev" else p) + extra
-    costs = random_costs(np.random.default_rng(seed), p, v)
+    m = (2 * p if schedule.startswith("dualpipev") else p) + extra
+    if schedule == "zb_interleaved":
+        m -= m % max(1, m // p)
+    rng = np.random.default_rng(seed)
+    costs = random_costs(rng, p, v)
+    weight_share = rng.uniform(0.2, 0.8, len(costs))
+    costs["backward_weight_time"] = (costs["backward_time"] - costs["recompute_time"]) * weight_share
+    costs["backward_input_time"] = costs["backward_time"] - costs["backward_weight_time"]
     sim = simulate(costs, schedule=schedule, micro_batches=m, less_memory=less_memory, seq_split=k,
                    p2p_time=p2p)
     timeline = sim.timeline
     cells = model_order(schedule, p, v)
     position = {cell: i for i, cell in enumerate(cells)}
-    ends = {(row.phase, row.chunk, row.stage, row.micro_batch, row.slice): row.end for row in timeline.itertuples()}
+    # A whole backward and an input pass both hand the gradient on: key them alike.
+    ends = {(row.phase.replace("backward_input", "backward"), row.chunk, row.stage, row.micro_batch, row.slice):
+            row.end for row in timeline.itertuples()}
     cost = costs.set_index(["chunk", "stage"])
     for stage, ops in timeline.groupby("stage", sort=True):
         free = 0.0
@@ -216,6 +236,8 @@ def test_every_op_starts_as_soon_as_its_stage_and_input_allow(shape, p, extra, p
             i = position[(row.chunk, stage)]
             if row.phase == "forward":
                 source = (("forward", *cells[i - 1]) if i > 0 else None)
+            elif row.phase == "backward_weight":
+                source = ("backward", *cells[i])
             elif i == len(cells) - 1:
                 source = ("forward", *cells[i])
             else:
@@ -224,8 +246,7 @@ def test_every_op_starts_as_soon_as_its_stage_and_input_allow(shape, p, extra, p
             if source is not None:
                 ready = ends[(*source, row.micro_batch, row.slice)] + (p2p if source[2] != stage else 0.0)
             assert row.start == pytest.approx(max(free, ready))
-            column = "forward_time" if row.phase == "forward" else "backward_time"
-            assert row.end - row.start == pytest.approx(cost.loc[(row.chunk, stage), column])
+            assert row.end - row.start == pytest.approx(cost.loc[(row.chunk, stage), DURATION[row.phase]])
             free = row.end
     assert sim.step_time == pytest.approx(timeline["end"].max())
 
@@ -233,14 +254,17 @@ def test_every_op_starts_as_soon_as_its_stage_and_input_allow(shape, p, extra, p
 @pytest.mark.parametrize("schedule, p, m, v, less_memory, k", [
     ("1f1b", 4, 3, 1, False, 1), ("interleaved", 4, 10, 3, False, 1), ("interleaved", 3, 6, 2, True, 1),
     ("dualpipev", 3, 7, 2, False, 1), ("seqpipe", 3, 4, 1, False, 3), ("seqpipe", 4, 3, 2, True, 3),
+    ("gpipe", 3, 5, 1, False, 1), ("looped_bfs", 3, 5, 3, False, 1), ("zb_interleaved", 4, 10, 3, False, 1),
+    ("zbv", 3, 4, 2, False, 1), ("zbv", 4, 11, 2, False, 1), ("dualpipev_split", 4, 9, 2, False, 1),
 ])
 def test_each_stage_runs_every_op_once_forward_before_backward(schedule, p, m, v, less_memory, k):
     for ops in stage_orders(schedule, p, m, v, less_memory, k):
-        assert sorted(ops) == sorted((phase, c, u) for phase in (0, 1) for c in range(v) for u in range(m * k))
-        seen = set()
+        # Each unit: a forward, then a whole backward or an input pass followed by a weight pass.
+        phases = {}
         for phase, c, u in ops:
-            assert phase == 0 or (c, u) in seen
-            seen.add((c, u))
+            phases.setdefault((c, u), []).append(phase)
+        assert sorted(phases) == [(c, u) for c in range(v) for u in range(m * k)]
+        assert {tuple(run) for run in phases.values()} <= {(0, 1), (0, 2, 3)}
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -361,8 +385,9 @@ def test_describe_names_the_pipeline_and_the_peak():
      "static_mb must be indexed by stages 0..1; got index [1, 2]"),
     (lambda c: c, {"p2p_time": -1}, "p2p_time must be a finite number >= 0; got -1"),
     (lambda c: c, {"limit_mb": 0}, "limit_mb must be a finite number > 0; got 0"),
-    (lambda c: c, {"schedule": "gpipe"},
-     "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe'; got 'gpipe'"),
+    (lambda c: c, {"schedule": "pipedream"},
+     "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
+     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
     (lambda c: c, {"micro_batches": 0}, "micro_batches must be an int >= 1; got 0"),
     (lambda c: c, {"schedule": "dualpipev"}, "chunks must be 2 for schedule 'dualpipev' (the V); got 1"),
     (lambda c: c.assign(static_mb=[10.0, 10.0], param_mb=[20.0, 0.0]), {},
@@ -387,3 +412,81 @@ def test_two_chunks_need_an_interleaved_schedule():
     with pytest.raises(InputError) as caught:
         simulate(uniform_costs(2, 2), schedule="1f1b", micro_batches=4)
     assert str(caught.value) == "chunks must be 1 for schedule '1f1b'; got 2 (use schedule='interleaved')"
+
+
+# --- split backwards and the schedules PyTorch runs --------------------------------------------
+
+@pytest.mark.parametrize("p, m", [(2, 4), (4, 8), (4, 16), (8, 16), (8, 32)])
+def test_zbv_has_a_smaller_bubble_than_1f1b_at_the_same_peak_memory(p, m):
+    # The same layers: 1F1B runs them as one chunk per stage, ZB-V as two halves (F = I = W, Qi et al. sec. 6).
+    one = simulate(uniform_costs(p, forward=2.0, backward=4.0, activation=2.0), schedule="1f1b", micro_batches=m)
+    zbv = simulate(uniform_costs(p, 2), schedule="zbv", micro_batches=m)
+    assert one.step_time == (m + p - 1) * 6  # (m + p - 1)(F + B)
+    assert zbv.step_time == m * 6 + (p - 1) * 1  # every unit's work, plus one chunk forward per hop
+    assert zbv.stages["memory_mb"].tolist() == [2.0 * p] * p == [one.stages["memory_mb"].max()] * p
+    assert zbv.bubbles["real"] < one.bubbles["real"] / 3
+
+
+def test_the_input_pass_keeps_only_what_the_weight_pass_needs():
+    costs = uniform_costs(2, 2, activation=10.0).assign(weight_pass_mb=4.0, backward_input_time=1.5,
+                                                        backward_weight_time=0.5)
+    sim = simulate(costs, schedule="zbv", micro_batches=1)
+    memory = sim.memory[sim.memory["stage"] == 1].set_index("time")["memory_mb"]
+    timeline = sim.timeline[sim.timeline["stage"] == 1].set_index(["chunk", "phase"])
+    # Stage 1 runs F0 F1 I1 W1 I0 W0: two units held, then 10 - 4 freed after I1, 4 after W1, ...
+    assert memory.loc[timeline.loc[(1, "backward_input"), "end"]] == 14.0
+    assert memory.loc[timeline.loc[(1, "backward_weight"), "end"]] == 10.0
+    assert timeline.loc[(1, "backward_input"), "end"] - timeline.loc[(1, "backward_input"), "start"] == 1.5
+    assert sim.stages["memory_mb"].tolist() == [20.0, 20.0]
+
+
+def test_the_default_split_gives_the_weight_pass_half_the_backward_beyond_recompute():
+    costs = uniform_costs(2, 2, backward=3.0, recompute=1.0)
+    timeline = simulate(costs, schedule="zbv", micro_batches=2).timeline
+    duration = (timeline["end"] - timeline["start"]).groupby(timeline["phase"]).unique()
+    assert duration.to_dict() == {"backward_input": [2.0], "backward_weight": [1.0], "forward": [1.0]}
+    assert timeline.loc[timeline["phase"] == "backward_input", "recompute_time"].eq(1.0).all()
+
+
+def test_orders_given_run_instead_of_the_schedules_own():
+    costs = random_costs(np.random.default_rng(1), 3, 2)
+    own = simulate(costs, schedule="zbv", micro_batches=5)
+    given = simulate(costs, schedule="zbv", micro_batches=5, orders=[list(o) for o in stage_orders("zbv", 3, 5, 2)])
+    assert given.step_time == own.step_time
+    pd.testing.assert_frame_equal(given.timeline, own.timeline)
+    # 1F1B run GPipe-style: every forward first, then every backward.
+    gpipe = simulate(uniform_costs(2), schedule="1f1b", micro_batches=3, orders=stage_orders("gpipe", 2, 3))
+    assert gpipe.in_flight["in_flight"].tolist() == [3, 3]
+
+
+@pytest.mark.parametrize("orders, message", [
+    ([[]], "orders must hold one sequence of ops per stage (2); got [[]]"),
+    ([[(0, 0, 0), (1, 0)], []], "orders[0][1] must be (phase, chunk, unit) with phase in 0..3, chunk in 0..0 and "
+                                "unit >= 0; got (1, 0)"),
+    ([[(0, 0, 0), (1, 0, 0)], [(0, 0, 0), (4, 0, 0)]], "orders[1][1] must be (phase, chunk, unit) with phase in "
+                                                       "0..3, chunk in 0..0 and unit >= 0; got (4, 0, 0)"),
+    ([[(0, 0, 0), (1, 0, 0)], [(0, 0, 0), (2, 0, 0)]], "orders run cell (chunk, stage) = (0, 1) unit 0 as phases "
+                                                       "[0, 2]; each unit needs one forward (0) and one backward "
+                                                       "(1), or one input pass (2) and one weight pass (3)"),
+    ([[(0, 0, 0), (1, 0, 0)], [(0, 0, 3), (1, 0, 0)]], "orders run unit 3 on stage 1; the step has units 0..0"),
+    ([[(1, 0, 0), (0, 0, 0)], [(0, 0, 0), (1, 0, 0)]], "the step orders deadlock: each stage's next op waits for "
+                                                       "an op that never runs first (stage: position of its next "
+                                                       "op in its order) {0: 0, 1: 0}"),
+])
+def test_bad_orders_are_refused(orders, message):
+    with pytest.raises(InputError) as caught:
+        simulate(uniform_costs(2), schedule="1f1b", micro_batches=1, orders=orders)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("weight_pass_mb", 2.0, "costs row 0 has weight_pass_mb 2.0 above its activation_mb 1.0; the weight pass "
+                            "keeps part of the activation"),
+    ("backward_input_time", 0.5, "costs row 0 has recompute_time 1.0 above its backward_input_time 0.5; the "
+                                 "recompute runs in the input pass"),
+])
+def test_split_columns_are_checked(column, value, message):
+    costs = uniform_costs(2, recompute=1.0).assign(**{column: value})
+    with pytest.raises(InputError) as caught:
+        simulate(costs, schedule="1f1b", micro_batches=2)
+    assert str(caught.value) == message

@@ -118,3 +118,12 @@ def test_bad_input(call, message):
     with pytest.raises(InputError) as caught:
         call()
     assert str(caught.value) == message
+
+
+def test_a_split_backward_shows_its_weight_passes():
+    costs = pd.DataFrame(dict(stage=[0, 1, 0, 1], chunk=[0, 0, 1, 1], forward_time=1.0, backward_time=2.0,
+                              activation_mb=1.0))
+    ax = plot_schedule(simulate(costs, schedule="zbv", micro_batches=2))
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [
+        "forward (chunk 0)", "backward or input pass (chunk 0)", "weight pass (chunk 0)",
+        "forward (chunk 1)", "backward or input pass (chunk 1)", "weight pass (chunk 1)"]

@@ -127,8 +127,9 @@ def test_from_offsets_refuses_an_option_the_kind_lacks():
      "configured must be an option name or a sequence of 2 option names; got int"),
     (dict(cells=cells([(0, 0, "b", 2)]), stages=1),
      "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)"),
-    (dict(cells=cells([(0, 0, "b", 2)]), schedule="gpipe"),
-     "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe'; got 'gpipe'"),
+    (dict(cells=cells([(0, 0, "b", 2)]), schedule="pipedream"),
+     "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
+     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
 ])
 def test_partition_refuses(kwargs, message):
     kwargs = dict(stages=2, micro_batches=4) | kwargs

@@ -1,0 +1,19 @@
+"""PyTorch in sappkit (the optional extra ``[torch]``): measured layer tables and the schedules PyTorch runs.
+
+- :func:`measure_layers`: a layer table measured on a real block;
+- :func:`schedule_orders`: the step orders ``torch.distributed.pipelining`` generates.
+
+``import sappkit`` never imports this package; importing it without PyTorch
+raises one ImportError that names the extra.
+"""
+
+try:
+    import torch  # noqa: F401
+except ImportError as error:
+    raise ImportError("sappkit.torch needs PyTorch, which is not installed; install the extra: "
+                      "pip install 'sappkit[torch]'") from error
+
+from .measure import measure_layers  # noqa: E402
+from .schedules import schedule_orders  # noqa: E402
+
+__all__ = ["measure_layers", "schedule_orders"]

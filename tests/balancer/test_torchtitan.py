@@ -1,0 +1,95 @@
+"""Plans as torchtitan job configs: model parts in PyTorch's stage order, schedule names, checkpointing, notes."""
+
+import re
+
+import pandas as pd
+import pytest
+
+from sappkit import InputError, TorchtitanConfig, balance, plan_from_offsets, torchtitan_config
+
+ROWS = [dict(kind="block", role="body", count=8, param_mb=100, option=option, forward_time=1.0,
+             backward_time=backward, activation_mb=activation)
+        for option, backward, activation in (("none", 2.0, 40.0), ("full", 3.0, 4.0))]
+TABLE = pd.DataFrame(ROWS)
+
+
+def parts(config):
+    return config.settings["parallelism"]["pipeline_parallel_module_fqns_per_model_part"]
+
+
+@pytest.mark.parametrize("schedule, name", [("interleaved", "Interleaved1F1B"), ("zbv", "ZBVZeroBubble"),
+                                            ("zb_interleaved", "InterleavedZeroBubble"), ("looped_bfs", "LoopedBFS"),
+                                            ("dualpipev_split", "DualPipeV")])
+def test_model_parts_follow_the_plans_cells_in_model_order(schedule, name):
+    plan = balance(TABLE, stages=2, micro_batches=4, chunks=2, schedule=schedule, memory_mb=2000)
+    config = torchtitan_config(plan, microbatch_size=2)
+    per_cell = plan.assignment.groupby(["chunk", "stage"], sort=False)["layers"].sum()
+    found = parts(config)
+    assert [len(part) for part in found] == [per_cell[cell] + (cell == (0, 0)) + 2 * (cell == plan.setup.cells[-1])
+                                             for cell in plan.setup.cells]
+    assert [m for part in found for m in part] == ["tok_embeddings", *(f"layers.{i}" for i in range(8)), "norm",
+                                                   "output"]
+    assert config.settings["parallelism"] | {"pipeline_parallel_module_fqns_per_model_part": None} == {
+        "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": name, "pipeline_parallel_microbatch_size": 2,
+        "pipeline_parallel_module_fqns_per_model_part": None}
+    assert config.notes[0] == "run 4 micro-batches: set training.local_batch_size = 8 (4 x " \
+                              "pipeline_parallel_microbatch_size)"
+
+
+def test_one_recompute_option_everywhere_is_torchtitans_mode_and_the_toml_reads_back():
+    plan = plan_from_offsets(TABLE, stages=2, micro_batches=2, memory_mb=2000, recompute=[4, 4])
+    config = torchtitan_config(plan, head_modules=("embed",), layer_module="blocks.{}", tail_modules=("head",))
+    assert config.settings["activation_checkpoint"] == {"mode": "full"}
+    assert config.notes[-1] == "activation checkpointing: every block runs full"
+    assert config.to_toml() == "\n".join([
+        "[parallelism]", "pipeline_parallel_degree = 2", 'pipeline_parallel_schedule = "1F1B"',
+        "pipeline_parallel_microbatch_size = 1",
+        'pipeline_parallel_module_fqns_per_model_part = [["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3"], '
+        '["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"]]', "",
+        "[activation_checkpoint]", 'mode = "full"'])
+
+
+def test_a_per_layer_choice_torchtitan_cannot_run_is_said_and_left_unset():
+    plan = plan_from_offsets(TABLE, stages=2, micro_batches=2, memory_mb=2000, recompute=[2, 2])
+    config = torchtitan_config(plan)
+    assert config.settings["activation_checkpoint"] == {}
+    assert "[activation_checkpoint]" not in config.to_toml()
+    assert config.notes[-1] == (
+        "activation checkpointing not set: torchtitan's layer-level checkpointing recomputes every N-th block of "
+        "each model part; this choice's fully recomputed blocks follow no such pattern; set it per block in the "
+        "model code")
+
+
+def test_where_torchtitan_runs_another_schedule_the_notes_say_so():
+    dual = torchtitan_config(balance(TABLE, stages=2, micro_batches=4, chunks=2, schedule="dualpipev",
+                                     memory_mb=2000))
+    assert dual.settings["parallelism"]["pipeline_parallel_schedule"] == "DualPipeV"
+    assert dual.notes[1] == ("torchtitan's DualPipeV splits the backward into input and weight passes (sappkit's "
+                             "'dualpipev_split'); simulate that schedule to see what it runs")
+    less = torchtitan_config(balance(TABLE, stages=2, micro_batches=4, chunks=2, less_memory=True, memory_mb=2000))
+    assert less.notes[1].startswith("torchtitan's Interleaved1F1B has no less-memory variant")
+    tight = torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=10))
+    assert tight.notes[1] == ("the plan does not fit memory_mb=10 (status 'infeasible': no placement fits 10 MB; "
+                              "the least-memory placement needs 472.0 MB on stage 0)")
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda plan: torchtitan_config("plan"), "plan must be a Plan (sappkit.balance, sappkit.plan_from_offsets); "
+                                             "got str"),
+    (lambda plan: torchtitan_config(plan, microbatch_size=0), "microbatch_size must be an int >= 1; got 0"),
+    (lambda plan: torchtitan_config(plan, layer_module="layers"),
+     "layer_module must be a string with '{}' where the layer index goes; got 'layers'"),
+])
+def test_bad_input_is_refused(make, message):
+    plan = balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)
+    with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
+        make(plan)
+
+
+def test_seqpipe_has_no_torchtitan_schedule():
+    plan = balance(TABLE, stages=2, micro_batches=2, memory_mb=2000, schedule="seqpipe")
+    with pytest.raises(InputError) as err:
+        torchtitan_config(plan)
+    assert str(err.value) == ("torchtitan runs no 'seqpipe' schedule; plan for one of '1f1b', 'interleaved', "
+                              "'gpipe', 'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipev'")
+    assert isinstance(torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)), TorchtitanConfig)
