@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .._check import check_choice, check_number
+from .._check import check_bool, check_choice, check_number
 from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import LayerTable
@@ -257,8 +257,7 @@ def fit_memory(observations, *, const="auto", schedule="1f1b", less_memory=False
     """
     obs = as_observations(observations)
     schedule = _check_schedule(schedule)
-    if not isinstance(less_memory, bool):
-        raise InputError(f"less_memory must be a bool; got {less_memory!r}")
+    less_memory = check_bool("less_memory", less_memory)
     if not (const == "auto" or const is True or const is False):
         raise InputError(f"const must be 'auto', True or False; got {const!r}")
     tolerance = check_number("tolerance", tolerance, minimum=0, strict=True)

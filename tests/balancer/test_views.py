@@ -39,7 +39,7 @@ def test_sweep_refuses_bad_limits():
     assert str(error.value) == "memory_mb must list at least one memory limit; got an empty sequence"
     with pytest.raises(sappkit.InputError) as error:
         sweep_memory(TABLE, memory_mb=[1000, -1], **PIPELINE)
-    assert str(error.value) == "memory_mb must hold finite numbers > 0; got -1.0"
+    assert str(error.value) == "memory_mb[1] must be a finite number > 0; got -1"
 
 
 def test_sweep_reports_progress_on_the_terminal(capsys):

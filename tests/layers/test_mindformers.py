@@ -266,7 +266,7 @@ def test_bad_json_names_the_path_and_the_key(tmp_path, document, message):
 def test_unreadable_json_and_an_unknown_time_semantics(tmp_path):
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00")
-    with raises_exactly(f"{binary}: not UTF-8 text; expected a JSON layer description"):
+    with raises_exactly(f"{binary}: not UTF-8 text; expected a MindFormers layer description object"):
         read_layers_json(binary)
     with raises_exactly("time_semantics must be one of 'current', 'legacy'; got 'old'"):
         read_layers_json(write(tmp_path, layers(BODY)), time_semantics="old")

@@ -233,8 +233,8 @@ def test_yaml_file_problems(tmp_path):
     broken = write(tmp_path, "pipeline_config: [1, 2\n", "broken.yaml")
     with pytest.raises(InputError) as error:
         read_dryrun_yaml(broken)
-    assert str(error.value) == (f"{broken}: not valid YAML (while parsing a flow sequence); expected a MindFormers "
-                                "pipeline_balance YAML")
+    assert str(error.value) == (f"{broken}: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2 "
+                                "column 1); expected a MindFormers pipeline_balance YAML")
     scalar = write(tmp_path, "3\n", "scalar.yaml")
     with pytest.raises(InputError) as error:
         read_dryrun_yaml(scalar)

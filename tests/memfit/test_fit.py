@@ -347,9 +347,10 @@ def test_negative_and_ill_conditioned_fits_warn():
     value = fit.value("activation_mb[dense_decoder:full]")
     assert fit.warnings == (f"activation_mb[dense_decoder:full] is fitted negative ({value:.1f} MB): memory cannot be "
                             "negative; the dry runs do not pin it down or their stated configuration is wrong",)
-    # 10000 layers a stage, one more or fewer on two: the per-layer parameter and the constant barely differ.
-    config = dryrun_config(stages=8, layers=80000, offset=[0, 1, -1, 0, 0, 0, 0, 0],
-                           recompute=[0, 5000, 0, 3333, 3, 5000, 0, 2500])
+    # 2000 layers a stage, one more or fewer on two: the per-layer parameter and the constant barely differ.
+    layers, full = [2000, 2001, 1999, 2000, 2000, 2000, 2000, 2000], [0, 1000, 0, 666, 3, 1000, 0, 500]
+    config = pd.DataFrame(dict(run="run1", stage=range(8), stages=8, layers=layers,
+                               n_none=np.subtract(layers, full), n_full=full))
     fit = fit_memory(synthetic_dryruns(LLAMA, config), const=True)
     assert fit.warnings == (f"the condition number {fit.condition_number:.3g} is high: small errors in the peaks "
                             "move the parameters a lot; add dry runs with more varied layer counts "

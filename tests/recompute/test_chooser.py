@@ -294,7 +294,7 @@ def test_refuses_a_second_peak_with_gradients_that_depend_on_the_option():
 
 
 @pytest.mark.parametrize("memory_mb, message", [
-    ([], "memory_mb must list at least one capacity in MB; got an empty list"),
+    ([], "memory_mb must list at least one memory limit; got an empty sequence"),
     ([100, -5], "memory_mb[1] must be a finite number > 0; got -5"),
 ])
 def test_sweep_refuses_bad_budgets(memory_mb, message):
