@@ -63,6 +63,6 @@ MAX_DRY_RUNS = Limit(64, "MAX_DRY_RUNS")
 #: Threads the balancer's solver may start (``SolverOptions.threads``; a billion exhausts memory).
 MAX_THREADS = Limit(256, "MAX_THREADS")
 #: Size of a file read whole (layer JSON or CSV, dry-run YAML or CSV, offsets YAML), in MB.
-MAX_FILE_MB = Limit(64, "MAX_FILE_MB")
+MAX_FILE_MB = Limit(16, "MAX_FILE_MB")
 #: Values a JSON or YAML document holds once its YAML aliases are expanded (an alias bomb expands to billions).
 MAX_DOCUMENT_VALUES = Limit(1_000_000, "MAX_DOCUMENT_VALUES")

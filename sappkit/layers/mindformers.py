@@ -336,8 +336,10 @@ def _fail(path: Path, where: str, key: str, value, expected: str):
 
 
 def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"a {_json_type(value)}"
+    """The value as :func:`~sappkit._check.short` shows it, a long string, list or object by its JSON type."""
+    text = short(value)
+    described = text.startswith(("a ", "an ")) and isinstance(value, dict | list | str)
+    return f"a {_json_type(value)}" if described else text
 
 
 def _json_type(value) -> str:

@@ -248,7 +248,9 @@ def _validated(frame) -> pd.DataFrame:
 
     for column in LAYER_NUMERIC:
         limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
-        frame[column] = number_column(frame, column, "layers", maximum=limit, where=where)
+        values = number_column(frame, column, "layers", maximum=limit, where=where)
+        if column != COUNT:  # counts are checked whole below, against the values as given
+            frame[column] = values
     for row, role in frame[ROLE].items():
         if role not in ROLES:
             raise InputError(f"{where(row)} column 'role' is {short(role)}; "

@@ -55,6 +55,15 @@ def refusal(call) -> str:
     return str(error.value)
 
 
+def test_synthetic_dryruns_refuses_bad_noise_seed_and_rounding():
+    config = dryrun_config(stages=4, layers=80)
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, noise_mb=-1)) == (
+        "noise_mb must be a finite number >= 0; got -1")
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, noise_mb=1, seed=-1)) == "seed must be an int >= 0; got -1"
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, seed="x")) == "seed must be an int >= 0; got 'x'"
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, round_mb=3)) == "round_mb must be a bool; got 3"
+
+
 # --- exact recovery --------------------------------------------------------------------------------
 
 def test_square_single_run_recovers_exactly(rng):
