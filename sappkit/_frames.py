@@ -7,6 +7,7 @@ does (``layers row 3 (kind 'block')``); by default ``<name> row <row>``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -21,11 +22,12 @@ __all__ = ["check_frame", "check_columns", "whole_column", "number_column", "nam
 Where = Callable[[int], str]
 
 
-def check_frame(frame, name: str, required, what: str, *, numeric=()) -> None:
+def check_frame(frame, name: str, required, what: str, *, numeric=(), whole=(), rows: bool = False) -> pd.DataFrame:
     """Raise unless ``frame`` is a DataFrame with one level of distinct column names, ``required`` among them.
 
-    The ``numeric`` columns, those present, must hold numbers (NaN allowed, bools not): what a drawing of the
-    frame reads.
+    The ``numeric`` columns, those present, must hold finite numbers (NaN allowed) and the ``whole`` ones
+    whole numbers >= 0: what a drawing of the frame reads; with ``rows`` the frame needs a row. Returns the
+    frame with those columns as numbers.
     """
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{name} must be a DataFrame with columns {', '.join(required)}; "
@@ -35,11 +37,23 @@ def check_frame(frame, name: str, required, what: str, *, numeric=()) -> None:
     if missing:
         raise InputError(f"{name} is missing column(s) {', '.join(map(repr, missing))}; "
                          f"{what} needs {', '.join(required)}")
+    if rows and frame.empty:
+        raise InputError(f"{name} has no rows; expected {what} with a row per stage")
+    converted = {}
     for column in (c for c in numeric if c in frame.columns):
         values, booleans = _numbers(frame, column)
-        bad = booleans | (np.isnan(values) & frame[column].notna().to_numpy())
+        bad = booleans | np.isinf(values) | (np.isnan(values) & frame[column].notna().to_numpy())
         if bad.any():
-            _refuse(frame, column, name, None, bad, "a number")
+            _refuse(frame, column, name, None, bad, "a finite number (NaN where there is none)")
+        converted[column] = values
+    for column in (c for c in whole if c in frame.columns):
+        converted[column] = whole_column(frame, column, name)
+    if not converted:
+        return frame
+    frame = frame.copy()
+    for column, values in converted.items():
+        frame[column] = values
+    return frame
 
 
 def check_columns(frame: pd.DataFrame, name: str, what: str) -> None:
@@ -62,7 +76,21 @@ def _numbers(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
         booleans = np.array([isinstance(value, bool | np.bool_) for value in series], dtype=bool)
     else:
         booleans = np.zeros(len(series), dtype=bool)
-    return pd.to_numeric(series, errors="coerce").to_numpy(dtype=float), booleans
+    try:
+        values = pd.to_numeric(series, errors="coerce").to_numpy(dtype=float)
+    except (OverflowError, TypeError, ValueError):  # an int too large for a float, an odd object
+        values = np.array([_as_float(value) for value in series], dtype=float)
+    return values, booleans
+
+
+def _as_float(value) -> float:
+    """A cell as a float: inf when too large for one, NaN when not a number."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def _refuse(frame: pd.DataFrame, column: str, name: str, where: Where | None, bad: np.ndarray, expected: str):

@@ -56,7 +56,8 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     ['from off', 'from selective', 'lowers the peak']
     """
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())
-    check_frame(frame, "frame", needed, "a sappkit.alternatives frame", numeric=(STAGE, _FREED, _COST, MEMORY_MB))
+    frame = check_frame(frame, "frame", needed, "a sappkit.alternatives frame", numeric=(_FREED, _COST, MEMORY_MB),
+                        whole=(STAGE,))
     peak_mb = optional_number("peak_mb", peak_mb)
     if not isinstance(labels, bool):
         labels = check_int("labels", labels, minimum=0)

@@ -33,7 +33,8 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ['stage time', 'forward', 'backward', 'recompute']
     """
     columns = (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
-    check_frame(stages, "stages", columns, "a plan's stages frame", numeric=columns)
+    stages = check_frame(stages, "stages", columns, "a plan's stages frame", numeric=columns[1:], whole=(STAGE,),
+                         rows=True)
     ax = axes_for(ax, (max(4.0, 0.45 * len(stages) + 2), 3.5))
     x = stages[STAGE].to_numpy()
     forward = stages[FORWARD_TIME].to_numpy(dtype=float)
@@ -66,8 +67,8 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> plot_memory_sweep(frame).get_xlabel()
     'memory limit (MB)'
     """
-    check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
-                numeric=("memory_mb", "objective", "step_time"))
+    sweep = check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
+                        numeric=("memory_mb", "objective", "step_time"))
     ax = axes_for(ax, (7, 3.5))
     placed = sweep[sweep["step_time"].notna()]
     ax.plot(placed["memory_mb"], placed["step_time"], marker="o", color="#3182bd", drawstyle="steps-post",
@@ -101,8 +102,8 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
     >>> [t.get_text() for t in plot_plan_comparison(frame).texts]
     ['90 MB', '120 MB > 100']
     """
-    check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"), "a plan comparison",
-                numeric=("step_time", "peak_mb", "limit_mb"))
+    comparison = check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"),
+                             "a plan comparison", numeric=("step_time", "peak_mb", "limit_mb"))
     ax = axes_for(ax, (max(4.0, 1.4 * len(comparison) + 1), 3.5))
     x = np.arange(len(comparison))
     fits = comparison["fits"].to_numpy(dtype=bool)

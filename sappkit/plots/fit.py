@@ -27,8 +27,8 @@ def plot_fit_params(params: pd.DataFrame, *, ax=None, errors: float = 2.0):
     >>> [label.get_text() for label in plot_fit_params(params).get_yticklabels()]
     ['const_mb', 'param_mb']
     """
-    check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame",
-                numeric=(VALUE_MB, STDERR_MB))
+    params = check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame",
+                         numeric=(VALUE_MB, STDERR_MB))
     errors = check_number("errors", errors, minimum=0)
     ax = axes_for(ax, (6, 0.35 * len(params) + 1))
     y = np.arange(len(params))
@@ -78,8 +78,8 @@ def plot_fit_observations(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in ax.patches]
     [10.0, 8.0, 9.0]
     """
-    check_frame(observations, "observations", (RUN, STAGE, MEMORY_MB, PREDICTED_MB),
-                "a MemoryFit.observations frame", numeric=(STAGE, MEMORY_MB, PREDICTED_MB))
+    observations = check_frame(observations, "observations", (RUN, STAGE, MEMORY_MB, PREDICTED_MB),
+                               "a MemoryFit.observations frame", numeric=(MEMORY_MB, PREDICTED_MB), whole=(STAGE,))
     ax = axes_for(ax, (8, 3.5))
     stages, x = _stages(observations)
     ax.bar(x, stages[MEMORY_MB], color="tab:blue", alpha=0.6, label="observed peak")
@@ -101,8 +101,9 @@ def plot_fit_residuals(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in plot_fit_residuals(frame).patches]
     [5.0, -5.0]
     """
-    check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB), "a MemoryFit.observations frame",
-                numeric=(STAGE, RESIDUAL_MB))
+    observations = check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB),
+                               "a MemoryFit.observations frame", numeric=(RESIDUAL_MB, LOO_RESIDUAL_MB),
+                               whole=(STAGE,))
     ax = axes_for(ax, (8, 3))
     stages, x = _stages(observations)
     residual = stages[RESIDUAL_MB].to_numpy()

@@ -44,10 +44,8 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
     >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()]
     ['against the configured recompute', 'against full recompute everywhere', 'nothing fits', 'budget 250 MB']
     """
-    if not isinstance(sweep, pd.DataFrame) or any(c not in sweep.columns for c in SWEEP_COLUMNS):
-        raise InputError(f"sweep must be sweep_recompute's frame with columns {', '.join(SWEEP_COLUMNS)}")
-    check_frame(sweep, "sweep", SWEEP_COLUMNS, "sweep_recompute's frame",
-                numeric=("memory_mb", "time", "time_saved", "time_saved_vs_full"))
+    sweep = check_frame(sweep, "sweep", SWEEP_COLUMNS, "sweep_recompute's frame",
+                        numeric=("memory_mb", "time", "time_saved", "time_saved_vs_full"))
     check_choice("against", against, (*_AGAINST, "both"))
     current_mb = optional_number("current_mb", current_mb)
     ax = axes_for(ax, (7, 4))

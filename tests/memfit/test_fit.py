@@ -321,6 +321,8 @@ def test_a_rank_deficient_set_names_the_parameters_it_cannot_separate():
     (dict(less_memory=True), "less_memory applies to 'interleaved' and 'seqpipe' schedules; got schedule '1f1b'"),
     (dict(tolerance=0), "tolerance must be a finite number > 0; got 0"),
     (dict(options="none"), "options must be a sequence of distinct option names; got 'none'"),
+    (dict(options=True), "options must be a sequence of distinct option names; got True"),
+    (dict(options=["none", ["full"]]), "options must be a sequence of distinct option names; got ['none', ['full']]"),
 ])
 def test_argument_refusals(kwargs, message):
     observed = read_dryrun_csv(DATA / "llama2_70b_dryruns.csv")

@@ -49,7 +49,8 @@ def test_a_number_column_holding_text_is_named(draw, frame, column):
     name = draw.__code__.co_varnames[0]
     with pytest.raises(InputError) as error:
         draw(frame.assign(**{column: ["lots", "x"]}))
-    assert str(error.value) == f"{name} row 0 column {column!r} is 'lots'; expected a number"
+    assert str(error.value) == (f"{name} row 0 column {column!r} is 'lots'; expected a finite number (NaN where there "
+                                "is none)")
 
 
 @pytest.mark.parametrize("call, message", [
@@ -60,6 +61,10 @@ def test_a_number_column_holding_text_is_named(draw, frame, column):
     (lambda: plot_alternatives(FOUND, labels=-1), "labels must be an int >= 0; got -1"),
     (lambda: plot_fit_params(PARAMS, errors=-1), "errors must be a finite number >= 0; got -1"),
     (lambda: plot_fit(None), "fit must be a MemoryFit (sappkit.fit_memory); got NoneType"),
+    (lambda: plot_stage_times(TIMES.iloc[:0]), "stages has no rows; expected a plan's stages frame with a row per "
+                                               "stage"),
+    (lambda: plot_stage_memory(STAGES.assign(stage=[0, None])), "stages row 1 column 'stage' is nan; expected a "
+                                                               "whole number >= 0"),
 ])
 def test_numbers_and_objects_the_drawings_are_given(call, message):
     with pytest.raises(InputError) as error:
