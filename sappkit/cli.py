@@ -1,8 +1,15 @@
-"""The ``sappkit`` command: one sub-command per model, each defined in ``sappkit/commands/``."""
+"""The ``sappkit`` command: one sub-command per model, each defined in ``sappkit/commands/``.
+
+Whatever goes wrong with the input ends in one line on stderr: bad input and
+bad arguments exit 2, Ctrl-C exits 130, and a reader that stops early (``|
+head``) ends the command quietly with 141 (128 + SIGPIPE, as a shell reports
+a command the closed pipe stopped).
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from importlib import import_module
 
@@ -24,10 +31,20 @@ _COMMANDS = (
     "balance",
 )
 
+#: Exit codes besides 0 and a command's own 1.
+BAD_INPUT, INTERRUPTED, CLOSED_PIPE = 2, 130, 141
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose refusals are one line on stderr, like sappkit's own (exit 2)."""
+
+    def error(self, message):
+        self.exit(BAD_INPUT, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command registered."""
-    parser = argparse.ArgumentParser(prog="sappkit", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="sappkit", description=__doc__.splitlines()[0])
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMANDS:
         import_module(f".commands.{name}", __package__).register(subparsers)
@@ -35,10 +52,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the command line; bad input prints one line on stderr and exits 2."""
-    args = build_parser().parse_args(argv)
+    """Run the command line; bad input prints one line on stderr and exits 2 (see the module docstring)."""
+    command = "sappkit"
     try:
-        return int(args.run(args) or 0)
+        args = build_parser().parse_args(argv)
+        command = f"sappkit {args.command}"
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # so that a closed pipe shows here rather than at the interpreter's exit
+        return code
     except InputError as exc:
-        print(f"sappkit {args.command}: {exc}", file=sys.stderr)
-        return 2
+        # A path or a value may hold a line break; the message stays one line.
+        line = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        print(f"{command}: {line}", file=sys.stderr)
+        return BAD_INPUT
+    except KeyboardInterrupt:
+        print(f"{command}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away: nothing more can be shown. Point stdout at /dev/null so that the
+        # interpreter's own flush at exit does not fail a second time.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE

@@ -68,6 +68,9 @@ def applicable(setup: BalanceSetup) -> str:
         return "optimization_level >= 2"
     if np.ptp(setup.forward) > 0 or np.ptp(setup.once) > 0:
         return "options with different forward times or memory kept once"
+    if setup.objective == "step" and setup.slices * setup.chunks == 1:
+        # One micro-batch through one chunk: the step is all the work, and no stage bottleneck bounds the search.
+        return "objective 'step' with one micro-batch on one chunk"
     return ""
 
 

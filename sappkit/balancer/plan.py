@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
 from ..recompute.partition import Partition
@@ -190,11 +191,21 @@ class Plan:
         }
         return yaml.safe_dump(document, sort_keys=False, default_flow_style=None)
 
+    def write_yaml(self, path, *, strict: bool = True) -> None:
+        """Write :meth:`to_yaml` to ``path`` (whole or not at all; a bad path is an :class:`InputError`)."""
+        text = self.to_yaml(strict=strict)
+        write_text(path, text)
+
     def write_lp(self, path) -> None:
-        """Write the plan's integer program (objective ``objective_name``) as an LP file at ``path``."""
+        """Write the plan's integer program (objective ``objective_name``) as an LP file at ``path``.
+
+        The file is written whole or not at all; a bad path is an :class:`InputError`.
+        """
         from .ilp import BalanceModel
 
-        BalanceModel(self.setup, objective=self.objective_name).problem.writeLP(str(path))
+        output_path("path", path)
+        problem = BalanceModel(self.setup, objective=self.objective_name).problem
+        write_file(path, lambda temporary: problem.writeLP(str(temporary)))
 
     def partition(self) -> Partition:
         """The plan as the recompute chooser's :class:`~sappkit.Partition` (options as configured)."""

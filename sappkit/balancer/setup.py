@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._check import check_choice, check_int, check_number
+from .._check import check_bool, check_choice, check_int, check_number
 from ..columns import ACTIVATION_MB, BACKWARD_TIME, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, PARAM_MB, SAPP_OPTIONS
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.costs import positional_rank
 from ..pipeline.schedules import (
-    SEED_SCHEDULES, V_SHAPED, check_pipeline, forward_in_backward, in_flight_counts, model_order, tail_cell,
+    SEED_SCHEDULES, V_SHAPED, check_pipeline, check_simulated, forward_in_backward, in_flight_counts, model_order,
+    tail_cell,
 )
 from ..pipeline.seqpipe import rescale_for_seqpipe
 
@@ -215,16 +217,17 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     if schedule is None:
         schedule = "1f1b" if chunks == 1 else "interleaved"
     schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
-    memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True)
+    memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     objective = check_choice("objective", objective, OBJECTIVES)
+    if objective == "step":  # its plan is the faster of two simulated ones
+        check_simulated(p, m, v, k)
     level = check_int("optimization_level", optimization_level, minimum=0)
-    for name, flag in (("consistent_recompute", consistent_recompute), ("working_set", working_set)):
-        if not isinstance(flag, bool):
-            raise InputError(f"{name} must be a bool; got {flag!r}")
+    check_bool("consistent_recompute", consistent_recompute)
+    check_bool("working_set", working_set)
     if level >= 2 and m * k < 2:
         raise InputError(f"optimization_level >= 2 needs micro_batches >= 2 (its bubble model weighs the "
                          f"stage time by m - 2); got micro_batches={m}")
-    const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0)
+    const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB)
     notes = []
     if less_memory and v == 1:
         notes.append("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way (seed 003)")

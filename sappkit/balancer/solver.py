@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 import pulp
 
-from .._check import check_choice, check_int, check_number
-from ..errors import InputError
+from .._check import check_bool, check_choice, check_int, check_number
+from ..limits import MAX_THREADS
 
 __all__ = ["SolverOptions", "SolveResult", "Status", "STATUSES", "solve"]
 
@@ -67,11 +67,10 @@ class SolverOptions:
             check_number("time_limit", self.time_limit, minimum=0, strict=True)
         check_number("gap", self.gap, minimum=0)
         if self.threads is not None:
-            check_int("threads", self.threads, minimum=1)
+            check_int("threads", self.threads, minimum=1, maximum=MAX_THREADS)
         if self.node_limit is not None:
             check_int("node_limit", self.node_limit, minimum=0)
-        if not isinstance(self.msg, bool):
-            raise InputError(f"msg must be a bool; got {self.msg!r}")
+        check_bool("msg", self.msg)
 
 
 @dataclass(frozen=True, kw_only=True)

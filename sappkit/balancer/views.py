@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -21,10 +22,12 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from .._check import check_bool, check_numbers, short
 from ..columns import LIMIT_MB, MEMORY_MB, RECOMPUTE_TIME
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from ..pipeline.costs import even_assignment
-from ..pipeline.schedules import schedule_chunks
+from ..pipeline.schedules import check_simulated, schedule_chunks
 from . import exact
 from .evaluate import counts_from_assignment
 from .optimise import balance
@@ -72,14 +75,16 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
     >>> frame[["memory_mb", "status", "objective", "step_time"]].values.tolist()
     [[400.0, 'infeasible', nan, nan], [600.0, 'optimal', 15.0, 73.0], [1000.0, 'optimal', 12.0, 60.0]]
     """
-    limits = sorted(float(m) for m in memory_mb)
-    if not limits:
-        raise InputError("memory_mb must list at least one memory limit; got an empty sequence")
-    for limit in limits:
-        if not np.isfinite(limit) or limit <= 0:
-            raise InputError(f"memory_mb must hold finite numbers > 0; got {limit!r}")
-    if "memory_mb" in options or "_cache" in options:
-        raise InputError("sweep_memory takes the limits in memory_mb=[...]; pass balance's other arguments only")
+    limits = sorted(check_numbers("memory_mb", memory_mb, maximum_count=MAX_SWEEP_POINTS, maximum=MAX_MEMORY_MB))
+    unknown = [name for name in options if name not in _BALANCE_OPTIONS]
+    if unknown:
+        raise InputError(f"sweep_memory got {unknown[0]!r}, which is not one of balance's arguments "
+                         f"({', '.join(_BALANCE_OPTIONS)})")
+    if progress is not None:
+        check_bool("progress", progress)
+    # Every plan is simulated: refuse a pipeline too long to simulate before solving anything.
+    setup = make_setup(layers, memory_mb=limits[0], **{k: v for k, v in options.items() if k != "solver"})
+    check_simulated(setup.stages, setup.micro_batches, setup.chunks, setup.seq_split)
     cache = exact.Cache()
     reporter = _Progress(len(limits), progress)
     rows, previous = [], None
@@ -152,6 +157,11 @@ def _notebook_bar(total: int):
     return bar
 
 
+#: balance's arguments a sweep passes on (every one but the memory limit).
+_BALANCE_OPTIONS = tuple(name for name in inspect.signature(balance).parameters
+                         if name not in ("layers", "memory_mb", "_cache"))
+
+
 #: Columns of :func:`compare_plans`'s frame.
 COMPARE_COLUMNS = ("plan", "status", "objective", "step_time", "recompute_time", "peak_mb", "limit_mb", "fits")
 
@@ -167,8 +177,13 @@ def compare_plans(plans: Mapping[str, Plan]) -> pd.DataFrame:
         (simulated), ``recompute_time`` (all stages, per micro-batch),
         ``peak_mb`` (largest stage), ``limit_mb``, ``fits``.
     """
+    if not isinstance(plans, Mapping):
+        raise InputError(f"plans must be a mapping of label to Plan, e.g. {{'balanced': plan}}; got {short(plans)}")
     rows = []
     for label, plan in plans.items():
+        if not isinstance(plan, Plan):
+            raise InputError(f"plans[{short(label)}] must be a Plan (from balance or plan_from_offsets); "
+                             f"got {type(plan).__name__}")
         if plan.counts is None:
             rows.append(dict(plan=label, status=plan.status, objective=np.nan, step_time=np.nan,
                              recompute_time=np.nan, peak_mb=np.nan, limit_mb=plan.setup.memory_mb, fits=False))

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
+from .._files import load_yaml
 from ..errors import InputError
 from ..layers import read_layers_csv, read_layers_json
 from ..pipeline.costs import even_assignment
@@ -55,12 +54,7 @@ def read_layers(path: Path):
 
 def read_offsets(path: Path) -> dict:
     """``offset`` and the recompute lists from a MindFormers YAML (nested as ``Plan.to_yaml`` writes, or flat)."""
-    if not path.is_file():
-        raise InputError(f"--offsets file {str(path)!r} does not exist")
-    try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise InputError(f"--offsets file {str(path)!r} is not YAML: {exc}") from None
+    document = load_yaml(path, "a MindFormers YAML with offset and recompute lists (--offsets)")
     if not isinstance(document, dict):
         raise InputError(f"--offsets file {str(path)!r} must hold a mapping with {', '.join(_OFFSET_KEYS)}")
     found = {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from .._check import short
 from ..errors import InputError
 from ..one_more.analysis import alternatives
 from ..recompute.chooser import choose_recompute
@@ -26,9 +27,13 @@ def _dimensions(text: str) -> tuple[tuple[str, int], ...]:
     pairs = []
     for item in filter(None, text.split(",")):
         name, _, degree = item.partition("=")
-        if not name or not degree.isdigit():
-            raise InputError(f"--dimensions entry {item!r} is not NAME=DEGREE (e.g. tp=4)")
-        pairs.append((name, int(degree)))
+        try:
+            value = int(degree) if name.strip() and degree.isdigit() else None
+        except ValueError:  # a digit int() cannot read ('²'), or more digits than Python reads
+            value = None
+        if value is None:
+            raise InputError(f"--dimensions entry {short(item)} is not NAME=DEGREE (e.g. tp=4)")
+        pairs.append((name.strip(), value))
     return tuple(pairs)
 
 

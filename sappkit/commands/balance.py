@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .._files import output_path
 from ..balancer.optimise import balance
 from ..balancer.solver import SolverOptions
 from ._common import add_pipeline_arguments, read_layers
@@ -27,6 +28,8 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    if args.yaml is not None:
+        output_path("--yaml", args.yaml)  # before the solve, so a typo does not cost it
     plan = balance(read_layers(args.layers), stages=args.stages, micro_batches=args.micro_batches,
                    memory_mb=args.memory, chunks=args.chunks, schedule=args.schedule, less_memory=args.less_memory,
                    objective=args.objective, optimization_level=args.level, const_mb=args.const_mb,
@@ -44,6 +47,6 @@ def _run(args) -> int:
     for key, value in lists.items():
         print(f"{key}: {value}")
     if args.yaml is not None:
-        args.yaml.write_text(plan.to_yaml(strict=False))
+        plan.write_yaml(args.yaml, strict=False)
         print(f"MindFormers config written to {args.yaml}")
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import InputError
+from .._files import output_path, write_text
 from ..memfit.planner import plan_dryruns
 
 
@@ -22,15 +22,14 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    if args.out is not None:
+        output_path("--out", args.out)
     options = [o.strip() for o in args.options.split(",") if o.strip()]
     plan = plan_dryruns(args.stages, args.layers, options, const=not args.no_const, max_runs=args.max_runs)
     text = plan.to_yaml()
     print(plan.describe())
     print(text, end="")
     if args.out is not None:
-        try:
-            args.out.write_text(text, encoding="utf-8")
-        except OSError as error:
-            raise InputError(f"{args.out}: cannot write ({error.strerror}); expected a writable file path") from None
+        write_text(args.out, text, name="--out")
         print(f"written to {args.out}")
     return 0

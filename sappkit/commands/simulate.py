@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from .._files import output_path, write_file
 from ..demo import simulate_layers
+from ..errors import InputError
 from ..pipeline.schedules import SCHEDULES
 from ._common import read_layers
 
@@ -30,6 +32,7 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    figure_format = None if args.save is None else _figure_format(args.save)
     sim = simulate_layers(read_layers(args.layers), stages=args.stages, micro_batches=args.micro_batches,
                           schedule=args.schedule, chunks=args.chunks, option=args.option,
                           less_memory=args.less_memory, seq_split=args.seq_split, p2p_time=args.p2p_time,
@@ -38,15 +41,31 @@ def _run(args) -> int:
     with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
         print(sim.stages.round(1).to_string(index=False))
     if args.save is not None:
-        import matplotlib
-
-        matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
         from ..plots.pipeline import plot_simulation
 
         figure = plot_simulation(sim)
-        figure.savefig(args.save, dpi=120, bbox_inches="tight")
-        plt.close(figure)
+        try:
+            write_file(args.save, lambda temporary: figure.savefig(temporary, format=figure_format, dpi=120,
+                                                                   bbox_inches="tight"), name="--save")
+        finally:
+            plt.close(figure)
         print(f"figure saved to {args.save}")
     return 0
+
+
+def _figure_format(path: Path) -> str:
+    """The image format ``--save`` names by its extension (PNG without one), checked before simulating."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    output_path("--save", path)
+    supported = FigureCanvasBase.get_supported_filetypes()
+    figure_format = path.suffix[1:].lower() or "png"
+    if figure_format not in supported:
+        raise InputError(f"--save {str(path)!r} asks for image format {figure_format!r}; expected a file ending in "
+                         f"one of {', '.join('.' + name for name in sorted(supported))}")
+    return figure_format

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .._check import check_choice, check_int, check_number
+from .._check import check_bool, check_choice, check_int, check_number
 from ..errors import InputError
+from ..limits import MAX_LAYERS
 
 __all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
 
@@ -69,7 +70,8 @@ class TransformerConfig:
     """Submodule the stack's layers belong to (e.g. ``vision``, ``language``)."""
 
     def __post_init__(self):
-        for field in ("layers", "hidden_size", "num_heads", "ffn_size", "seq_length"):
+        check_int("layers", self.layers, minimum=1, maximum=MAX_LAYERS)
+        for field in ("hidden_size", "num_heads", "ffn_size", "seq_length"):
             check_int(field, getattr(self, field), minimum=1)
         for field in ("vocab_size", "patch_size", "q_lora_rank", "kv_lora_rank", "rope_head_dim", "experts",
                       "top_k", "shared_experts", "dense_layers"):
@@ -150,8 +152,7 @@ class ParallelConfig:
             check_int(field, getattr(self, field), minimum=1)
         check_choice("zero", check_int("zero", self.zero, minimum=0), (0, 1, 2, 3))
         check_choice("dtype", self.dtype, tuple(_BYTES))
-        if not isinstance(self.sequence_parallel, bool):
-            raise InputError(f"sequence_parallel must be a bool; got {self.sequence_parallel!r}")
+        check_bool("sequence_parallel", self.sequence_parallel)
         ranks = self.tensor_parallel * self.context_parallel * self.data_parallel
         if ranks % (self.expert_parallel * self.expert_tensor_parallel):
             raise InputError(f"expert_parallel * expert_tensor_parallel = {self.expert_parallel} * "

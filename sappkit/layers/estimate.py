@@ -95,6 +95,7 @@ from ..columns import (
     MODULE, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, TAIL, WORKING_MB,
 )
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB
 from .configs import _BYTES, DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig
 from .table import LayerTable
 
@@ -158,7 +159,7 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
             shape = _layer_shape(model, moe, _BYTES[parallel.dtype], kernels)
             rows += _rows([shape], model.module, parallel, device, BODY, kind, count=count, options=options)
     rows += _rows(_tail_shape(models[-1], parallel), models[-1].module, parallel, device, TAIL, "lm_head")
-    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0))
+    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .._files import as_path, read_csv, write_text
 from ..columns import CONST_MB, LAYER_NUMERIC, LAYER_OPTIONAL, LAYER_REQUIRED, MODULE
 from ..errors import InputError
 from .table import LayerTable, as_layer_table
@@ -38,13 +39,9 @@ def read_layers_csv(path) -> LayerTable:
         kind module  working_mb
     0  block  model         0.0
     """
-    path = Path(path)
-    _check_file(path)
-    try:
-        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not a readable CSV ({error}); expected a header row and one row per "
-                         "(kind, option)") from None
+    path = as_path("path", path)
+    frame = read_csv(path, "a layer table file", "a header row and one row per (kind, option)", dtype=str,
+                     keep_default_na=False)
     unknown = [column for column in frame.columns if column not in _CSV_COLUMNS]
     if unknown:
         raise InputError(f"{path}: unknown column(s) {', '.join(map(repr, unknown))}; "
@@ -78,7 +75,7 @@ def write_layers_csv(layers, path) -> None:
     """
     table = as_layer_table(layers)
     frame = table.frame[[*LAYER_REQUIRED, *LAYER_OPTIONAL]].assign(**{CONST_MB: table.const_mb})
-    _write_text(Path(path), frame.to_csv(index=False))
+    write_text(path, frame.to_csv(index=False))
 
 
 def _table(path: Path, frame: pd.DataFrame, const: float) -> LayerTable:
@@ -86,20 +83,6 @@ def _table(path: Path, frame: pd.DataFrame, const: float) -> LayerTable:
         return LayerTable(frame, const_mb=const)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
-
-
-def _check_file(path: Path) -> None:
-    if not path.exists():
-        raise InputError(f"{path}: no such file; expected a layer table file")
-    if not path.is_file():
-        raise InputError(f"{path}: not a file; expected a layer table file")
-
-
-def _write_text(path: Path, text: str) -> None:
-    try:
-        path.write_text(text, encoding="utf-8")
-    except OSError as error:
-        raise InputError(f"{path}: cannot write ({error.strerror}); expected a writable file path") from None
 
 
 def _csv_number(path: Path, row: int, column: str, cell: str) -> float:

@@ -51,19 +51,20 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import numbers
 from pathlib import Path
 from typing import Literal
 
 import pandas as pd
 
-from .._check import check_choice
+from .._check import as_finite, as_whole, check_choice, short
+from .._files import as_path, load_json, write_text
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, HEAD, KIND, LAYER_OPTIONAL,
     MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, TAIL, WORKING_MB,
 )
 from ..errors import InputError
-from .formats import _check_file, _table, _write_text
+from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
+from .formats import _table
 from .table import LayerTable, as_layer_table
 
 __all__ = ["read_layers_json", "write_layers_json"]
@@ -114,8 +115,8 @@ def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "cu
     2000.0
     """
     time_semantics = check_choice("time_semantics", time_semantics, ("current", "legacy"))
-    path = Path(path)
-    document = _load_json(path)
+    path = as_path("path", path)
+    document = load_json(path, "a MindFormers layer description object")
     if not isinstance(document, dict):
         raise InputError(f"{path}: the top level is a {_json_type(document)}; expected an object "
                          "with key 'layers_description'")
@@ -190,7 +191,7 @@ def write_layers_json(layers, path) -> None:
         layer.update(_extensions_out(options))
         described.append(layer)
     text = json.dumps({"stage_const_mem": _plain(table.const_mb), "layers_description": described}, indent=2)
-    _write_text(Path(path), text + "\n")
+    write_text(path, text + "\n")
 
 
 def _layer_rows(path: Path, where: str, layer: dict, *, legacy: bool) -> list[dict]:
@@ -204,12 +205,13 @@ def _layer_rows(path: Path, where: str, layer: dict, *, legacy: bool) -> list[di
         _required(path, where, layer, "type", f"one of {', '.join(map(repr, _TYPES))}")
         _fail(path, where, "type", kind, f"one of {', '.join(map(repr, _TYPES))}")
     role = _TYPES[kind]
-    count = _required(path, where, layer, "nb_layer", "the number of layers of this kind (an int >= 1)")
-    if isinstance(count, bool) or not isinstance(count, numbers.Real) or not math.isfinite(count) \
-            or count < 1 or count != int(count):
-        _fail(path, where, "nb_layer", count, "an int >= 1")
+    count = as_whole(_required(path, where, layer, "nb_layer", "the number of layers of this kind (an int >= 1)"))
+    if count is None or count < 1:
+        _fail(path, where, "nb_layer", layer["nb_layer"], "an int >= 1")
+    if count > MAX_LAYERS:
+        _fail(path, where, "nb_layer", layer["nb_layer"], f"an int <= {MAX_LAYERS.cited}")
     if role != BODY and count != 1:
-        _fail(path, where, "nb_layer", count, f"1 (a {kind} layer is one layer)")
+        _fail(path, where, "nb_layer", layer["nb_layer"], f"1 (a {kind} layer is one layer)")
     time = _number(path, where, "time", _required(path, where, layer, "time", "the layer's time (a number >= 0)"))
     forward = _optional(path, where, layer, "forward_time")
     forward = (time / 3 if legacy else time) if forward is None else forward
@@ -298,23 +300,12 @@ def _extensions_out(options: dict[str, pd.Series]) -> dict:
     return out
 
 
-def _load_json(path: Path):
-    _check_file(path)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise InputError(f"{path}: not UTF-8 text; expected a JSON layer description") from None
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); "
-                         "expected a MindFormers layer description object") from None
-
-
 def _refuse_unknown(path: Path, where: str, mapping: dict, known: tuple[str, ...]) -> None:
     for key in mapping:
         if key not in known:
             close = difflib.get_close_matches(str(key), known, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
-            raise InputError(f"{path}: {where} has unknown key {key!r}{hint}; "
+            raise InputError(f"{path}: {where} has unknown key {short(key)}{hint}; "
                              "see sappkit.read_layers_json for the keys it reads")
 
 
@@ -329,9 +320,15 @@ def _optional(path: Path, where: str, layer: dict, key: str) -> float | None:
 
 
 def _number(path: Path, where: str, key: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+    number = as_finite(value)
+    if number is None or number < 0:
         _fail(path, where, key, value, "a number >= 0")
-    return float(value)
+    # Memory keys hold MB; the others hold times or time coefficients.
+    limit = MAX_MEMORY_MB if key.startswith("memory_") or key.split(".")[0] in (*_EXTENSIONS, "stage_const_mem") \
+        else MAX_TIME
+    if number > limit:
+        _fail(path, where, key, value, f"a number <= {limit.cited}")
+    return number
 
 
 def _fail(path: Path, where: str, key: str, value, expected: str):
@@ -339,8 +336,10 @@ def _fail(path: Path, where: str, key: str, value, expected: str):
 
 
 def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else f"a {_json_type(value)}"
+    """The value as :func:`~sappkit._check.short` shows it, a long string, list or object by its JSON type."""
+    text = short(value)
+    described = text.startswith(("a ", "an ")) and isinstance(value, dict | list | str)
+    return f"a {_json_type(value)}" if described else text
 
 
 def _json_type(value) -> str:

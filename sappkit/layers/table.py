@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_number, short
+from .._frames import check_frame, name_column, number_column, whole_column
 from .._frames import plain as _plain
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
@@ -20,6 +21,7 @@ from ..columns import (
     WORKING_MB,
 )
 from ..errors import InputError
+from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
 
 __all__ = ["LayerTable", "as_layer_table"]
 
@@ -68,7 +70,7 @@ class LayerTable:
     def __post_init__(self):
         frame = _validated(self.frame)
         object.__setattr__(self, "frame", frame)
-        object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0))
+        object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0, maximum=MAX_MEMORY_MB))
         if self.device is not None and not (isinstance(self.device, str) and self.device):
             raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
         object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
@@ -239,35 +241,36 @@ def _validated(frame) -> pd.DataFrame:
     """Check the layer columns and per-kind consistency; return a clean copy with defaults filled."""
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"layers must be a DataFrame; got {type(frame).__name__}")
-    missing = [c for c in LAYER_REQUIRED if c not in frame.columns]
-    if missing:
-        raise InputError(f"layers is missing column(s) {', '.join(map(repr, missing))}; "
-                         f"a layer table needs {', '.join(LAYER_REQUIRED)}")
+    check_frame(frame, "layers", LAYER_REQUIRED, "a layer table")
     frame = frame.reset_index(drop=True).copy()
     # Optional columns may be absent or blank on some rows: both mean the default.
     for column, default in LAYER_OPTIONAL.items():
         values = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
         frame[column] = values.astype(object).fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
-    frame[MODULE] = frame[MODULE].astype(str)
-    for column in (KIND, OPTION):
-        frame[column] = frame[column].astype(str)
+    for column in (KIND, OPTION, MODULE):
+        frame[column] = name_column(frame, column, "layers")
+
+    def where(row: int) -> str:
+        return f"layers row {row} (kind {frame.at[row, KIND]!r})"
+
     for column in LAYER_NUMERIC:
-        frame[column] = _numeric_column(frame, column)
+        limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
+        values = number_column(frame, column, "layers", maximum=limit, where=where)
+        if column != COUNT:  # counts are checked whole below, against the values as given
+            frame[column] = values
     # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
     for column in SPLIT_COLUMNS:
         if column in frame.columns:
             blank = frame[column].isna()
-            frame[column] = _numeric_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column)
+            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
+            frame[column] = number_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column,
+                                          "layers", maximum=limit, where=where)
             frame.loc[blank, column] = np.nan
     for row, role in frame[ROLE].items():
         if role not in ROLES:
-            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'role' is {role!r}; "
+            raise InputError(f"{where(row)} column 'role' is {short(role)}; "
                              f"expected one of {', '.join(map(repr, ROLES))}")
-    for row, count in frame[COUNT].items():
-        if not float(count).is_integer() or count < 1:
-            raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column 'count' is {_plain(count)!r}; "
-                             "expected a whole number >= 1")
-    frame[COUNT] = frame[COUNT].astype(int)
+    frame[COUNT] = whole_column(frame, COUNT, "layers", minimum=1, maximum=MAX_LAYERS, where=where)
     duplicated = frame.duplicated([KIND, OPTION])
     if duplicated.any():
         row = int(np.flatnonzero(duplicated)[0])
@@ -276,17 +279,12 @@ def _validated(frame) -> pd.DataFrame:
     _check_per_kind(frame)
     if not (frame[ROLE] == BODY).any():
         raise InputError("layers has no body kind; a pipeline needs at least one row with role 'body'")
+    counts = frame[frame[ROLE] == BODY].drop_duplicates(KIND).set_index(KIND)[COUNT]
+    if counts.sum() > MAX_LAYERS:
+        raise InputError(f"layers has {counts.sum()} body layers "
+                         f"({', '.join(f'{kind!r}: {n}' for kind, n in counts.items())}); "
+                         f"expected at most {MAX_LAYERS.cited}")
     return frame
-
-
-def _numeric_column(frame: pd.DataFrame, column: str) -> pd.Series:
-    values = pd.to_numeric(frame[column], errors="coerce")
-    bad = values.isna() | (values < 0) | ~np.isfinite(values.fillna(0))
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise InputError(f"layers row {row} (kind {frame.at[row, KIND]!r}) column {column!r} is "
-                         f"{_plain(frame.at[row, column])!r}; expected a finite number >= 0")
-    return values.astype(float)
 
 
 def _check_per_kind(frame: pd.DataFrame) -> None:

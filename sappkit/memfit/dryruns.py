@@ -22,8 +22,6 @@ cumulative-count convention).
 
 from __future__ import annotations
 
-import math
-import numbers
 import re
 import warnings
 from collections.abc import Mapping
@@ -31,13 +29,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import yaml
 
-from .._check import check_choice
+from .._check import as_finite, check_choice, short
+from .._files import as_path, load_yaml, read_csv, shown
+from .._frames import check_columns, name_column, number_column, whole_column
 from .._frames import plain as _plain
 from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, STAGE
 from ..errors import InputError
-from .stage_config import COUNT_PREFIX, RUN, STAGES, dryrun_config, short
+from ..limits import MAX_CHUNKS, MAX_DRY_RUNS, MAX_LAYERS, MAX_MEMORY_MB, MAX_MICRO_BATCHES, MAX_STAGES
+from .stage_config import COUNT_PREFIX, RUN, STAGES, dryrun_config
 
 __all__ = ["MICRO_BATCHES", "DryRunWarning", "count_columns", "as_observations", "read_dryrun_yaml",
            "read_dryrun_csv", "read_dryrun_logs"]
@@ -62,6 +62,7 @@ def as_observations(frame, *, name: str = "observations", memory: bool = True) -
     """
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{name} must be a DataFrame of dry-run observations; got {type(frame).__name__}")
+    check_columns(frame, name, "dry-run observations")
     required = [RUN, STAGE, STAGES, LAYERS] + ([MEMORY_MB] if memory else [])
     missing = [c for c in required if c not in frame.columns]
     counts = count_columns(frame)
@@ -72,12 +73,21 @@ def as_observations(frame, *, name: str = "observations", memory: bool = True) -
     frame = frame.reset_index(drop=True)
     if frame.empty:
         raise InputError(f"{name} has no rows; expected one row per observed stage")
-    values = {column: _int_column(frame, name, column)
+    name_column(frame, RUN, name)
+    original = frame
+
+    def where(row: int) -> str:
+        return _where(original, name, row)
+
+    maxima = {STAGE: MAX_STAGES, STAGES: MAX_STAGES, LAYERS: MAX_LAYERS, CHUNK: MAX_CHUNKS,
+              MICRO_BATCHES: MAX_MICRO_BATCHES, **dict.fromkeys(counts, MAX_LAYERS)}
+    values = {column: whole_column(frame, column, name, maximum=maxima[column], where=where)
               for column in (STAGE, STAGES, LAYERS, *counts, *(c for c in (CHUNK, MICRO_BATCHES) if c in frame))}
     if memory:
-        values[MEMORY_MB] = _number_column(frame, name, MEMORY_MB)
+        values[MEMORY_MB] = number_column(frame, MEMORY_MB, name, strict=True, maximum=MAX_MEMORY_MB, where=where,
+                                          expected="the stage's peak memory, a number > 0 (MB)")
     if KIND in frame:
-        values[KIND] = frame[KIND].astype(str).to_numpy()
+        values[KIND] = name_column(frame, KIND, name, where=where)
     frame = frame.assign(**values)
     _check_rows(frame, name, counts)
     return frame
@@ -85,30 +95,7 @@ def as_observations(frame, *, name: str = "observations", memory: bool = True) -
 
 def _where(frame: pd.DataFrame, name: str, row: int) -> str:
     run, stage = (_plain(frame.at[row, column]) for column in (RUN, STAGE))
-    return f"{name} row {row} (run {run!r}, stage {stage!r})"
-
-
-
-def _int_column(frame: pd.DataFrame, name: str, column: str) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | (values < 0) | (values % 1 != 0)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{_where(frame, name, row)} column {column!r} is {_plain(frame.at[row, column])!r}; "
-                         "expected a whole number >= 0")
-    return values.astype(int)
-
-
-def _number_column(frame: pd.DataFrame, name: str, column: str) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce").to_numpy(dtype=float)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(values) | (values <= 0)
-    if bad.any():
-        row = int(np.flatnonzero(bad)[0])
-        raise InputError(f"{_where(frame, name, row)} column {column!r} is {_plain(frame.at[row, column])!r}; "
-                         "expected the stage's peak memory, a number > 0 (MB)")
-    return values
+    return f"{name} row {row} (run {short(run)}, stage {short(stage)})"
 
 
 def _check_rows(frame: pd.DataFrame, name: str, counts: list[str]) -> None:
@@ -169,8 +156,11 @@ def read_dryrun_yaml(path, *, kinds: Mapping[str, int] | None = None) -> pd.Data
     >>> frame[["run", "stage", "layers", "n_full", "memory_mb"]].to_numpy().tolist()[:3]
     [['round1', 0, 20, 1, 66502.0], ['round1', 1, 21, 2, 52536.0], ['round1', 2, 19, 1, 35595.0]]
     """
-    path = Path(path)
-    data = _load_yaml(path)
+    path = as_path("path", path)
+    data = load_yaml(path, "a MindFormers pipeline_balance YAML")
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: the top level is {short(data)}; expected a mapping with keys "
+                         f"{', '.join(_TOP_KEYS)}")
     _keys(path, "the top level", data, _TOP_KEYS, required=("pipeline_config", "memory_usage"))
     pipeline = _keys(path, "pipeline_config", data["pipeline_config"], ("pipeline_num", "num_layer", "offset"),
                      required=("pipeline_num", "num_layer"))
@@ -180,9 +170,11 @@ def read_dryrun_yaml(path, *, kinds: Mapping[str, int] | None = None) -> pd.Data
     body = _keys(path, "memory_usage.body_memories", usage["body_memories"], ("stage_id", "memories"),
                  required=("stage_id", "memories"))
     p, total = pipeline["pipeline_num"], pipeline["num_layer"]
-    for key, value, least in (("pipeline_num", p, 2), ("num_layer", total, 1)):
+    for key, value, least, most in (("pipeline_num", p, 2, MAX_STAGES), ("num_layer", total, 1, MAX_LAYERS)):
         if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
             raise InputError(f"{path}: pipeline_config.{key} is {short(value)}; expected an int >= {least}")
+        if value > most:
+            raise InputError(f"{path}: pipeline_config.{key} is {short(value)}; expected an int <= {most.cited}")
     named = {"pipeline_config.offset": pipeline.get("offset", 0),
              **{f"recompute_config.{k}": recompute.get(k) or 0 for k in _RECOMPUTE_KEYS},
              "memory_usage.body_memories.stage_id": body["stage_id"],
@@ -190,7 +182,7 @@ def read_dryrun_yaml(path, *, kinds: Mapping[str, int] | None = None) -> pd.Data
     rounds = _rounds(path, named)
     per_round = {key: _by_round(path, key, value, rounds, memory="memory_usage" in key)
                  for key, value in named.items()}
-    head, tail = (_peak(path, f"memory_usage.{key}", usage[key]) for key in ("head_memory", "tail_memory"))
+    head, tail = (_peak(f"{path}: memory_usage.{key}", usage[key]) for key in ("head_memory", "tail_memory"))
     frames = []
     for r in range(rounds):
         config = dryrun_config(stages=p, layers=total, offset=per_round["pipeline_config.offset"][r],
@@ -204,26 +196,12 @@ def read_dryrun_yaml(path, *, kinds: Mapping[str, int] | None = None) -> pd.Data
     return pd.concat([observed for _, observed in frames], ignore_index=True)
 
 
-def _load_yaml(path: Path) -> dict:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; expected a MindFormers pipeline_balance YAML")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (yaml.YAMLError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not valid YAML ({str(error).splitlines()[0]}); "
-                         "expected a MindFormers pipeline_balance YAML") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: the top level is {short(data)}; expected a mapping with keys "
-                         f"{', '.join(_TOP_KEYS)}")
-    return data
-
-
 def _keys(path: Path, where: str, mapping, known: tuple[str, ...], required: tuple[str, ...] = ()) -> dict:
     if not isinstance(mapping, dict):
         raise InputError(f"{path}: {where} is {short(mapping)}; expected a mapping with keys {', '.join(known)}")
     for key in mapping:
         if key not in known:
-            raise InputError(f"{path}: {where} has unknown key {key!r}; expected keys {', '.join(known)}")
+            raise InputError(f"{path}: {where} has unknown key {short(key)}; expected keys {', '.join(known)}")
     for key in required:
         if key not in mapping:
             raise InputError(f"{path}: {where} has no key {key!r}; expected keys {', '.join(known)}")
@@ -238,7 +216,10 @@ def _rounds(path: Path, named: dict) -> int:
         listing = ", ".join(f"{key} has {n}" for key, n in lengths.items())
         raise InputError(f"{path}: the keys give different numbers of rounds ({listing}); "
                          "every list of lists must have one list per round")
-    return next(iter(lengths.values()), 1)
+    rounds = next(iter(lengths.values()), 1)
+    if rounds > MAX_DRY_RUNS:
+        raise InputError(f"{path}: the lists of lists give {rounds} rounds; expected at most {MAX_DRY_RUNS.cited}")
+    return rounds
 
 
 def _by_round(path: Path, key: str, value, rounds: int, *, memory: bool) -> list:
@@ -255,10 +236,14 @@ def _by_round(path: Path, key: str, value, rounds: int, *, memory: bool) -> list
     return [value] * rounds
 
 
-def _peak(path: Path, key: str, value) -> float:
-    if not _finite_positive(value):
-        raise InputError(f"{path}: {key} is {short(value)}; expected the stage's peak memory, a number > 0 (MB)")
-    return float(value)
+def _peak(where: str, value) -> float:
+    """A stage's peak memory, read at ``where`` (the file and key, or the log line)."""
+    number = as_finite(value)
+    if number is None or number <= 0:
+        raise InputError(f"{where} is {short(value)}; expected the stage's peak memory, a number > 0 (MB)")
+    if number > MAX_MEMORY_MB:
+        raise InputError(f"{where} is {short(value)}; expected a peak memory <= {MAX_MEMORY_MB.cited} MB")
+    return number
 
 
 def _round_peaks(path: Path, r: int, p: int, per_round: dict, head, tail) -> dict[int, float]:
@@ -277,7 +262,7 @@ def _round_peaks(path: Path, r: int, p: int, per_round: dict, head, tail) -> dic
             again = f"{owner} already observes it" if owner and ids.count(stage) == 1 else "it is listed twice"
             raise InputError(f"{path}: {stage_key}{where} lists stage {stage}, but {again}; observe a stage "
                              "once per round")
-        peaks[stage] = _peak(path, f"{memory_key}{where} (stage {stage})", memory)
+        peaks[stage] = _peak(f"{path}: {memory_key}{where} (stage {stage})", memory)
     return peaks
 
 
@@ -301,13 +286,8 @@ def read_dryrun_csv(path) -> pd.DataFrame:
     >>> sorted(frame["run"].unique())
     ['round1', 'round2']
     """
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"{path}: no such file; expected a CSV of dry-run observations")
-    try:
-        frame = pd.read_csv(path, dtype={RUN: str, KIND: str})
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise InputError(f"{path}: not a readable CSV ({error}); expected dry-run observations") from None
+    path = as_path("path", path)
+    frame = read_csv(path, "a CSV of dry-run observations", "dry-run observations", dtype={RUN: str, KIND: str})
     return as_observations(frame, name=str(path))
 
 
@@ -332,9 +312,13 @@ def read_dryrun_logs(folder, *, stages, layers, offset=0, recompute=0, select_re
     ([[0, 3, 0], [1, 2, 1], [3, 1, 0]], [30500.0, 20100.0, 12000.0])
     """
     peak = check_choice("peak", peak, tuple(_PEAK_LINES))
-    root = Path(folder)
-    if not root.is_dir():
-        raise InputError(f"{root}: no such folder; expected a folder with one stage<s>_* folder per stage")
+    root = as_path("folder", folder)
+    try:
+        problem = None if root.is_dir() else "not a folder" if root.exists() else "no such folder"
+    except OSError as error:
+        problem = f"cannot read ({error.strerror})"
+    if problem is not None:
+        raise InputError(f"{shown(root)}: {problem}; expected a folder with one stage<s>_* folder per stage")
     config = dryrun_config(stages=stages, layers=layers, offset=offset, recompute=recompute,
                            select_recompute=select_recompute, select_comm_recompute=select_comm_recompute,
                            chunks=chunks, run=run, kinds=kinds)
@@ -361,16 +345,23 @@ def read_dryrun_logs(folder, *, stages, layers, offset=0, recompute=0, select_re
 
 
 def _folder_peak(folder: Path, peak: str) -> float:
-    found = [float(m.group(1)) for log in sorted(folder.rglob("*.log")) if log.is_file()
-             for m in _PEAK_LINES[peak].finditer(log.read_text(encoding="utf-8", errors="replace"))]
-    if not found:
+    """The largest peak any ``*.log`` below ``folder`` reports, read line by line (logs can be large)."""
+    largest = None
+    for log in sorted(folder.rglob("*.log")):
+        if not log.is_file():
+            continue
+        try:
+            with log.open(encoding="utf-8", errors="replace") as lines:
+                for number, line in enumerate(lines, start=1):
+                    for match in _PEAK_LINES[peak].finditer(line):
+                        if largest is None or float(match.group(1)) > largest[0]:
+                            largest = (float(match.group(1)), f"{log} line {number}")
+        except OSError as error:
+            raise InputError(f"{log}: cannot read ({error.strerror or error}); expected a dry-run log") from None
+    if largest is None:
         line = "Used peak memory usage (without fragments)" if peak == "used" else \
             "Actual peak memory usage (with fragments)"
         raise InputError(f"{folder}: no *.log file below it has a line '{line}: <n>M'; "
                          "expected the dry run's log for this stage")
-    return max(found)
-
-
-def _finite_positive(value) -> bool:
-    return (isinstance(value, numbers.Real) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+    value, where = largest
+    return _peak(f"{where}: the peak memory", value)

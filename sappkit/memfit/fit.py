@@ -29,12 +29,13 @@ put dense layers on middle stages in varying numbers.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .._check import check_choice, check_number
+from .._check import check_bool, check_choice, check_number, short
 from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import LayerTable
@@ -257,8 +258,7 @@ def fit_memory(observations, *, const="auto", schedule="1f1b", less_memory=False
     """
     obs = as_observations(observations)
     schedule = _check_schedule(schedule)
-    if not isinstance(less_memory, bool):
-        raise InputError(f"less_memory must be a bool; got {less_memory!r}")
+    less_memory = check_bool("less_memory", less_memory)
     if not (const == "auto" or const is True or const is False):
         raise InputError(f"const must be 'auto', True or False; got {const!r}")
     tolerance = check_number("tolerance", tolerance, minimum=0, strict=True)
@@ -298,8 +298,10 @@ def _considered(obs: pd.DataFrame, options) -> dict:
     observed = observed_options(obs)
     if options is None:
         return observed
-    if isinstance(options, str) or not all(isinstance(o, str) for o in options) or len(set(options)) != len(options):
-        raise InputError(f"options must be a sequence of distinct option names; got {options!r}")
+    given = tuple(options) if isinstance(options, Iterable) and not isinstance(options, str) else None
+    if given is None or not all(isinstance(o, str) for o in given) or len(set(given)) != len(given):
+        raise InputError(f"options must be a sequence of distinct option names; got {short(options)}")
+    options = given
     for kind, used in observed.items():
         of_kind = f" of kind {kind!r}" if kind is not None else ""
         for option in options:

@@ -25,12 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from .._check import check_bool, check_int, check_number
 from .._frames import check_frame
 from ..columns import ACTIVATION_MB, BACKWARD_TIME, BODY, CHUNK, COUNT, FORWARD_TIME
 from ..columns import HEAD as HEAD_ROLE
 from ..columns import KIND, LAYERS, MEMORY_MB, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, STAGE
 from ..columns import TAIL as TAIL_ROLE
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.schedules import in_flight_counts
 from .dryruns import MICRO_BATCHES, as_observations, count_columns
@@ -179,6 +181,9 @@ def synthetic_dryruns(layers, configs, *, schedule="1f1b", less_memory=False, no
     >>> synthetic_dryruns(read_layers_json("data/llama2_70b.json"), config)["memory_mb"].round().tolist()
     [78812.0, 58254.0, 49580.0, 31932.0]
     """
+    noise_mb = check_number("noise_mb", noise_mb, minimum=0, maximum=MAX_MEMORY_MB)
+    seed = check_int("seed", seed, minimum=0)
+    round_mb = check_bool("round_mb", round_mb)
     truth = _truth(layers, configs, schedule, less_memory)
     matrix, row_of, _ = design(truth.configs, truth.params, schedule=schedule, less_memory=less_memory)
     peaks = matrix @ truth.values + truth.ends

@@ -32,6 +32,7 @@ import pandas as pd
 from .._check import check_int
 from ..columns import MEMORY_MB, SAPP_OPTIONS, STAGE
 from ..errors import InputError
+from ..limits import MAX_DRY_RUNS, MAX_LAYERS, MAX_STAGES
 from .dryruns import as_observations
 from .fit import unidentified
 from .model import CONST, Param, body_params, design
@@ -176,9 +177,10 @@ def plan_dryruns(stages, layers, options, *, const=True, max_runs=8) -> DryRunPl
     >>> plan.runs, plan.rank
     (1, 7)
     """
-    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
-    total = check_int("layers", layers, minimum=p, why="every stage of a dry run holds at least one layer")
-    limit = check_int("max_runs", max_runs, minimum=1)
+    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    total = check_int("layers", layers, minimum=p, maximum=MAX_LAYERS,
+                      why="every stage of a dry run holds at least one layer")
+    limit = check_int("max_runs", max_runs, minimum=1, maximum=MAX_DRY_RUNS)
     chosen = _check_options(options)
     if const is not True and const is not False:
         raise InputError(f"const must be True or False; got {const!r}")

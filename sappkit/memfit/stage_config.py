@@ -22,12 +22,13 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 
-from .._check import check_int
+from .._check import check_int, check_name, short
 from ..columns import CHUNK, KIND, LAYERS, POSITIONAL_OPTIONS, SAPP_OPTIONS, STAGE
 from ..errors import InputError
+from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
 from ..pipeline.schedules import model_order
 
-__all__ = ["RUN", "STAGES", "COUNT_PREFIX", "count_column", "per_option_counts", "dryrun_config", "short"]
+__all__ = ["RUN", "STAGES", "COUNT_PREFIX", "count_column", "per_option_counts", "dryrun_config"]
 
 RUN = "run"
 STAGES = "stages"
@@ -86,9 +87,10 @@ def dryrun_config(*, stages, layers, offset=0, recompute=0, select_recompute=0, 
     [[0, 3, 1, 2], [1, 2, 2, 0], [2, 2, 0, 2], [3, 1, 1, 0]]
     """
     prefix = f"{where}: " if where else ""
-    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
-    total = check_int("layers", layers, minimum=1)
-    v = check_int("chunks", chunks, minimum=1)
+    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    total = check_int("layers", layers, minimum=1, maximum=MAX_LAYERS)
+    v = check_int("chunks", chunks, minimum=1, maximum=MAX_CHUNKS)
+    check_name("run", run)
     base = total // (p * v)
     held = base + _per_cell(prefix, "offset", offset, p, v, integers=True)
     for (c, s), n in np.ndenumerate(held):
@@ -141,12 +143,15 @@ def _cell_value(prefix, key, c, s, v, item, limit, integers) -> int:
     if isinstance(item, bool | np.bool_) and not integers:
         return limit if item else 0
     ok = isinstance(item, numbers.Integral) and not isinstance(item, bool | np.bool_)
-    if integers and ok:
+    if integers and ok and abs(item) <= MAX_LAYERS:
         return int(item)
-    if ok and 0 <= item <= limit:
+    if ok and not integers and 0 <= item <= limit:
         return int(item)
-    expected = "an int" if integers else f"an int from 0 to {limit} (the layers there) or a bool"
-    raise InputError(f"{prefix}{key}{_cell(c, s, v)} is {item!r}; expected {expected}")
+    if integers:
+        expected = f"an int from -{MAX_LAYERS} to {MAX_LAYERS.cited}" if ok else "an int"
+    else:
+        expected = f"an int from 0 to {limit} (the layers there) or a bool"
+    raise InputError(f"{prefix}{key}{_cell(c, s, v)} is {short(item)}; expected {expected}")
 
 
 def _is_zero_or_bool(value) -> bool:
@@ -161,7 +166,8 @@ def _split_kinds(prefix: str, rows: list, kinds: Mapping[str, int], total: int) 
         raise InputError(f"{prefix}kinds must be a mapping of body kind to its layer count in model order; "
                          f"got {short(kinds)}")
     for kind, count in kinds.items():
-        check_int(f"kinds[{kind!r}]", count, minimum=1)
+        check_name("kinds key", kind)
+        check_int(f"kinds[{kind!r}]", count, minimum=1, maximum=MAX_LAYERS)
     if sum(kinds.values()) != total:
         raise InputError(f"{prefix}kinds add up to {sum(kinds.values())} layers ({short(dict(kinds))}); "
                          f"expected layers = {total}")
@@ -184,11 +190,3 @@ def _split_kinds(prefix: str, rows: list, kinds: Mapping[str, int], total: int) 
     frame = pd.DataFrame(out)
     head = [RUN, STAGE, *([CHUNK] if CHUNK in frame else []), KIND]
     return frame[head + [c for c in frame.columns if c not in head]]
-
-
-def short(value) -> str:
-    """``repr(value)``, or a short description when that is long (for error messages)."""
-    text = repr(value)
-    if len(text) <= 60:
-        return text
-    return f"a {type(value).__name__} of {len(value)} items" if hasattr(value, "__len__") else text[:57] + "..."

@@ -14,11 +14,12 @@ refuses a plan priced at other parallel degrees, stated as
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from .._check import short
 from .._frames import check_frame
 from ..columns import KIND, OPTION
 from ..errors import InputError
@@ -133,14 +134,20 @@ def dimension_pairs(dimensions) -> tuple[tuple[str, int], ...]:
     >>> dimension_pairs({"dp": 8, "tp": 4})
     (('dp', 8), ('tp', 4))
     """
+    if isinstance(dimensions, str) or not isinstance(dimensions, Mapping | Iterable):
+        raise InputError(f"dimensions must be (name, degree) pairs or a mapping name -> degree, e.g. "
+                         f"{{'tp': 4}}; got {short(dimensions)}")
     pairs = list(dimensions.items()) if isinstance(dimensions, Mapping) else list(dimensions)
     out = []
     for index, pair in enumerate(pairs):
         ok = isinstance(pair, tuple | list) and len(pair) == 2 and isinstance(pair[0], str) and \
-            isinstance(pair[1], int | np.integer) and not isinstance(pair[1], bool) and pair[1] >= 1
+            bool(pair[0].strip()) and isinstance(pair[1], int | np.integer) and not isinstance(pair[1], bool) \
+            and pair[1] >= 1
         if not ok:
-            raise InputError(f"dimensions[{index}] is {pair!r}; expected a (name, degree) pair with a degree >= 1, "
-                             "e.g. ('tp', 4)")
+            raise InputError(f"dimensions[{index}] is {short(pair)}; expected a (name, degree) pair with a degree "
+                             ">= 1, e.g. ('tp', 4)")
+        if any(name == pair[0] for name, _ in out):
+            raise InputError(f"dimensions names {pair[0]!r} twice; give each parallel dimension once")
         out.append((pair[0], int(pair[1])))
     return tuple(out)
 

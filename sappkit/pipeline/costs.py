@@ -29,6 +29,7 @@ from ..columns import (
     SPLIT_COLUMNS, STAGE, WEIGHT_PASS_MB, WORKING_MB,
 )
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB, MAX_STAGES
 from ..layers.table import LayerTable, as_layer_table
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
@@ -151,7 +152,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     """
     table = as_layer_table(layers)
     schedule, p, v = _check_shape(schedule, stages, chunks)
-    const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0)
+    const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB)
     placed = _checked_assignment(table, assignment, p, v)
 
     per_layer = table.frame.set_index([KIND, OPTION])
@@ -247,7 +248,8 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     """
     costs = cell_costs(layers, assignment, stages=stages, chunks=chunks, schedule=schedule, const_mb=const_mb)
     counts = in_flight_counts(schedule, stages, micro_batches, chunks, less_memory, seq_split)
-    limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True)
+    limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True,
+                                                         maximum=MAX_MEMORY_MB)
     v, p = counts.shape
 
     def per_stage(values) -> np.ndarray:  # costs rows run chunk-major, stages ascending
@@ -280,7 +282,7 @@ def _even_counts(total: int, cells: list[tuple[int, int]], p: int, head_tail_sta
 
 def _check_shape(schedule, stages, chunks) -> tuple[str, int, int]:
     """Validate schedule, stages and chunks (micro-batches do not matter here)."""
-    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
+    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
     schedule, p, _, v, _ = check_pipeline(schedule, p, 2 * p, chunks)
     return schedule, p, v
 

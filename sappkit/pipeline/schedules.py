@@ -36,13 +36,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 
-from .._check import check_choice, check_int
+from .._check import check_bool, check_choice, check_int
 from ..columns import CHUNK, IN_FLIGHT, STAGE
 from ..errors import InputError
+from ..limits import MAX_CHUNKS, MAX_MICRO_BATCHES, MAX_SEQ_SPLIT, MAX_SIMULATED_PASSES, MAX_STAGES
 from . import zero_bubble
 
 __all__ = ["Schedule", "SCHEDULES", "SEED_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
-           "in_flight_counts", "forward_in_backward", "check_pipeline", "model_order", "tail_cell"]
+           "in_flight_counts", "forward_in_backward", "check_pipeline", "check_simulated", "model_order",
+           "tail_cell"]
 
 Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs", "zb_interleaved", "zbv",
                    "dualpipev_split"]
@@ -73,12 +75,11 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
                    seq_split=1) -> tuple[str, int, int, int, int]:
     """Validate a pipeline shape; return ``(schedule, p, m, v, k)`` or raise naming the bad argument."""
     schedule = check_choice("schedule", schedule, SCHEDULES)
-    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
-    m = check_int("micro_batches", micro_batches, minimum=1)
-    v = check_int("chunks", chunks, minimum=1)
-    k = check_int("seq_split", seq_split, minimum=1)
-    if not isinstance(less_memory, bool | np.bool_):
-        raise InputError(f"less_memory must be a bool; got {less_memory!r}")
+    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    m = check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)
+    v = check_int("chunks", chunks, minimum=1, maximum=MAX_CHUNKS)
+    k = check_int("seq_split", seq_split, minimum=1, maximum=MAX_SEQ_SPLIT)
+    check_bool("less_memory", less_memory)
     if schedule != "seqpipe" and k != 1:
         raise InputError(f"seq_split must be 1 for schedule {schedule!r}; got {k} "
                          "(sequence splitting is the 'seqpipe' schedule)")
@@ -105,6 +106,25 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
         raise InputError(f"micro_batches * seq_split must be >= stages = {p} for an interleaved "
                          f"seqpipe schedule; got {m} * {k} = {m * k}")
     return schedule, p, m, v, k
+
+
+def check_simulated(stages: int, micro_batches: int, chunks: int = 1, seq_split: int = 1) -> None:
+    """Refuse a pipeline whose simulated step would run more than :data:`~sappkit.limits.MAX_SIMULATED_PASSES`.
+
+    Examples
+    --------
+    >>> check_simulated(16, 64, 3)
+    >>> check_simulated(256, 65536)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sappkit.errors.InputError: simulating 256 stages x 1 chunk(s) x 65536 micro-batches runs 16,777,216 ...
+    """
+    passes = stages * chunks * micro_batches * seq_split
+    if passes > MAX_SIMULATED_PASSES:
+        slices = f" x {seq_split} slices" if seq_split > 1 else ""
+        raise InputError(f"simulating {stages} stages x {chunks} chunk(s) x {micro_batches} micro-batches{slices} "
+                         f"runs {passes:,} forward passes; sappkit simulates at most {MAX_SIMULATED_PASSES.cited}: "
+                         "lower micro_batches")
 
 
 def in_flight_counts(schedule: Schedule, stages: int, micro_batches: int, chunks: int = 1,
@@ -202,10 +222,10 @@ def forward_in_backward(stages: int, micro_batches: int, less_memory: bool = Fal
     >>> forward_in_backward(4, 4).tolist()
     [0, 0, 1, 3]
     """
-    p = check_int("stages", stages, minimum=2, why="a pipeline needs at least two stages")
-    m = check_int("micro_batches", micro_batches, minimum=1)
+    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    m = check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)
     s = np.arange(p)
-    if less_memory:
+    if check_bool("less_memory", less_memory):
         return s
     factors = np.abs(p - 1 - 2 * s)
     if m < 2 * p:

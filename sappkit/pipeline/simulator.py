@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_number, short
 from .._frames import check_frame, number_column, plain, whole_column
 from ..columns import (
     ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT,
@@ -64,9 +64,10 @@ from ..columns import (
     WORKING_MB,
 )
 from ..errors import InputError
+from ..limits import MAX_CHUNKS, MAX_MEMORY_MB, MAX_STAGES, MAX_TIME
 from .events import StepPlan, op_starts, plan_from_orders, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
-from .schedules import check_pipeline, model_order
+from .schedules import check_pipeline, check_simulated, model_order
 
 __all__ = ["Simulation", "simulate", "STATIC_MB", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
            "BUSY_TIME", "IDLE_TIME", "PHASES"]
@@ -206,8 +207,10 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     """
     cost, p, v = _checked_costs(costs)
     schedule, p, m, v, k = check_pipeline(schedule, p, micro_batches, v, less_memory, seq_split)
-    p2p_time = check_number("p2p_time", p2p_time, minimum=0)
-    limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True)
+    check_simulated(p, m, v, k)
+    p2p_time = check_number("p2p_time", p2p_time, minimum=0, maximum=MAX_TIME)
+    limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True,
+                                                         maximum=MAX_MEMORY_MB)
     static = _static_per_stage(cost, static_mb, p)
     param, once, const = _static_parts(cost, static)
     plan = step_plan(schedule, p, m, v, k, less_memory) if orders is None else plan_from_orders(
@@ -256,8 +259,11 @@ def _checked_costs(costs) -> tuple[dict[str, np.ndarray], int, int]:
     if costs.empty:
         raise InputError("costs has no rows; it needs one row per (chunk, stage) cell")
     costs = costs.reset_index(drop=True)
-    stage, chunk = (whole_column(costs, column, "costs") for column in (STAGE, CHUNK))
-    values = {column: number_column(costs, column, "costs") for column in _COST_NUMERIC if column in costs.columns}
+    stage, chunk = (whole_column(costs, column, "costs", maximum=limit)
+                    for column, limit in ((STAGE, MAX_STAGES), (CHUNK, MAX_CHUNKS)))
+    values = {column: number_column(costs, column, "costs",
+                                    maximum=MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME)
+              for column in _COST_NUMERIC if column in costs.columns}
     values.setdefault(RECOMPUTE_TIME, np.zeros(len(costs)))
     values.setdefault(BACKWARD_WEIGHT_TIME, (values[BACKWARD_TIME] - values[RECOMPUTE_TIME]) / 2)
     values.setdefault(BACKWARD_INPUT_TIME, values[BACKWARD_TIME] - values[BACKWARD_WEIGHT_TIME])
@@ -306,12 +312,12 @@ def _static_per_stage(cost: dict[str, np.ndarray], static_mb, p: int) -> np.ndar
     if isinstance(static_mb, pd.Series):
         if sorted(static_mb.index.tolist()) != list(range(p)):
             raise InputError(f"static_mb must be indexed by stages 0..{p - 1}; "
-                             f"got index {static_mb.index.tolist()!r}")
+                             f"got index {short(static_mb.index.tolist())}")
         static_mb = static_mb.sort_index().tolist()
     values = np.atleast_1d(np.asarray(static_mb, dtype=object))
     if values.ndim != 1 or len(values) not in (1, p):
-        raise InputError(f"static_mb must be one number or {p} (one per stage); got {static_mb!r}")
-    numbers = [check_number(f"static_mb[{s}]" if len(values) > 1 else "static_mb", x, minimum=0)
+        raise InputError(f"static_mb must be one number or {p} (one per stage); got {short(static_mb)}")
+    numbers = [check_number(f"static_mb[{s}]" if len(values) > 1 else "static_mb", x, minimum=0, maximum=MAX_MEMORY_MB)
                for s, x in enumerate(values)]
     return np.broadcast_to(np.array(numbers), (p,)).copy()
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.lines import Line2D
 
+from .._check import check_int
 from .._frames import check_frame
 from ..columns import KIND, MEMORY_MB, STAGE
+from ._axes import axes_for, optional_number
 
 __all__ = ["plot_alternatives"]
 
@@ -55,9 +56,12 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     ['from off', 'from selective', 'lowers the peak']
     """
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())
-    check_frame(frame, "frame", needed, "a sappkit.alternatives frame")
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5))
+    frame = check_frame(frame, "frame", needed, "a sappkit.alternatives frame", numeric=(_FREED, _COST, MEMORY_MB),
+                        whole=(STAGE,))
+    peak_mb = optional_number("peak_mb", peak_mb)
+    if not isinstance(labels, bool):
+        labels = check_int("labels", labels, minimum=0)
+    ax = axes_for(ax, (8, 5))
     ax.scatter([0.0], [0.0], marker="*", s=160, color="black", zorder=3)
     ax.annotate("current", (0.0, 0.0), xytext=(6, -12), textcoords="offset points", fontsize=8)
     handles = []

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import textwrap
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
 from .._frames import check_frame
+from ._axes import axes_for
 from ..columns import BACKWARD_TIME, FORWARD_TIME, RECOMPUTE_TIME, STAGE, TIME
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
@@ -32,8 +32,10 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> [t.get_text() for t in plot_stage_times(frame).get_legend().get_texts()]
     ['stage time', 'forward', 'backward', 'recompute']
     """
-    check_frame(stages, "stages", (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME), "a plan's stages frame")
-    ax = ax if ax is not None else plt.subplots(figsize=(max(4.0, 0.45 * len(stages) + 2), 3.5))[1]
+    columns = (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
+    stages = check_frame(stages, "stages", columns, "a plan's stages frame", numeric=columns[1:], whole=(STAGE,),
+                         rows=True)
+    ax = axes_for(ax, (max(4.0, 0.45 * len(stages) + 2), 3.5))
     x = stages[STAGE].to_numpy()
     forward = stages[FORWARD_TIME].to_numpy(dtype=float)
     recompute = stages[RECOMPUTE_TIME].to_numpy(dtype=float)
@@ -65,8 +67,9 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> plot_memory_sweep(frame).get_xlabel()
     'memory limit (MB)'
     """
-    check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep")
-    ax = ax if ax is not None else plt.subplots(figsize=(7, 3.5))[1]
+    sweep = check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
+                        numeric=("memory_mb", "objective", "step_time"))
+    ax = axes_for(ax, (7, 3.5))
     placed = sweep[sweep["step_time"].notna()]
     ax.plot(placed["memory_mb"], placed["step_time"], marker="o", color="#3182bd", drawstyle="steps-post",
             label="simulated step time")
@@ -99,8 +102,9 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
     >>> [t.get_text() for t in plot_plan_comparison(frame).texts]
     ['90 MB', '120 MB > 100']
     """
-    check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"), "a plan comparison")
-    ax = ax if ax is not None else plt.subplots(figsize=(max(4.0, 1.4 * len(comparison) + 1), 3.5))[1]
+    comparison = check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"),
+                             "a plan comparison", numeric=("step_time", "peak_mb", "limit_mb"))
+    ax = axes_for(ax, (max(4.0, 1.4 * len(comparison) + 1), 3.5))
     x = np.arange(len(comparison))
     fits = comparison["fits"].to_numpy(dtype=bool)
     ax.bar(x, comparison["step_time"], width=0.6, color=np.where(fits, "#3182bd", "#bdbdbd"),

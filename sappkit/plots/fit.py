@@ -6,11 +6,13 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from .._check import check_number
 from .._frames import check_frame
 from ..columns import MEMORY_MB, STAGE
 from ..errors import InputError
 from ..memfit.fit import LOO_RESIDUAL_MB, NAME, PREDICTED_MB, RESIDUAL_MB, STDERR_MB, VALUE_MB, MemoryFit
 from ..memfit.stage_config import RUN
+from ._axes import axes_for, axes_list
 
 __all__ = ["plot_fit_params", "plot_fit_observations", "plot_fit_residuals", "plot_fit"]
 
@@ -25,8 +27,10 @@ def plot_fit_params(params: pd.DataFrame, *, ax=None, errors: float = 2.0):
     >>> [label.get_text() for label in plot_fit_params(params).get_yticklabels()]
     ['const_mb', 'param_mb']
     """
-    check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame")
-    ax = ax if ax is not None else plt.subplots(figsize=(6, 0.35 * len(params) + 1))[1]
+    params = check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame",
+                         numeric=(VALUE_MB, STDERR_MB))
+    errors = check_number("errors", errors, minimum=0)
+    ax = axes_for(ax, (6, 0.35 * len(params) + 1))
     y = np.arange(len(params))
     values = params[VALUE_MB].to_numpy()
     spread = errors * params[STDERR_MB].to_numpy() if STDERR_MB in params else np.full(len(params), np.nan)
@@ -74,8 +78,9 @@ def plot_fit_observations(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in ax.patches]
     [10.0, 8.0, 9.0]
     """
-    check_frame(observations, "observations", (RUN, STAGE, MEMORY_MB, PREDICTED_MB), "a MemoryFit.observations frame")
-    ax = ax if ax is not None else plt.subplots(figsize=(8, 3.5))[1]
+    observations = check_frame(observations, "observations", (RUN, STAGE, MEMORY_MB, PREDICTED_MB),
+                               "a MemoryFit.observations frame", numeric=(MEMORY_MB, PREDICTED_MB), whole=(STAGE,))
+    ax = axes_for(ax, (8, 3.5))
     stages, x = _stages(observations)
     ax.bar(x, stages[MEMORY_MB], color="tab:blue", alpha=0.6, label="observed peak")
     ax.plot(x, stages[PREDICTED_MB], linestyle="none", marker="_", markersize=12, markeredgewidth=2,
@@ -96,8 +101,10 @@ def plot_fit_residuals(observations: pd.DataFrame, *, ax=None):
     >>> [float(bar.get_height()) for bar in plot_fit_residuals(frame).patches]
     [5.0, -5.0]
     """
-    check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB), "a MemoryFit.observations frame")
-    ax = ax if ax is not None else plt.subplots(figsize=(8, 3))[1]
+    observations = check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB),
+                               "a MemoryFit.observations frame", numeric=(RESIDUAL_MB, LOO_RESIDUAL_MB),
+                               whole=(STAGE,))
+    ax = axes_for(ax, (8, 3))
     stages, x = _stages(observations)
     residual = stages[RESIDUAL_MB].to_numpy()
     ax.bar(x, residual, color=np.where(residual < 0, "tab:red", "tab:green"), alpha=0.7, label="residual")
@@ -128,6 +135,7 @@ def plot_fit(fit: MemoryFit, *, axes=None):
         figure = plt.figure(figsize=(13, 6), layout="constrained")
         grid = figure.add_gridspec(2, 2, width_ratios=(1, 1.6))
         axes = [figure.add_subplot(grid[:, 0]), figure.add_subplot(grid[0, 1]), figure.add_subplot(grid[1, 1])]
+    axes = axes_list("axes", axes, 3)
     plot_fit_params(fit.params, ax=axes[0])
     plot_fit_observations(fit.observations, ax=axes[1])
     plot_fit_residuals(fit.observations, ax=axes[2])

@@ -10,12 +10,14 @@ from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from .._check import short
 from .._frames import check_frame
 from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
+from ._axes import axes_for, optional_number
 
 __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
 
@@ -57,7 +59,7 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     'stage'
     """
     timeline = _check_simulation(sim).timeline
-    ax = ax if ax is not None else plt.subplots(figsize=(10, 0.35 * len(sim.stages) + 1.5))[1]
+    ax = axes_for(ax, (10, 0.35 * len(sim.stages) + 1.5))
     start, end = timeline[START].to_numpy(), timeline[END].to_numpy()
     stage = timeline[STAGE].to_numpy()
     phase = timeline[PHASE].to_numpy()
@@ -123,7 +125,7 @@ def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     3
     """
     memory = _check_simulation(sim).memory
-    ax = ax if ax is not None else plt.subplots(figsize=(10, 4))[1]
+    ax = axes_for(ax, (10, 4))
     p = len(sim.stages)
     colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, p))
     for stage, rows in memory.groupby(STAGE, sort=True):
@@ -152,7 +154,10 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     2
     """
     _check_simulation(sim)
-    fig = fig if fig is not None else plt.figure(figsize=(11, 0.3 * len(sim.stages) + 5), layout="constrained")
+    if fig is None:
+        fig = plt.figure(figsize=(11, 0.3 * len(sim.stages) + 5), layout="constrained")
+    elif not isinstance(fig, Figure):
+        raise InputError(f"fig must be a matplotlib Figure or None; got {short(fig)}")
     top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw=dict(height_ratios=(3, 2)))
     plot_schedule(sim, ax=top)
     plot_memory_timeline(sim, ax=bottom)
@@ -180,8 +185,11 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     >>> [t.get_text() for t in plot_stage_memory(frame).get_legend().get_texts()]
     ['limit 150 MB', 'parameters', 'activations', 'constant']
     """
-    check_frame(stages, "stages", (STAGE, *(part for part, _ in MEMORY_PARTS), MEMORY_MB), "per-stage memory")
-    ax = ax if ax is not None else plt.subplots(figsize=(max(4.0, 0.45 * len(stages) + 2), 4))[1]
+    columns = (STAGE, *(part for part, _ in MEMORY_PARTS), MEMORY_MB)
+    stages = check_frame(stages, "stages", columns, "per-stage memory", numeric=(*columns[1:], LIMIT_MB),
+                         whole=(STAGE,), rows=True)
+    limit_mb = optional_number("limit_mb", limit_mb)
+    ax = axes_for(ax, (max(4.0, 0.45 * len(stages) + 2), 4))
     x = stages[STAGE].to_numpy()
     bottom = np.zeros(len(stages))
     for (part, label), color in zip(MEMORY_PARTS, _PART_COLORS):

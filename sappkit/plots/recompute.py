@@ -8,8 +8,11 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
+from .._check import check_choice
+from .._frames import check_frame
 from ..errors import InputError
 from ..recompute.chooser import SWEEP_COLUMNS, RecomputeChoice
+from ._axes import axes_for, axes_list, optional_number
 from .pipeline import plot_stage_memory
 
 __all__ = ["plot_time_saved", "plot_before_after", "plot_layer_options"]
@@ -41,11 +44,11 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
     >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()]
     ['against the configured recompute', 'against full recompute everywhere', 'nothing fits', 'budget 250 MB']
     """
-    if not isinstance(sweep, pd.DataFrame) or any(c not in sweep.columns for c in SWEEP_COLUMNS):
-        raise InputError(f"sweep must be sweep_recompute's frame with columns {', '.join(SWEEP_COLUMNS)}")
-    if against not in (*_AGAINST, "both"):
-        raise InputError(f"against must be one of 'configured', 'full', 'both'; got {against!r}")
-    ax = ax if ax is not None else plt.subplots(figsize=(7, 4))[1]
+    sweep = check_frame(sweep, "sweep", SWEEP_COLUMNS, "sweep_recompute's frame",
+                        numeric=("memory_mb", "time", "time_saved", "time_saved_vs_full"))
+    check_choice("against", against, (*_AGAINST, "both"))
+    current_mb = optional_number("current_mb", current_mb)
+    ax = axes_for(ax, (7, 4))
     frame = sweep.sort_values("memory_mb")
     x = frame["memory_mb"].to_numpy(float)
     for name in (("configured", "full") if against == "both" else (against,)):
@@ -72,7 +75,7 @@ def plot_before_after(choice: RecomputeChoice, *, axes=None) -> tuple[Axes, Axes
     if axes is None:
         width = max(8.0, 0.5 * len(choice.stages) + 5)
         axes = plt.subplots(1, 2, figsize=(width, 4), sharey=True, layout="constrained")[1]
-    before, after = axes
+    before, after = axes_list("axes", axes, 2)
     plot_stage_memory(choice.configured_stages(), ax=before)
     before.set_title("configured recompute", fontsize=10)
     before.get_legend().remove()
@@ -100,7 +103,7 @@ def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label
     """
     if not isinstance(choice, RecomputeChoice):
         raise InputError(f"choice must be a RecomputeChoice; got {type(choice).__name__}")
-    ax = ax if ax is not None else plt.subplots(figsize=(10, 1.6))[1]
+    ax = axes_for(ax, (10, 1.6))
     layers = choice.layer_options
     options = list(dict.fromkeys(choice.pricing.layers.frame["option"]))
     colors = _colors(options)

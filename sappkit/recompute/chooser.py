@@ -28,9 +28,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_bool, check_numbers
 from ..columns import GRAD_MB, LIMIT_MB, MEMORY_MB, TIME
 from ..errors import InputError
+from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from .choice import RecomputeChoice, build_choice, refused_choice
 from .knapsack import budget_buckets, build_front, canonical
 from .offload import HostLink, offload_stage
@@ -189,8 +190,7 @@ def _offload_notes(pricing: Pricing, per_layer: bool, link) -> tuple[bool, list[
 
 def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink | None = None) -> RecomputeChoice:
     """:func:`choose_recompute` on a pricing already made (see there)."""
-    if not isinstance(per_layer, bool | np.bool_):
-        raise InputError(f"per_layer must be a bool; got {per_layer!r}")
+    check_bool("per_layer", per_layer)
     if per_layer and pricing.modes is None:
         raise InputError("per_layer=True chooses a mode per layer, so it needs modes; pass e.g. "
                          "modes=('off', 'selective', 'full')")
@@ -314,10 +314,7 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
     >>> sweep_recompute(LayerTable(pd.DataFrame(rows)), part, memory_mb=[250, 320, 400])["time_saved"].tolist()
     [nan, 2.0, 4.0]
     """
-    limits = np.array([check_number(f"memory_mb[{i}]", value, minimum=0, strict=True)
-                       for i, value in enumerate(np.atleast_1d(memory_mb).tolist())])
-    if not limits.size:
-        raise InputError("memory_mb must list at least one capacity in MB; got an empty list")
+    limits = np.array(check_numbers("memory_mb", memory_mb, maximum_count=MAX_SWEEP_POINTS, maximum=MAX_MEMORY_MB))
     pricing = price(layers, partition, memory_mb=float(limits.max()), modes=modes,
                     fsdp_holds_grads=fsdp_holds_grads, bucket_mb=bucket_mb)
     offload, _ = _offload_notes(pricing, per_layer, link)

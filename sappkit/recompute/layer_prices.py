@@ -9,10 +9,12 @@ once, not on every slider move.
 
 from __future__ import annotations
 
+import itertools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from .._check import short
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, DEFAULT_MODES, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, KIND, MEMORY_ONCE_MB, OPTION,
     PARAM_MB, TIME, WORKING_MB,
@@ -104,19 +106,26 @@ def resolve_modes(modes, prices: LayerPrices) -> dict[str, str] | None:
                          f"{modes!r} (write modes=({modes!r},))")
     if isinstance(modes, Mapping):
         mapping = dict(modes)
-    else:
-        names = list(modes)
-        for name in names:
+    elif isinstance(modes, Iterable):
+        names = list(itertools.islice(modes, len(DEFAULT_MODES) + 1))
+        for index, name in enumerate(names):
+            if not isinstance(name, str):
+                raise InputError(f"modes[{index}] is {short(name)}; expected a mode name, one of "
+                                 f"{', '.join(map(repr, DEFAULT_MODES))}")
+            if name in names[:index]:
+                raise InputError(f"modes names {name!r} twice; name each mode once")
             if name not in DEFAULT_MODES:
                 raise InputError(f"modes names an unknown mode {name!r}; the default modes are "
                                  f"{', '.join(map(repr, DEFAULT_MODES))} (pass a mapping mode -> option for others)")
         mapping = {name: DEFAULT_MODES[name] for name in names}
+    else:
+        raise InputError(f"modes must be a tuple of mode names or a mapping mode -> option; got {short(modes)}")
     if not mapping:
         raise InputError("modes is empty; give at least one mode, e.g. modes=('off', 'selective', 'full')")
     seen: dict[str, str] = {}
     for mode, option in mapping.items():
-        if not isinstance(mode, str) or not isinstance(option, str):
-            raise InputError(f"modes must map mode names to option names; got {mode!r}: {option!r}")
+        if not isinstance(mode, str) or not mode.strip() or not isinstance(option, str):
+            raise InputError(f"modes must map mode names to option names; got {short(mode)}: {short(option)}")
         if option in seen:
             raise InputError(f"modes maps {seen[option]!r} and {mode!r} to the same option {option!r}; "
                              "each mode needs its own option")

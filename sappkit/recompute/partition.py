@@ -28,9 +28,11 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .._frames import check_frame, whole_column
+from .._check import short
+from .._frames import check_frame, name_column, whole_column
 from ..columns import CHUNK, IN_FLIGHT, KIND, LAYERS, OPTION, STAGE
 from ..errors import InputError
+from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
 from ..layers.table import as_layer_table
 from ..pipeline.schedules import Schedule, check_pipeline, in_flight, in_flight_counts, model_order
 
@@ -109,6 +111,8 @@ class Partition:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "_order", tuple(model_order(schedule, p, v)))
         object.__setattr__(self, "cells", _clean_cells(self.cells, p, v, self._order))
+        if self.layer_count > MAX_LAYERS:
+            raise InputError(f"cells place {self.layer_count} body layers; expected at most {MAX_LAYERS.cited}")
         object.__setattr__(self, "configured", _clean_configured(self.configured, self.layer_count))
 
     @property
@@ -189,15 +193,20 @@ class Partition:
         schedule, stages, _, chunks, _ = check_pipeline(schedule or ("1f1b" if chunks == 1 else "interleaved"),
                                                         stages, micro_batches, chunks, less_memory, seq_split)
         frame = _frame("assignment", assignment, (KIND, CHUNK, STAGE, LAYERS), "an assignment")
+        # An option column of None only is an unconfigured partition's (Partition.assignment).
+        if OPTION in frame.columns and frame[OPTION].notna().any():
+            frame = frame.assign(**{OPTION: name_column(frame, OPTION, "assignment")})
+        elif OPTION in frame.columns:
+            frame = frame.drop(columns=OPTION)
         order = list(dict.fromkeys(frame[KIND])) if kind_order is None else list(kind_order)
         unknown = sorted(set(frame[KIND]) - set(order))
         if unknown:
-            raise InputError(f"assignment kind {unknown[0]!r} is not in kind_order {order!r}; "
+            raise InputError(f"assignment kind {unknown[0]!r} is not in kind_order {short(order)}; "
                              "list every kind of the assignment in model order")
         frame = frame.assign(_rank=frame[KIND].map(order.index), _row=np.arange(len(frame)))
         frame = frame.sort_values(["_rank", "_row"], kind="stable")
         cells = frame[[CHUNK, STAGE, KIND, LAYERS]]
-        options = frame[OPTION].astype(str).tolist() if OPTION in frame.columns else None
+        options = frame[OPTION].tolist() if OPTION in frame.columns else None
         configured = None
         if options is not None:
             sorted_cells = _clean_cells(cells, stages, chunks, tuple(model_order(schedule, stages, chunks)))
@@ -258,9 +267,9 @@ class Partition:
 def _frame(name: str, frame, columns: Sequence[str], what: str) -> pd.DataFrame:
     check_frame(frame, name, columns, what)
     frame = frame.reset_index(drop=True)
-    for column in (CHUNK, STAGE, LAYERS):
-        whole_column(frame, column, name)
-    return frame
+    for column, limit in ((CHUNK, MAX_CHUNKS), (STAGE, MAX_STAGES), (LAYERS, MAX_LAYERS)):
+        whole_column(frame, column, name, maximum=limit)
+    return frame.assign(**{KIND: name_column(frame, KIND, name)})
 
 
 def _clean_cells(cells, p: int, v: int, order: tuple[tuple[int, int], ...]) -> pd.DataFrame:
@@ -307,8 +316,8 @@ def _clean_configured(configured, count: int) -> tuple[str, ...] | None:
         raise InputError(f"configured has {len(configured)} options; the partition places {count} body layers "
                          "(give one option per body layer in model order, or one option for all)")
     for index, option in enumerate(configured):
-        if not isinstance(option, str):
-            raise InputError(f"configured[{index}] is {option!r}; expected an option name (str)")
+        if not isinstance(option, str) or not option.strip():
+            raise InputError(f"configured[{index}] is {short(option)}; expected an option name (str)")
     return configured
 
 
@@ -328,31 +337,37 @@ def _options_in_model_order(frame: pd.DataFrame, cells: pd.DataFrame, options: l
 
 def _per_cell(name: str, value, v: int, p: int, *, allow_bool: bool, layers: np.ndarray | None = None) -> np.ndarray:
     """A MindFormers per-stage value as an int array ``[chunk, stage]`` (``True`` = every layer of the cell)."""
-    def number(item, where: str) -> int:
+    def number(item, where: str) -> int | None:
+        """The item as an int, or None for ``True`` (every layer of its cell)."""
         if isinstance(item, bool | np.bool_):
             if not allow_bool:
                 raise InputError(f"{name}{where} is {item!r}; expected an int")
-            return -1 if item else 0
-        if isinstance(item, int | np.integer) and not isinstance(item, bool):
+            return None if item else 0
+        if isinstance(item, int | np.integer) and abs(item) <= MAX_LAYERS:
             return int(item)
-        raise InputError(f"{name}{where} is {item!r}; expected {'a bool or ' if allow_bool else ''}an int")
+        expected = ("a bool or " if allow_bool else "") + "an int"
+        if isinstance(item, int | np.integer):
+            expected += f" from -{MAX_LAYERS} to {MAX_LAYERS.cited}"
+        raise InputError(f"{name}{where} is {short(item)}; expected {expected}")
 
     if value is None:
         return np.zeros((v, p), dtype=int)
     if not isinstance(value, list | tuple):
-        grid = np.full((v, p), number(value, ""))
+        items = [[number(value, "")] * p] * v
     else:
         rows = list(value)
         nested = any(isinstance(item, list | tuple) for item in rows)
         if not nested and v == 1:
             rows = [rows]
         if not nested and v > 1:
-            raise InputError(f"{name} must be a list of {v} lists (one per chunk) for {v} chunks; got {value!r}")
+            raise InputError(f"{name} must be a list of {v} lists (one per chunk) for {v} chunks; got {short(value)}")
         if len(rows) != v or any(not isinstance(row, list | tuple) or len(row) != p for row in rows):
-            raise InputError(f"{name} must hold {v} list(s) of {p} values (chunk x stage); got {value!r}")
-        grid = np.array([[number(item, f"[{c}][{s}]") for s, item in enumerate(row)] for c, row in enumerate(rows)])
+            raise InputError(f"{name} must hold {v} list(s) of {p} values (chunk x stage); got {short(value)}")
+        items = [[number(item, f"[{c}][{s}]") for s, item in enumerate(row)] for c, row in enumerate(rows)]
+    every = np.array([[item is None for item in row] for row in items], dtype=bool)
+    grid = np.array([[0 if item is None else item for item in row] for row in items], dtype=int)
     if layers is not None:
-        grid = np.where(grid == -1, layers, grid)
+        grid = np.where(every, layers, grid)
         over = np.argwhere((grid > layers) | (grid < 0))
         if over.size:
             c, s = over[0]

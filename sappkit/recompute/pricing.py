@@ -48,12 +48,13 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_bool, check_number
 from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
     OVERHEAD_MB, PARAM_MB, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
+from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from .knapsack import to_buckets
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
@@ -176,7 +177,7 @@ class Pricing:
 
     def with_memory(self, memory_mb: float) -> Pricing:
         """The same pricing at another device capacity (cheap: only the budgets change)."""
-        memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True)
+        memory_mb = _check_memory(memory_mb, self.bucket_mb)
         stages = self.stages.assign(**{LIMIT_MB: memory_mb, BUDGET_MB: memory_mb - self.stages[FIXED_MB],
                                        BACKWARD_BUDGET_MB: memory_mb - self.stages[BACKWARD_FIXED_MB]})
         return replace(self, memory_mb=memory_mb, stages=stages)
@@ -316,10 +317,9 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     table = as_layer_table(layers)
     if not isinstance(partition, Partition):
         raise InputError(f"partition must be a sappkit.Partition; got {type(partition).__name__}")
-    memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True)
     bucket_mb = check_number("bucket_mb", bucket_mb, minimum=0, strict=True)
-    if not isinstance(fsdp_holds_grads, bool | np.bool_):
-        raise InputError(f"fsdp_holds_grads must be a bool; got {fsdp_holds_grads!r}")
+    memory_mb = _check_memory(memory_mb, bucket_mb)
+    check_bool("fsdp_holds_grads", fsdp_holds_grads)
     prices = layer_prices(table)
     _check_partition(prices, partition)
     mapping = resolve_modes(modes, prices)
@@ -345,6 +345,16 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     stages = fixed_memory(prices, partition, body, configured, memory_mb=memory_mb,
                           fsdp_holds_grads=bool(fsdp_holds_grads))
     return _grouped(replace(pricing, stages=stages))
+
+
+def _check_memory(memory_mb, bucket_mb: float) -> float:
+    """The device capacity, checked, and not cut into more knapsack buckets than the limit."""
+    memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
+    if memory_mb / bucket_mb > MAX_BUCKETS:
+        raise InputError(f"bucket_mb {bucket_mb:g} cuts memory_mb {memory_mb:g} into {memory_mb / bucket_mb:.3g} "
+                         f"buckets; expected at most {MAX_BUCKETS.cited} (use bucket_mb >= "
+                         f"{memory_mb / MAX_BUCKETS:.3g})")
+    return memory_mb
 
 
 def _ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:

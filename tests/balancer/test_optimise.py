@@ -567,3 +567,14 @@ def test_a_cache_never_serves_another_instance(rng):
     other = setup_of(frame, stages=4, micro_batches=8, memory_mb=first.memory_mb)
     search(first, cache=cache)
     assert search(other, cache=cache).upper == search(other).upper
+
+
+def test_the_step_objective_with_one_micro_batch_on_one_chunk():
+    """The step is then all the work whatever the stages hold: the integer program solves it (the exact search's
+    stage bottleneck has no weight), and the plan is as fast as the sapp plan simulates."""
+    table = pd.DataFrame([dict(kind="block", role="body", count=12, param_mb=100, option=o, forward_time=1,
+                               backward_time=t, activation_mb=a) for o, t, a in (("none", 2, 50), ("full", 3, 5))])
+    plan = sappkit.balance(table, stages=2, micro_batches=1, memory_mb=700, objective="step")
+    rival = sappkit.balance(table, stages=2, micro_batches=1, memory_mb=700)
+    assert (plan.status, plan.method, plan.fits) == ("optimal", "ilp (highs)", True)
+    assert plan.step_time == plan.simulate().step_time == rival.simulate().step_time

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -54,6 +56,11 @@ def reference_memory(plan, *, stages, micro_batches, chunks=1, schedule="1f1b", 
         if last:
             memory[s] += WORKING_MB[max(last, key=["full", "selective", "none"].index)]
     return memory
+
+
+def exactly(message: str) -> str:
+    """A pattern matching ``message`` whole."""
+    return f"^{re.escape(message)}$"
 
 
 @pytest.mark.parametrize("pipeline", [
@@ -176,6 +183,34 @@ def test_exports(tmp_path):
                         f"{plan.objective:.6g}")
     simulation = plan.simulate(p2p_time=0.5)
     assert simulation.step_time > plan.simulate().step_time
+
+
+def test_a_plan_written_as_lp_and_yaml_is_whole_or_refused(tmp_path):
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=2500)
+    plan.write_yaml(tmp_path / "plan.yaml")
+    plan.write_lp(tmp_path / "plan.lp")
+    assert (tmp_path / "plan.yaml").read_text() == plan.to_yaml()
+    assert (tmp_path / "plan.lp").read_text().startswith("\\* ")
+    for write in (plan.write_yaml, plan.write_lp):
+        with pytest.raises(sappkit.InputError, match=exactly(f"{tmp_path}/none/plan: cannot write (No such file or "
+                                                             "directory); expected a writable file path")):
+            write(tmp_path / "none" / "plan")
+        with pytest.raises(sappkit.InputError,
+                           match=exactly("path must be a file path (a str or a pathlib.Path); got 3")):
+            write(3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plan.lp", "plan.yaml"]
+
+
+@pytest.mark.parametrize("lists, message", [
+    (dict(recompute=[-1, 0, 0, 0]), "recompute[0][0] is -1; cell (chunk 0, stage 0) holds 4 layers (a count is "
+                                    "between 0 and the cell's layers)"),
+    (dict(offset=[0.5, -0.5, 0, 0]), "offset[0][0] is 0.5; expected an int"),
+    (dict(select_comm_recompute=[0, 0, 0, 2**70]), "select_comm_recompute[0][3] is 1180591620717411303424; expected a "
+                                                   "bool or an int from -2048 to 2048 (sappkit.limits.MAX_LAYERS)"),
+])
+def test_plan_from_offsets_refuses_negative_and_non_integer_counts(lists, message):
+    with pytest.raises(sappkit.InputError, match=exactly(message)):
+        sappkit.plan_from_offsets(TABLE, stages=4, micro_batches=8, memory_mb=900, **lists)
 
 
 def test_a_plan_without_placement_says_so():

@@ -39,7 +39,36 @@ def test_sweep_refuses_bad_limits():
     assert str(error.value) == "memory_mb must list at least one memory limit; got an empty sequence"
     with pytest.raises(sappkit.InputError) as error:
         sweep_memory(TABLE, memory_mb=[1000, -1], **PIPELINE)
-    assert str(error.value) == "memory_mb must hold finite numbers > 0; got -1.0"
+    assert str(error.value) == "memory_mb[1] must be a finite number > 0; got -1"
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (dict(memory_mb=None), "memory_mb must be a sequence of memory limits in MB; got None"),
+    (dict(memory_mb=["a"]), "memory_mb[0] must be a finite number > 0; got 'a'"),
+    (dict(memory_mb=[1500], chunk=2), "sweep_memory got 'chunk', which is not one of balance's arguments (stages, "
+                                      "micro_batches, chunks, schedule, less_memory, seq_split, seq_params, const_mb, "
+                                      "objective, optimization_level, consistent_recompute, working_set, solver)"),
+    (dict(memory_mb=[1500], progress=3), "progress must be a bool; got 3"),
+    (dict(memory_mb=[1500], stages=16, micro_batches=65536), "simulating 16 stages x 1 chunk(s) x 65536 micro-batches "
+                                                             "runs 1,048,576 forward passes; sappkit simulates at most "
+                                                             "1000000 (sappkit.limits.MAX_SIMULATED_PASSES): lower "
+                                                             "micro_batches"),
+])
+def test_sweep_refuses_bad_arguments_before_solving(arguments, message):
+    with pytest.raises(sappkit.InputError) as error:
+        sweep_memory(TABLE, **{**PIPELINE, **arguments})
+    assert str(error.value) == message
+
+
+@pytest.mark.parametrize("plans, message", [
+    (None, "plans must be a mapping of label to Plan, e.g. {'balanced': plan}; got None"),
+    ([1], "plans must be a mapping of label to Plan, e.g. {'balanced': plan}; got [1]"),
+    ({"even": "plan"}, "plans['even'] must be a Plan (from balance or plan_from_offsets); got str"),
+])
+def test_compare_plans_refuses_what_is_not_plans(plans, message):
+    with pytest.raises(sappkit.InputError) as error:
+        compare_plans(plans)
+    assert str(error.value) == message
 
 
 def test_sweep_reports_progress_on_the_terminal(capsys):

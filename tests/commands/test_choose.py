@@ -39,7 +39,8 @@ def test_cli_reads_offsets_yaml_nested_or_flat(tmp_path, capsys, llama):
 
 
 @pytest.mark.parametrize("arguments, message", [
-    (["--offsets", "missing.yaml"], "sappkit choose: --offsets file 'missing.yaml' does not exist"),
+    (["--offsets", "missing.yaml"], "sappkit choose: missing.yaml: no such file; expected a MindFormers YAML with "
+                                    "offset and recompute lists (--offsets)"),
     (["--modes", "off,quick"], "sappkit choose: modes names an unknown mode 'quick'; the default modes are 'off', "
                                "'selective', 'full' (pass a mapping mode -> option for others)"),
     (["--link-gbps", "0"], "sappkit choose: gbps must be a finite number > 0; got 0.0"),

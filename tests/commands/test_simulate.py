@@ -35,3 +35,26 @@ def test_cli_simulate_reads_csv_and_refuses_other_files(tmp_path, capsys):
     assert main(["simulate", LLAMA, "--stages", "4", "--micro-batches", "4", "--schedule", "dualpipev"]) == 2
     assert capsys.readouterr().err == ("sappkit simulate: chunks must be 2 for schedule 'dualpipev' (the V); "
                                        "got 1\n")
+
+
+def test_cli_simulate_refuses_an_image_format_it_cannot_save_before_simulating(tmp_path, capsys):
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    # The formats matplotlib saves depend on its version and Pillow's; the message lists those it has.
+    formats = ", ".join(f".{name}" for name in sorted(FigureCanvasBase.get_supported_filetypes()))
+    assert {".png", ".pdf", ".svg"} <= set(formats.split(", "))
+    target = tmp_path / "sim.xyz"
+    assert main(["simulate", LLAMA, "--stages", "2", "--micro-batches", "2", "--save", str(target)]) == 2
+    assert capsys.readouterr() == ("", f"sappkit simulate: --save {str(target)!r} asks for image format 'xyz'; "
+                                       f"expected a file ending in one of {formats}\n")
+    assert main(["simulate", LLAMA, "--stages", "2", "--micro-batches", "2", "--save", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (f"sappkit simulate: {tmp_path}: cannot write (Is a directory); expected a "
+                                       "writable file path\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_simulate_refuses_a_step_too_long_to_simulate(capsys):
+    assert main(["simulate", LLAMA, "--stages", "64", "--micro-batches", "65536"]) == 2
+    assert capsys.readouterr().err == ("sappkit simulate: simulating 64 stages x 1 chunk(s) x 65536 micro-batches runs "
+                                       "4,194,304 forward passes; sappkit simulates at most 1000000 "
+                                       "(sappkit.limits.MAX_SIMULATED_PASSES): lower micro_batches\n")

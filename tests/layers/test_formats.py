@@ -73,7 +73,7 @@ def test_round_trip_keeps_every_float(tmp_path_factory, values, options, const):
 
 
 def test_missing_and_odd_paths(tmp_path):
-    with raises_exactly(f"{tmp_path}/none.json: no such file; expected a layer table file"):
+    with raises_exactly(f"{tmp_path}/none.json: no such file; expected a MindFormers layer description object"):
         read_layers_json(tmp_path / "none.json")
     with raises_exactly(f"{tmp_path}: not a file; expected a layer table file"):
         read_layers_csv(tmp_path)

@@ -210,6 +210,22 @@ BAD_JSON = [
                                                          "expected an int >= 1"),
     (layers({**HEAD, "nb_layer": 2}, BODY), "layers_description[0] (name 'embed') key 'nb_layer' is 2; expected 1 "
                                             "(a HEAD layer is one layer)"),
+    (layers({**BODY, "nb_layer": 1e300}), "layers_description[0] (name 'block') key 'nb_layer' is 1e+300; expected "
+                                          "an int <= 2048 (sappkit.limits.MAX_LAYERS)"),
+    (layers({**BODY, "nb_layer": 10**30}), "layers_description[0] (name 'block') key 'nb_layer' is "
+                                           "1000000000000000000000000000000; expected an int <= 2048 "
+                                           "(sappkit.limits.MAX_LAYERS)"),
+    (layers({**BODY, "nb_layer": 10**400}), "layers_description[0] (name 'block') key 'nb_layer' is an int of 1329 "
+                                            "bits; expected an int <= 2048 (sappkit.limits.MAX_LAYERS)"),
+    (layers({**BODY, "nb_layer": True}), "layers_description[0] (name 'block') key 'nb_layer' is True; expected an "
+                                         "int >= 1"),
+    (layers({**BODY, "memory_parameter": 1e27}), "layers_description[0] (name 'block') key 'memory_parameter' is "
+                                                 "1e+27; expected a number <= 1073741824 "
+                                                 "(sappkit.limits.MAX_MEMORY_MB)"),
+    (layers({**BODY, "time": 1e300}), "layers_description[0] (name 'block') key 'time' is 1e+300; expected a number "
+                                      "<= 1000000000000000 (sappkit.limits.MAX_TIME)"),
+    (layers({**BODY, "k" * 100: 1}), "layers_description[0] (name 'block') has unknown key a str of 100 characters; "
+                                     "see sappkit.read_layers_json for the keys it reads"),
     (layers({k: v for k, v in BODY.items() if k != "time"}),
      "layers_description[0] (name 'block') has no key 'time'; expected the layer's time (a number >= 0)"),
     (layers({k: v for k, v in BODY.items() if k != "memory_parameter"}),
@@ -266,7 +282,7 @@ def test_bad_json_names_the_path_and_the_key(tmp_path, document, message):
 def test_unreadable_json_and_an_unknown_time_semantics(tmp_path):
     binary = tmp_path / "binary.json"
     binary.write_bytes(b"\xff\xfe\x00")
-    with raises_exactly(f"{binary}: not UTF-8 text; expected a JSON layer description"):
+    with raises_exactly(f"{binary}: not UTF-8 text; expected a MindFormers layer description object"):
         read_layers_json(binary)
     with raises_exactly("time_semantics must be one of 'current', 'legacy'; got 'old'"):
         read_layers_json(write(tmp_path, layers(BODY)), time_semantics="old")

@@ -102,6 +102,17 @@ def test_chunks_are_lists_per_chunk_in_model_order():
     (dict(kinds={"a": 0, "b": 8}), "kinds['a'] must be an int >= 1; got 0"),
     (dict(kinds=["a"]), "kinds must be a mapping of body kind to its layer count in model order; got ['a']"),
     (dict(stages=1), "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)"),
+    (dict(offset=[10**30, -10**30, 0, 0]), "offset stage 0 is 1000000000000000000000000000000; expected an int from "
+                                           "-2048 to 2048 (sappkit.limits.MAX_LAYERS)"),
+    (dict(recompute=[-1, 0, 0, 0]), "recompute stage 0 is -1; expected an int from 0 to 2 (the layers there) or a "
+                                    "bool"),
+    (dict(recompute=[2.0, 0, 0, 0]), "recompute stage 0 is 2.0; expected an int from 0 to 2 (the layers there) or a "
+                                     "bool"),
+    (dict(kinds={None: 8}), "kinds key must be a non-empty name; got None"),
+    (dict(kinds={"": 8}), "kinds key must be a non-empty name; got ''"),
+    (dict(kinds={"a": True, "b": 7}), "kinds['a'] must be an int >= 1; got True"),
+    (dict(run=None), "run must be a non-empty name; got None"),
+    (dict(chunks=2**70), "chunks must be an int <= 32 (sappkit.limits.MAX_CHUNKS); got 1180591620717411303424"),
 ])
 def test_dryrun_config_refusals(kwargs, message):
     args = dict(stages=4, layers=8) | kwargs
@@ -233,8 +244,8 @@ def test_yaml_file_problems(tmp_path):
     broken = write(tmp_path, "pipeline_config: [1, 2\n", "broken.yaml")
     with pytest.raises(InputError) as error:
         read_dryrun_yaml(broken)
-    assert str(error.value) == (f"{broken}: not valid YAML (while parsing a flow sequence); expected a MindFormers "
-                                "pipeline_balance YAML")
+    assert str(error.value) == (f"{broken}: not valid YAML (expected ',' or ']', but got '<stream end>' at line 2 "
+                                "column 1); expected a MindFormers pipeline_balance YAML")
     scalar = write(tmp_path, "3\n", "scalar.yaml")
     with pytest.raises(InputError) as error:
         read_dryrun_yaml(scalar)
@@ -280,6 +291,42 @@ def test_log_refusals(tmp_path):
     (tmp_path / "stage1_b").mkdir()
     assert refused(tmp_path) == (f"{tmp_path}: stage 1 has two folders, 'stage1_a' and 'stage1_b'; keep one "
                                  "folder per stage")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("Used peak memory usage (without fragments): 0M", "the peak memory is 0.0; expected the stage's peak memory, a "
+                                                       "number > 0 (MB)"),
+    ("Used peak memory usage (without fragments): 1000000000000000000000000000M",
+     "the peak memory is 1e+27; expected a peak memory <= 1073741824 (sappkit.limits.MAX_MEMORY_MB) MB"),
+    ("Used peak memory usage (without fragments): " + "9" * 400 + "M", "the peak memory is inf; expected the stage's "
+                                                                      "peak memory, a number > 0 (MB)"),
+])
+def test_implausible_peaks_in_a_log_name_the_file_and_line(tmp_path, line, message):
+    (tmp_path / "stage0_rank0").mkdir()
+    log = tmp_path / "stage0_rank0" / "worker.log"
+    log.write_text(f"starting\n{line}\n")
+    with pytest.raises(InputError) as error:
+        read_dryrun_logs(tmp_path, stages=4, layers=8)
+    assert str(error.value) == f"{log} line 2: {message}"
+
+
+@pytest.mark.parametrize("peaks, message", [
+    ("head_memory: 0, tail_memory: 1, body_memories: {stage_id: [1], memories: [1]}",
+     "memory_usage.head_memory is 0; expected the stage's peak memory, a number > 0 (MB)"),
+    ("head_memory: 1.0e+27, tail_memory: 1, body_memories: {stage_id: [1], memories: [1]}",
+     "memory_usage.head_memory is 1e+27; expected a peak memory <= 1073741824 (sappkit.limits.MAX_MEMORY_MB) MB"),
+    ("head_memory: 1, tail_memory: 1, body_memories: {stage_id: [1], memories: [true]}",
+     "memory_usage.body_memories.memories (stage 1) is True; expected the stage's peak memory, a number > 0 (MB)"),
+    ("head_memory: 1, tail_memory: 1, body_memories: {stage_id: [1], memories: [1.0e+27]}",
+     "memory_usage.body_memories.memories (stage 1) is 1e+27; expected a peak memory <= 1073741824 "
+     "(sappkit.limits.MAX_MEMORY_MB) MB"),
+])
+def test_implausible_peaks_in_a_yaml_name_the_key(tmp_path, peaks, message):
+    path = write(tmp_path, f"pipeline_config: {{pipeline_num: 4, num_layer: 8}}\nmemory_usage: {{{peaks}}}\n",
+                 "peaks.yaml")
+    with pytest.raises(InputError) as error:
+        read_dryrun_yaml(path)
+    assert str(error.value) == f"{path}: {message}"
 
 
 # --- CSV and the observations frame ---------------------------------------------------------------

@@ -55,6 +55,15 @@ def refusal(call) -> str:
     return str(error.value)
 
 
+def test_synthetic_dryruns_refuses_bad_noise_seed_and_rounding():
+    config = dryrun_config(stages=4, layers=80)
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, noise_mb=-1)) == (
+        "noise_mb must be a finite number >= 0; got -1")
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, noise_mb=1, seed=-1)) == "seed must be an int >= 0; got -1"
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, seed="x")) == "seed must be an int >= 0; got 'x'"
+    assert refusal(lambda: synthetic_dryruns(LLAMA, config, round_mb=3)) == "round_mb must be a bool; got 3"
+
+
 # --- exact recovery --------------------------------------------------------------------------------
 
 def test_square_single_run_recovers_exactly(rng):
@@ -313,6 +322,8 @@ def test_a_rank_deficient_set_names_the_parameters_it_cannot_separate():
     (dict(less_memory="no"), "less_memory must be a bool; got 'no'"),
     (dict(tolerance=0), "tolerance must be a finite number > 0; got 0"),
     (dict(options="none"), "options must be a sequence of distinct option names; got 'none'"),
+    (dict(options=True), "options must be a sequence of distinct option names; got True"),
+    (dict(options=["none", ["full"]]), "options must be a sequence of distinct option names; got ['none', ['full']]"),
 ])
 def test_argument_refusals(kwargs, message):
     observed = read_dryrun_csv(DATA / "llama2_70b_dryruns.csv")
@@ -348,9 +359,10 @@ def test_negative_and_ill_conditioned_fits_warn():
     value = fit.value("activation_mb[dense_decoder:full]")
     assert fit.warnings == (f"activation_mb[dense_decoder:full] is fitted negative ({value:.1f} MB): memory cannot be "
                             "negative; the dry runs do not pin it down or their stated configuration is wrong",)
-    # 10000 layers a stage, one more or fewer on two: the per-layer parameter and the constant barely differ.
-    config = dryrun_config(stages=8, layers=80000, offset=[0, 1, -1, 0, 0, 0, 0, 0],
-                           recompute=[0, 5000, 0, 3333, 3, 5000, 0, 2500])
+    # 2000 layers a stage, one more or fewer on two: the per-layer parameter and the constant barely differ.
+    layers, full = [2000, 2001, 1999, 2000, 2000, 2000, 2000, 2000], [0, 1000, 0, 666, 3, 1000, 0, 500]
+    config = pd.DataFrame(dict(run="run1", stage=range(8), stages=8, layers=layers,
+                               n_none=np.subtract(layers, full), n_full=full))
     fit = fit_memory(synthetic_dryruns(LLAMA, config), const=True)
     assert fit.warnings == (f"the condition number {fit.condition_number:.3g} is high: small errors in the peaks "
                             "move the parameters a lot; add dry runs with more varied layer counts "

@@ -415,7 +415,8 @@ def test_command_line(capsys):
     assert capsys.readouterr().err == "sappkit alternatives: --dimensions entry 'tp' is not NAME=DEGREE (e.g. tp=4)\n"
     assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
                  "--offsets", "missing.yaml"]) == 2
-    assert capsys.readouterr().err == "sappkit alternatives: --offsets file 'missing.yaml' does not exist\n"
+    assert capsys.readouterr().err == ("sappkit alternatives: missing.yaml: no such file; expected a MindFormers YAML "
+                                       "with offset and recompute lists (--offsets)\n")
 
 
 def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):

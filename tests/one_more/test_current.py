@@ -87,3 +87,14 @@ def test_refuses_bad_dimensions(small):
         RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES, dimensions=[("tp", 0)])
     assert str(error.value) == ("dimensions[0] is ('tp', 0); expected a (name, degree) pair with a degree >= 1, "
                                 "e.g. ('tp', 4)")
+    for dimensions, message in [
+            ([("tp", 4), ("tp", 8)], "dimensions names 'tp' twice; give each parallel dimension once"),
+            ({"": 4}, "dimensions[0] is ('', 4); expected a (name, degree) pair with a degree >= 1, e.g. ('tp', 4)"),
+            ([("tp", True)], "dimensions[0] is ('tp', True); expected a (name, degree) pair with a degree >= 1, e.g. "
+                             "('tp', 4)"),
+            (4, "dimensions must be (name, degree) pairs or a mapping name -> degree, e.g. {'tp': 4}; got 4"),
+            ("tp=4", "dimensions must be (name, degree) pairs or a mapping name -> degree, e.g. {'tp': 4}; got "
+                     "'tp=4'")]:
+        with pytest.raises(InputError) as error:
+            RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES, dimensions=dimensions)
+        assert str(error.value) == message

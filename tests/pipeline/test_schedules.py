@@ -72,6 +72,12 @@ def test_frame_is_model_order_and_positive(schedule, p, m, v, k):
     assert (frame["in_flight"] <= m * k).all()
 
 
+def test_forward_in_backward_refuses_a_flag_that_is_not_a_bool():
+    with pytest.raises(InputError) as error:
+        forward_in_backward(4, 8, less_memory="yes")
+    assert str(error.value) == "less_memory must be a bool; got 'yes'"
+
+
 def test_forward_in_backward_factors():
     np.testing.assert_array_equal(forward_in_backward(4, 8), [3, 1, 1, 3])
     np.testing.assert_array_equal(forward_in_backward(4, 7), [0, 0, 1, 3])

@@ -25,8 +25,8 @@ def test_plots(llama):
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: plot_time_saved("curve"), "sweep must be sweep_recompute's frame with columns memory_mb, feasible, mode, "
-                                       "time, time_saved, time_saved_vs_full"),
+    (lambda: plot_time_saved("curve"), "sweep must be a DataFrame with columns memory_mb, feasible, mode, time, "
+                                       "time_saved, time_saved_vs_full; got str"),
     (lambda: plot_before_after(None), "choice must be a RecomputeChoice; got NoneType"),
     (lambda: plot_layer_options(3), "choice must be a RecomputeChoice; got int"),
 ])

@@ -256,6 +256,16 @@ def _bad_grads():
     (dict(modes="full"), "modes must be a tuple of mode names or a mapping mode -> option; got the string 'full' "
                          "(write modes=('full',))"),
     (dict(modes=()), "modes is empty; give at least one mode, e.g. modes=('off', 'selective', 'full')"),
+    (dict(modes=("off", "full", "off")), "modes names 'off' twice; name each mode once"),
+    (dict(modes=("off", ["full"])), "modes[1] is ['full']; expected a mode name, one of 'off', 'selective', 'full'"),
+    (dict(modes=("off", None)), "modes[1] is None; expected a mode name, one of 'off', 'selective', 'full'"),
+    (dict(modes=3), "modes must be a tuple of mode names or a mapping mode -> option; got 3"),
+    (dict(modes=float("nan")), "modes must be a tuple of mode names or a mapping mode -> option; got nan"),
+    (dict(modes={}), "modes is empty; give at least one mode, e.g. modes=('off', 'selective', 'full')"),
+    (dict(modes={"": "none"}), "modes must map mode names to option names; got '': 'none'"),
+    (dict(modes={None: "none"}), "modes must map mode names to option names; got None: 'none'"),
+    (dict(memory_mb=True), "memory_mb must be a finite number > 0; got True"),
+    (dict(memory_mb=1e27), "memory_mb must be a number <= 1073741824 (sappkit.limits.MAX_MEMORY_MB); got 1e+27"),
     (dict(modes={"off": "none", "fast": "comm"}),
      "modes maps 'fast' to option 'comm', which kind 'b' does not have (its options: 'none', 'selective', 'full')"),
     (dict(modes={"off": "none", "lazy": "none"}),
@@ -294,8 +304,13 @@ def test_refuses_a_second_peak_with_gradients_that_depend_on_the_option():
 
 
 @pytest.mark.parametrize("memory_mb, message", [
-    ([], "memory_mb must list at least one capacity in MB; got an empty list"),
+    ([], "memory_mb must list at least one memory limit; got an empty sequence"),
     ([100, -5], "memory_mb[1] must be a finite number > 0; got -5"),
+    (5, "memory_mb must be a sequence of memory limits in MB; got 5"),
+    (None, "memory_mb must be a sequence of memory limits in MB; got None"),
+    ("100", "memory_mb must be a sequence of memory limits in MB; got '100'"),
+    ([True], "memory_mb[0] must be a finite number > 0; got True"),
+    ([["100"]], "memory_mb[0] must be a finite number > 0; got ['100']"),
 ])
 def test_sweep_refuses_bad_budgets(memory_mb, message):
     table, part = _two_layer_case(0, 0, 0)

@@ -1,5 +1,6 @@
 """Partition: explicit construction, from an assignment, from MindFormers offsets, and every refusal."""
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -96,11 +97,29 @@ def test_from_offsets_with_chunks():
                              "and the cell's layers)"),
     (dict(recompute=1.5), "recompute is 1.5; expected a bool or an int"),
     (dict(chunks=2, offset=[0, 0]), "offset must be a list of 2 lists (one per chunk) for 2 chunks; got [0, 0]"),
+    (dict(recompute=[-1, 0]), "recompute[0][0] is -1; cell (chunk 0, stage 0) holds 4 layers (a count is between 0 "
+                              "and the cell's layers)"),
+    (dict(recompute=-1), "recompute[0][0] is -1; cell (chunk 0, stage 0) holds 4 layers (a count is between 0 and "
+                         "the cell's layers)"),
+    (dict(select_recompute=[0, np.int64(-1)]), "select_recompute[0][1] is -1; cell (chunk 0, stage 1) holds 4 layers "
+                                               "(a count is between 0 and the cell's layers)"),
+    (dict(recompute=[2.5, 0]), "recompute[0][0] is 2.5; expected a bool or an int"),
+    (dict(recompute=[None, 0]), "recompute[0][0] is None; expected a bool or an int"),
+    (dict(offset=[10**30, -10**30]), "offset[0][0] is 1000000000000000000000000000000; expected an int from -2048 to "
+                                     "2048 (sappkit.limits.MAX_LAYERS)"),
+    (dict(offset=[[0] * 2] * 10**6), "offset must hold 1 list(s) of 2 values (chunk x stage); got a list of 1000000 "
+                                     "items"),
 ])
 def test_from_offsets_refuses(kwargs, message):
     with pytest.raises(InputError) as error:
         Partition.from_offsets(table(), stages=2, micro_batches=4, **kwargs)
     assert str(error.value) == message
+
+
+def test_minus_one_is_a_count_and_true_is_every_layer():
+    """A -1 used to mean every layer of the cell (the sentinel ``True`` was stored as): it is refused; True is kept."""
+    every = Partition.from_offsets(table(), stages=2, micro_batches=4, recompute=[True, 0])
+    assert every.configured == ("full",) * 4 + ("none",) * 4
 
 
 def test_from_offsets_refuses_an_option_the_kind_lacks():
@@ -123,6 +142,11 @@ def test_from_offsets_refuses_an_option_the_kind_lacks():
      "configured has 1 options; the partition places 2 body layers (give one option per body layer in model order, "
      "or one option for all)"),
     (dict(cells=cells([(0, 0, "b", 2)]), configured=["full", 3]), "configured[1] is 3; expected an option name (str)"),
+    (dict(cells=cells([(0, 0, "b", 2)]), configured=["full", ""]),
+     "configured[1] is ''; expected an option name (str)"),
+    (dict(cells=cells([(0, 0, None, 2)])), "cells row 0 column 'kind' is None; expected a non-empty name"),
+    (dict(cells=cells([(0, 2**70, "b", 2)])), "cells row 0 column 'stage' is 1180591620717411303424; expected at most "
+                                              "256 (sappkit.limits.MAX_STAGES)"),
     (dict(cells=cells([(0, 0, "b", 2)]), configured=7),
      "configured must be an option name or a sequence of 2 option names; got int"),
     (dict(cells=cells([(0, 0, "b", 2)]), stages=1),
@@ -146,6 +170,12 @@ def test_partition_refuses(kwargs, message):
      "assignment kind 'b' is not in kind_order ['a']; list every kind of the assignment in model order"),
     (pd.DataFrame({"kind": ["b"], "chunk": [0], "stage": [-1], "layers": [2]}), {},
      "assignment row 0 column 'stage' is -1; expected a whole number >= 0"),
+    (pd.DataFrame({"kind": ["b", "b"], "chunk": [0, 0], "stage": [0, 1], "layers": [2, 2],
+                  "option": pd.Series(["full", None], dtype=object)}),
+     {}, "assignment row 1 column 'option' is None; expected a non-empty name"),
+    (pd.DataFrame({"kind": ["b"], "chunk": [0], "stage": [0], "layers": [2], "option": ["full"]}).pipe(
+        lambda f: pd.concat([f, f[["layers"]]], axis=1)), {}, "assignment has column 'layers' 2 times; expected each "
+                                                              "column once"),
 ])
 def test_from_assignment_refuses(frame, kwargs, message):
     with pytest.raises(InputError) as error:
