@@ -70,8 +70,8 @@ def even_assignment(layers, *, stages: int, chunks: int = 1, schedule: str = "1f
     ----------
     layers : LayerTable or DataFrame
     stages, chunks : int
-    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}
-        Fixes model order (DualPipeV's chunk 1 runs back up the stages).
+    schedule : str
+        One of :data:`sappkit.pipeline.schedules.SCHEDULES`; fixes model order (a V's chunk 1 runs back up).
     option : str or mapping kind -> option, optional
         What every layer (or each named kind) runs; by default each kind's
         first option, its least recompute.

@@ -179,7 +179,8 @@ def in_flight(schedule: Schedule, stages: int, micro_batches: int, chunks: int =
 
     Parameters
     ----------
-    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}
+    schedule : str
+        One of :data:`SCHEDULES` (the original tool's four, then the ones ``torch.distributed.pipelining`` runs).
     stages, micro_batches, chunks : int
         ``p``, ``m`` and ``v``.
     less_memory : bool

@@ -180,14 +180,13 @@ def _measure(module, spec, args: tuple, kwargs: dict, role: str, runs: tuple[int
 
 
 def _full_working(frame: pd.DataFrame, specs: dict) -> pd.DataFrame:
-    """Take the plain option's activation off what a fully recomputed layer's backward holds."""
-    body = frame[frame[ROLE] == BODY]
-    full = [option for option, spec in specs.items() if spec == "full"]
-    plain = body.set_index(OPTION)[ACTIVATION_MB]
-    plain_option = "none" if "none" in plain.index else plain.idxmax()
-    for option in full:
-        row = body.index[body[OPTION] == option][0]
-        frame.loc[row, WORKING_MB] = max(frame.loc[row, WORKING_MB] - plain[plain_option], 0.0)
+    """Take the plain option's activation (:meth:`~sappkit.LayerTable.plain`) off what a fully recomputed
+    layer's backward holds."""
+    table = LayerTable(frame)
+    kind = table.body_kinds[0]
+    plain = table.rows(kind).at[table.plain(kind), ACTIVATION_MB]
+    full = (frame[ROLE] == BODY) & frame[OPTION].isin([option for option, spec in specs.items() if spec == "full"])
+    frame.loc[full, WORKING_MB] = (frame.loc[full, WORKING_MB] - plain).clip(lower=0.0)
     return frame
 
 

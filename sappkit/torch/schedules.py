@@ -47,7 +47,8 @@ class _Stage:
     num_stages: int
     group_size: int
     group_rank: int = 0
-    submod: None = None
+    submod: object = None
+    """No module: the zero-bubble classes look for compiled submodules here."""
 
 
 def schedule_orders(name: str, stages: int, micro_batches: int, chunks: int = 1) -> tuple[tuple, ...]:
