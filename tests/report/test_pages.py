@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -57,10 +59,12 @@ def test_progress_lines_name_each_notebook_and_the_output(built):
     out, _, stdout = built
     lines = [re.sub(r"done in \d+\.\d s", "done in T s", line) for line in stdout.splitlines()]
     assert lines == [
-        "[1/2] 01_stage_memory.ipynb: executing",
-        "[1/2] 01_stage_memory.ipynb: done in T s -> 01_stage_memory.html",
-        "[2/2] 02_plain.ipynb: executing",
-        "[2/2] 02_plain.ipynb: done in T s -> 02_plain.html",
+        "notebook 1/2: 01_stage_memory, starting its kernel",
+        *[f"notebook 1/2: 01_stage_memory, cell {cell}/5" for cell in range(2, 6)],
+        "notebook 1/2: 01_stage_memory, done in T s -> 01_stage_memory.html",
+        "notebook 2/2: 02_plain, starting its kernel",
+        "notebook 2/2: 02_plain, cell 1/1",
+        "notebook 2/2: 02_plain, done in T s -> 02_plain.html",
         f"report written to {out} (open {out / 'index.html'})",
     ]
 
@@ -118,7 +122,7 @@ def test_force_replaces_a_previous_report_only(built, tmp_path):
     assert sorted(path.name for path in previous.iterdir()) == ["02_plain.html", "index.html"]
     assert "<span class=\"s1\">'no heading here'</span>" in (previous / "02_plain.html").read_text()
     assert "(with code)" in index.read_text()
-    assert [line.split(":")[0] for line in lines] == ["[1/1] 02_plain.ipynb"] * 2
+    assert [line.split(",")[0] for line in lines] == ["notebook 1/1: 02_plain"] * 3
     assert sorted(path.name for path in tmp_path.iterdir()) == ["photos", "report"]
 
 
@@ -153,6 +157,9 @@ def test_bad_notebook_arguments_are_named(tmp_path):
         ([first, second], tmp_path / "r", (f"notebooks: {str(first)!r} and {str(second)!r} would both render "
                                            f"as 'tour.html'; rename one or report them separately")),
         ([first], tmp_path / "file", f"out: {str(tmp_path / 'file')!r} is a file, expected a report folder"),
+        ([first], tmp_path / "file" / "a" / "report",
+         (f"out: {str(tmp_path / 'file' / 'a' / 'report')!r} would be inside {str(tmp_path / 'file')!r}, which is a "
+          f"file, not a folder; choose another report folder")),
     ]
     (tmp_path / "empty").mkdir()
     for notebooks, out, message in cases:
@@ -161,7 +168,8 @@ def test_bad_notebook_arguments_are_named(tmp_path):
         assert str(raised.value) == message
     with pytest.raises(InputError) as raised:
         write_report([tmp_path / "junk.ipynb"], tmp_path / "r")
-    assert str(raised.value).startswith(f"notebooks: cannot read {str(tmp_path / 'junk.ipynb')!r} as a notebook (")
+    assert str(raised.value) == (f"notebooks: {str(tmp_path / 'junk.ipynb')!r} is not a Jupyter notebook (not JSON: "
+                                 f"Expecting property name enclosed in double quotes: line 1 column 2 (char 1))")
     assert not (tmp_path / "r").exists()
 
 
@@ -180,10 +188,53 @@ def test_notebook_summary(cells, expected):
 
 
 def test_default_notebooks_are_the_repository_notebooks_in_order(monkeypatch, tmp_path):
-    folder = Path(__file__).resolve().parent.parent / "notebooks"
+    folder = Path(__file__).resolve().parents[2] / "notebooks"
     assert default_notebooks() == sorted(folder.glob("*.ipynb"))
     # A notebook that needs an optional extra the environment lacks is left out.
     for name, requires in (("a.ipynb", ["json"]), ("b.ipynb", ["no_such_module_for_sappkit"]), ("c.ipynb", [])):
         nbformat.write(nbformat.v4.new_notebook(metadata={"sappkit": {"requires": requires}}), tmp_path / name)
-    monkeypatch.setattr("sappkit.report._NOTEBOOKS_DIR", tmp_path)
+    monkeypatch.setattr("sappkit.report.pages._NOTEBOOKS_DIR", tmp_path)
     assert [path.name for path in default_notebooks()] == ["a.ipynb", "c.ipynb"]
+
+
+@pytest.fixture
+def unwritable():
+    """A folder no one may make anything in, not even root (Linux's sysfs), and the reason the system gives."""
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("needs Linux's sysfs for a folder even root cannot write in")
+    try:
+        Path("/sys/sappkit-probe").mkdir()
+    except OSError as exc:
+        return Path("/sys"), exc.strerror
+    Path("/sys/sappkit-probe").rmdir()
+    pytest.skip("/sys is writable here")
+
+
+def test_out_where_no_folder_can_be_made_is_refused_before_anything_runs(tmp_path, capsys, unwritable):
+    folder, reason = unwritable
+    notebook = _write(tmp_path / "writes.ipynb", [new_code("open('ran', 'w').close()")])
+    for out in (folder / "report", folder / "new" / "deeper" / "report"):
+        assert main(["report", "--notebooks", str(notebook), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (f"sappkit report: out: cannot make the report folder {str(out)!r} "
+                                           f"({reason}); choose a folder you can write to\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["writes.ipynb"]
+
+
+def test_a_page_that_cannot_be_written_leaves_the_previous_report_alone(built, tmp_path, monkeypatch):
+    out, notebooks, _ = built
+    previous = shutil.copytree(out, tmp_path / "report")
+    before = {path.name: path.read_bytes() for path in previous.iterdir()}
+    write_text = Path.write_text
+
+    def disk_full_at_the_index(path, text, *args, **kwargs):
+        if path.name == "index.html":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write_text(path, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", disk_full_at_the_index)
+    with pytest.raises(InputError) as raised:
+        write_report([notebooks[1]], previous, force=True)
+    assert str(raised.value) == (f"out: cannot write the page 'index.html' of the report {str(previous)!r} "
+                                 f"(No space left on device); no report was written")
+    assert {path.name: path.read_bytes() for path in previous.iterdir()} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["report"]

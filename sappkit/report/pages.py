@@ -15,6 +15,7 @@ and never destroys the previous one.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import json
 import os
@@ -26,13 +27,13 @@ from collections.abc import Callable, Iterable
 from importlib.util import find_spec
 from pathlib import Path
 
-from .errors import InputError
+from ..errors import InputError
 
-__all__ = ["default_notebooks", "execute_notebook", "notebook_summary", "write_report"]
+__all__ = ["default_notebooks", "notebook_summary", "write_report"]
 
 #: Marks an ``index.html`` written by :func:`write_report`; only such folders are replaced under ``force``.
 GENERATOR = "sappkit report"
-_NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+_NOTEBOOKS_DIR = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def default_notebooks() -> list[Path]:
@@ -94,45 +95,6 @@ def notebook_summary(nb) -> tuple[str, str]:
     return title, line
 
 
-def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600):
-    """Run the notebook at ``path`` top to bottom and return the executed notebook (the file is untouched).
-
-    The kernel is this Python environment's, whatever kernelspecs are
-    installed; the working directory is the notebook's folder; the widgets'
-    state is stored in the notebook's metadata. A failing (or, after
-    ``timeout_s``, hanging) cell raises :class:`~sappkit.InputError` naming
-    the notebook, the cell (counted from 1, markdown included) and the error.
-
-    Examples
-    --------
-    >>> import nbformat, tempfile
-    >>> with tempfile.TemporaryDirectory() as folder:
-    ...     path = Path(folder) / "answer.ipynb"
-    ...     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("6 * 7")]), path)
-    ...     execute_notebook(path).cells[0].outputs[0]["data"]["text/plain"]
-    '42'
-    """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellControlSignal, DeadKernelError
-
-    path = Path(path)
-    nb = _read_notebook(path)
-    current = [0]
-
-    def cell_started(cell, cell_index):
-        current[0] = cell_index
-
-    client = NotebookClient(
-        nb, timeout=timeout_s, kernel_name="python3", kernel_manager_class=_current_env_kernel_manager(),
-        store_widget_state=True, resources={"metadata": {"path": str(path.resolve().parent)}},
-        on_cell_start=cell_started,
-    )
-    try:
-        return client.execute()
-    except (CellControlSignal, DeadKernelError) as exc:
-        raise InputError(_failure_message(path, nb, current[0], exc)) from None
-
-
 def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike, *, with_input: bool = False,
                  force: bool = False, progress: Callable[[str], None] | None = None) -> Path:
     """Execute ``notebooks``, render each as ``out/<name>.html`` plus ``out/index.html``; return the index path.
@@ -148,7 +110,8 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
     with_input
         Show the code cells (hidden by default: the report is for readers).
     progress
-        Called with one line of text as each notebook starts and ends.
+        Called with one line of text as each notebook starts and ends, and as each of its code cells
+        starts (``"notebook 3/5: 03_recompute, cell 12/20"``).
 
     Examples
     --------
@@ -162,35 +125,30 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
     ...     sorted(page.name for page in index.parent.iterdir())
     ['answer.html', 'index.html']
     """
+    from .execution import execute_notebook
+
     paths = _check_notebooks(notebooks)
     out = _check_out(Path(out), force=force)
     say = progress or (lambda line: None)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
-    try:
+    with _staged(out) as staging:
         entries = []
         for number, path in enumerate(paths, start=1):
-            tag = f"[{number}/{len(paths)}] {path.name}"
-            say(f"{tag}: executing")
+            tag = f"notebook {number}/{len(paths)}: {path.stem}"
+            say(f"{tag}, starting its kernel")
             start = time.perf_counter()
-            nb = execute_notebook(path)
+            nb = execute_notebook(path, progress=lambda text, tag=tag: say(f"{tag}, {text}"))
             title, line = notebook_summary(nb)
             page = f"{path.stem}.html"
-            (staging / page).write_text(_render(nb, title or path.stem, with_input=with_input), encoding="utf-8")
+            _write_page(staging / page, _render(nb, title or path.stem, with_input=with_input), out=out)
             entries.append((page, title or path.stem, line))
-            say(f"{tag}: done in {time.perf_counter() - start:.1f} s -> {page}")
-        (staging / "index.html").write_text(_index_html(entries, with_input=with_input), encoding="utf-8")
-        staging.chmod(0o755)
-        if out.exists():
-            shutil.rmtree(out)
-        staging.rename(out)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
+            say(f"{tag}, done in {time.perf_counter() - start:.1f} s -> {page}")
+        _write_page(staging / "index.html", _index_html(entries, with_input=with_input), out=out)
     return out / "index.html"
 
 
 def _check_notebooks(notebooks) -> list[Path]:
+    from .execution import read_notebook
+
     if isinstance(notebooks, (str, os.PathLike)):
         notebooks = [notebooks]
     paths = []
@@ -206,7 +164,7 @@ def _check_notebooks(notebooks) -> list[Path]:
         raise InputError("notebooks must name at least one .ipynb file; got none")
     pages = {}
     for path in paths:
-        _read_notebook(path)
+        read_notebook(path)
         if path.stem in pages:
             raise InputError(f"notebooks: {str(pages[path.stem])!r} and {str(path)!r} would both render as "
                              f"{path.stem + '.html'!r}; rename one or report them separately")
@@ -217,6 +175,10 @@ def _check_notebooks(notebooks) -> list[Path]:
 def _check_out(out: Path, *, force: bool) -> Path:
     if out.exists() and not out.is_dir():
         raise InputError(f"out: {str(out)!r} is a file, expected a report folder")
+    above = next(folder for folder in out.parents if folder.exists())
+    if not above.is_dir():
+        raise InputError(f"out: {str(out)!r} would be inside {str(above)!r}, which is a file, not a folder; "
+                         f"choose another report folder")
     if not out.exists() or not any(out.iterdir()):
         return out
     if not force:
@@ -229,49 +191,67 @@ def _check_out(out: Path, *, force: bool) -> Path:
     return out
 
 
-def _read_notebook(path: Path):
-    import nbformat
+@contextlib.contextmanager
+def _staged(out: Path):
+    """A hidden sibling folder of ``out`` to build the report in, put in ``out``'s place when the block ends well.
 
-    try:
-        return nbformat.read(path, as_version=4)
-    except (OSError, ValueError) as exc:
-        raise InputError(f"notebooks: cannot read {str(path)!r} as a notebook ({exc})") from None
-
-
-def _current_env_kernel_manager():
-    """A kernel manager class whose ``python3`` is always this interpreter (an installed kernelspec may not be).
-
-    Its sockets are CurveZMQ-encrypted when pyzmq supports it, as ipykernel
-    asks (it warns on stderr about a plain TCP kernel).
+    Otherwise it is removed, with the parent folders made for it: nothing
+    half-written stays, and a previous report is untouched.
     """
-    import zmq
-    from ipykernel.kernelspec import RESOURCES, get_kernel_dict
-    from jupyter_client.kernelspec import KernelSpec
-    from jupyter_client.manager import AsyncKernelManager
-    from traitlets import default
+    made = [folder for folder in (out.parent, *out.parent.parents) if not folder.exists()]
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    except OSError as exc:
+        _remove_empty(made)
+        raise InputError(f"out: cannot make the report folder {str(out)!r} ({exc.strerror or exc}); "
+                         f"choose a folder you can write to") from None
+    try:
+        yield staging
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(made)
+        raise
+    try:
+        staging.chmod(0o755)
+        _move_into_place(staging, out)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        _remove_empty(made)
+        raise InputError(f"out: cannot put the report in place at {str(out)!r} ({exc.strerror or exc}); "
+                         f"no report was written") from None
 
-    class CurrentEnvKernelManager(AsyncKernelManager):
-        @default("transport_encryption")
-        def _encrypt_when_possible(self):
-            return "auto" if zmq.has("curve") else "disabled"
 
-        @property
-        def kernel_spec(self):
-            return KernelSpec(resource_dir=RESOURCES, **get_kernel_dict())
+def _move_into_place(staging: Path, out: Path) -> None:
+    """Rename ``staging`` to ``out``; a previous report there steps aside first and goes only once the new one is in."""
+    if not out.exists():
+        staging.rename(out)
+        return
+    previous = staging.with_name(staging.name + "-previous")
+    out.rename(previous)
+    try:
+        staging.rename(out)
+    except OSError:
+        previous.rename(out)
+        raise
+    shutil.rmtree(previous, ignore_errors=True)
 
-    return CurrentEnvKernelManager
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders``, deepest first, as long as they are empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            return
 
 
-def _failure_message(path: Path, nb, index: int, exc: Exception) -> str:
-    first_line = next((text for text in nb.cells[index].source.splitlines() if text.strip()), "")
-    if len(first_line) > 60:
-        first_line = first_line[:57] + "..."
-    if hasattr(exc, "ename"):
-        error = f"{exc.ename}: {exc.evalue}"
-    else:
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}"
-    return (f"notebook {str(path)!r} failed at cell {index + 1} of {len(nb.cells)} ({first_line!r}): {error}; "
-            f"no report was written (run the notebook in JupyterLab to see the traceback)")
+def _write_page(path: Path, text: str, *, out: Path) -> None:
+    try:
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError(f"out: cannot write the page {path.name!r} of the report {str(out)!r} "
+                         f"({exc.strerror or exc}); no report was written") from None
 
 
 def _render(nb, title: str, *, with_input: bool) -> str:
@@ -285,7 +265,7 @@ def _render(nb, title: str, *, with_input: bool) -> str:
 
 
 def _index_html(entries: list[tuple[str, str, str]], *, with_input: bool) -> str:
-    from . import __version__
+    from .. import __version__
 
     items = "\n".join(
         f'  <li><a href="{html.escape(page)}">{html.escape(title)}</a>'

@@ -14,8 +14,8 @@ import pytest
 
 from sappkit.report import default_notebooks, notebook_summary, write_report
 
-from . import browser_support
-from .browser_support import browser_context, image_states, pixel_spread, require_browser
+from .. import browser_support
+from ..browser_support import browser_context, image_states, pixel_spread, require_browser
 
 pytestmark = pytest.mark.browser
 
