@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import select
+import subprocess
+import sys
 from pathlib import Path
 
 import nbformat
@@ -13,6 +16,7 @@ import pytest
 import zmq
 import zmq.asyncio
 from jupyter_client.session import Session
+from nbclient import NotebookClient
 
 from sappkit import InputError
 from sappkit.cli import main
@@ -136,7 +140,15 @@ def test_a_kernel_that_dies_once_is_replaced_and_the_notebook_run_again(tmp_path
                      "cell 2/4", "cell 3/4", "cell 4/4"]
 
 
-def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys):
+def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys, monkeypatch):
+    """Even when nbclient's clean-up then fails in turn (it once ended a report in an AssertionError of its own)."""
+    cleanup = NotebookClient._async_cleanup_kernel
+
+    async def failing_cleanup(client):
+        await cleanup(client)
+        raise AssertionError("clean-up after a dead kernel")
+
+    monkeypatch.setattr(NotebookClient, "_async_cleanup_kernel", failing_cleanup)
     path = _dying_notebook(tmp_path, "if True:")
     out = tmp_path / "new" / "report"
     assert main(["report", "--notebooks", str(path), "--out", str(out)]) == 2
@@ -147,6 +159,27 @@ def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys):
     assert "notebook 1/1: dies, the kernel died at cell 3/4; running the notebook again in a fresh kernel" in (
         captured.out.splitlines())
     assert sorted(path.name for path in tmp_path.iterdir()) == ["dies.ipynb"]
+
+
+def test_a_kernel_that_never_starts_is_named_in_one_line_and_nothing_after_it(tmp_path):
+    """The whole program's stderr, exit included: nbclient left an exit-time clean-up behind that ended in an
+    AssertionError traceback after the message."""
+    profile = tmp_path / "ipython" / "profile_default"
+    profile.mkdir(parents=True)
+    (profile / "ipython_kernel_config.py").write_text("import os\nos._exit(3)\n")
+    path = tmp_path / "plain.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[new_code("1")]), path)
+    done = subprocess.run([sys.executable, "-m", "sappkit", "report", "--notebooks", str(path), "--out",
+                           str(tmp_path / "report")], capture_output=True, text=True, timeout=600, check=False,
+                          env={**os.environ, "IPYTHONDIR": str(tmp_path / "ipython")})
+    assert (done.returncode, done.stderr) == (2, (
+        f"sappkit report: notebook {str(path)!r} failed before its first cell: RuntimeError: Kernel died before "
+        f"replying to kernel_info; no report was written (run the notebook in JupyterLab to see the traceback)\n"))
+    assert done.stdout.splitlines() == [
+        "notebook 1/1: plain, starting its kernel",
+        ("notebook 1/1: plain, the kernel did not start (Kernel died before replying to kernel_info); running the "
+         "notebook again in a fresh kernel")]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["ipython", "plain.ipynb"]
 
 
 def _notebook_json(**changes) -> str:
