@@ -2,9 +2,10 @@
 
 :func:`execute_notebook` runs a notebook top to bottom with nbclient in a
 kernel of this Python environment, says which cell it is at, retries once in
-a fresh kernel when the kernel dies, and names the notebook and the cell in
-one line when it fails. :func:`idle_waits` reads back, per cell, how long
-the client waited beyond the kernel's work.
+a fresh kernel when the kernel dies or does not start, and names the
+notebook and the cell in one line when it fails. :func:`idle_waits` reads
+back, per cell, how long the client waited beyond the kernel's work;
+:func:`read_notebook` refuses a file that is not a notebook, saying why.
 
 Why a client used to wait on an idle kernel: nbclient's stand-in for the
 Output widget sends each output it receives back to the kernel (a
@@ -22,6 +23,8 @@ itself, which looks for replies waiting behind every send.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import json
 import os
@@ -106,11 +109,11 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
     The kernel is this Python environment's, whatever kernelspecs are
     installed; the working directory is the notebook's folder; the widgets'
     state is stored in the notebook's metadata. ``progress`` is called with
-    ``"cell 3/20"`` as each code cell starts. A kernel that dies is replaced
-    once and the notebook run again from the top. A failing (or, after
-    ``timeout_s``, hanging) cell, or a kernel that dies twice, raises
-    :class:`~sappkit.InputError` naming the notebook, the cell (counted from
-    1, markdown included) and the error.
+    ``"cell 3/20"`` as each code cell starts. A kernel that dies (or does not
+    start) is replaced once and the notebook run again from the top. A
+    failing (or, after ``timeout_s``, hanging) cell, or a kernel lost twice,
+    raises :class:`~sappkit.InputError` naming the notebook, the cell
+    (counted from 1, markdown included) and the error.
 
     Examples
     --------
@@ -136,13 +139,16 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
             raise InputError(_failure_message(path, nb, client.current, exc)) from None
         except Exception as exc:
             # after a death, nbclient's clean-up may fail in turn (and replace the DeadKernelError): the death counts
-            if client.died_at is None and not isinstance(exc, DeadKernelError):
+            if not (client.kernel_lost or isinstance(exc, DeadKernelError)):
                 raise
-            where = client.died_at if client.died_at is not None else client.current
+            if client.current is None:
+                lost, error = f"the kernel did not start ({_first_line(exc)})", exc
+            else:
+                lost = f"the kernel died at {_cell_name(nb, client.current)}"
+                error = DeadKernelError("the kernel died, again after a restart")
             if retry:
-                raise InputError(_failure_message(path, nb, where, DeadKernelError(
-                    "the kernel died, again after a restart"))) from None
-            say(f"the kernel died at {_cell_name(nb, where)}; running the notebook again in a fresh kernel")
+                raise InputError(_failure_message(path, nb, client.current, error)) from None
+            say(f"{lost}; running the notebook again in a fresh kernel")
 
 
 def idle_waits(nb) -> dict[int, float]:
@@ -213,7 +219,8 @@ class _KernelManager(AsyncKernelManager):
 
 
 class _NotebookRun(NotebookClient):
-    """nbclient saying which code cell it starts, timing each cell, and remembering the cell the kernel died in.
+    """nbclient saying which code cell it starts, timing each cell, and remembering whether (and where) it lost the
+    kernel.
 
     After the last cell it waits for the kernel to answer one more request:
     the kernel handles the client's widget updates first, so the interrupt
@@ -225,7 +232,24 @@ class _NotebookRun(NotebookClient):
         super().__init__(nb, **kwargs)
         self.progress = progress
         self.current: int | None = None
-        self.died_at: int | None = None
+        self.kernel_lost = False
+
+    @contextlib.asynccontextmanager
+    async def async_setup_kernel(self, **kwargs):
+        started = False
+        try:
+            async with super().async_setup_kernel(**kwargs):
+                started = True
+                yield
+        except RuntimeError:
+            # nbclient's words for a kernel that died or went silent before its first reply
+            self.kernel_lost = self.kernel_lost or not started
+            raise
+        finally:
+            if self.km is None:
+                # a failed start leaves nbclient's exit-time clean-up registered with nothing left to clean: it would
+                # end the program in an AssertionError traceback
+                atexit.unregister(self._cleanup_kernel)
 
     async def async_execute_cell(self, cell, cell_index: int, execution_count: int | None = None,
                                  store_history: bool = True):
@@ -239,8 +263,7 @@ class _NotebookRun(NotebookClient):
             raise
         except Exception as exc:
             # a dying kernel can surface as DeadKernelError or as whatever broke in the client when it went
-            if isinstance(exc, DeadKernelError) or not await ensure_async(self.km.is_alive()):
-                self.died_at = cell_index
+            self.kernel_lost = isinstance(exc, DeadKernelError) or not await ensure_async(self.km.is_alive())
             raise
         timing = cell.metadata.get("execution", {})
         if "iopub.status.idle" in timing:
@@ -250,8 +273,12 @@ class _NotebookRun(NotebookClient):
         return cell
 
 
-def _cell_name(nb, index: int | None) -> str:
-    return "start-up" if index is None else f"cell {index + 1}/{len(nb.cells)}"
+def _cell_name(nb, index: int) -> str:
+    return f"cell {index + 1}/{len(nb.cells)}"
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
 
 
 def _failure_message(path: Path, nb, index: int | None, exc: Exception) -> str:
@@ -263,7 +290,7 @@ def _failure_message(path: Path, nb, index: int | None, exc: Exception) -> str:
     if hasattr(exc, "ename"):
         error = f"{exc.ename}: {exc.evalue}"
     else:
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else 'no message'}"
+        error = f"{type(exc).__name__}: {_first_line(exc)}"
     return (f"notebook {str(path)!r} failed {where}: {error}; no report was written (run the notebook in "
             f"JupyterLab to see the traceback)")
 
