@@ -267,9 +267,9 @@ class Partition:
 def _frame(name: str, frame, columns: Sequence[str], what: str) -> pd.DataFrame:
     check_frame(frame, name, columns, what)
     frame = frame.reset_index(drop=True)
-    for column, limit in ((CHUNK, MAX_CHUNKS), (STAGE, MAX_STAGES), (LAYERS, MAX_LAYERS)):
-        whole_column(frame, column, name, maximum=limit)
-    return frame.assign(**{KIND: name_column(frame, KIND, name)})
+    numbers = {column: whole_column(frame, column, name, maximum=limit)
+               for column, limit in ((CHUNK, MAX_CHUNKS), (STAGE, MAX_STAGES), (LAYERS, MAX_LAYERS))}
+    return frame.assign(**numbers, **{KIND: name_column(frame, KIND, name)})
 
 
 def _clean_cells(cells, p: int, v: int, order: tuple[tuple[int, int], ...]) -> pd.DataFrame:
@@ -396,7 +396,12 @@ def _configured_from_lists(lists: dict, counts: np.ndarray, order, kinds: list[s
             configured.append(option)
     for index, (kind, option) in enumerate(zip(kinds, configured)):
         if option not in table.options(kind):
-            raise InputError(f"the recompute lists configure body layer {index} (kind {kind!r}) as {option!r}, "
-                             f"but kind {kind!r} has no such option (its options: "
+            raise InputError(f"the recompute lists ({_COUNTED_BY[option]}) configure body layer {index} (kind "
+                             f"{kind!r}) as {option!r}, but kind {kind!r} has no such option (its options: "
                              f"{', '.join(map(repr, table.options(kind)))})")
     return tuple(configured)
+
+
+#: Which of MindFormers' lists make a layer run each option.
+_COUNTED_BY = {"full": "recompute", "both": "select_recompute and select_comm_recompute",
+               "selective": "select_recompute", "comm": "select_comm_recompute", "none": "none of them"}
