@@ -93,42 +93,52 @@ def read_text(path: Path, what: str) -> str:
 
 def load_json(path: Path, what: str):
     """The JSON document at ``path`` (see the module docstring for what is refused)."""
-    text = read_text(path, what)
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputError(f"{path}: not valid JSON ({error.msg} at line {error.lineno} column {error.colno}); "
-                         f"expected {what}") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid JSON (nested too deeply to read); expected {what}") from None
-    except ValueError:  # an integer literal beyond Python's digit limit
-        raise InputError(f"{path}: not valid JSON (a number with more than {_DIGITS} digits); "
-                         f"expected {what}") from None
-    _count_values(path, document, what)
-    return document
+    return _document(path, what, "JSON", json.loads, _json_problem, (ValueError,))
 
 
 def load_yaml(path: Path, what: str):
     """The YAML document at ``path`` (safe types only; see the module docstring for what is refused)."""
     import yaml
 
+    return _document(path, what, "YAML", yaml.safe_load, _yaml_problem, (ValueError, yaml.YAMLError))
+
+
+def _document(path: Path, what: str, language: str, parse, problem, errors: tuple):
+    """``parse`` of the file's text, or an InputError with the parse error (one of ``errors``, worded by ``problem``)
+    on one line. A ValueError is also what an integer beyond Python's digit limit raises."""
     text = read_text(path, what)
     try:
-        document = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as error:
+        document = parse(text)
+    except RecursionError:
+        reason = "nested too deeply to read"
+    except errors as error:
+        reason = problem(error)
+    else:
+        _count_values(path, document, what)
+        return document
+    raise InputError(f"{path}: not valid {language} ({reason}); expected {what}")
+
+
+#: Python's limit on the digits of an integer read from text.
+_DIGITS = 4300
+
+
+def _json_problem(error: Exception) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"{error.msg} at line {error.lineno} column {error.colno}"
+    return f"a number with more than {_DIGITS} digits"
+
+
+def _yaml_problem(error: Exception) -> str:
+    import yaml
+
+    if isinstance(error, yaml.MarkedYAMLError):
         mark = error.problem_mark or error.context_mark
         place = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = " ".join(str(error.problem or error.context).split())
-        raise InputError(f"{path}: not valid YAML ({problem}{place}); expected {what}") from None
-    except yaml.YAMLError as error:
-        raise InputError(f"{path}: not valid YAML ({' '.join(str(error).split())}); expected {what}") from None
-    except RecursionError:
-        raise InputError(f"{path}: not valid YAML (nested too deeply to read); expected {what}") from None
-    except ValueError:  # an integer literal beyond Python's digit limit
-        raise InputError(f"{path}: not valid YAML (a number with more than {_DIGITS} digits); "
-                         f"expected {what}") from None
-    _count_values(path, document, what)
-    return document
+        return " ".join(str(error.problem or error.context).split()) + place
+    if isinstance(error, yaml.YAMLError):
+        return " ".join(str(error).split())
+    return f"a number with more than {_DIGITS} digits"
 
 
 def read_csv(path: Path, what: str, expected: str, **options):
@@ -141,10 +151,6 @@ def read_csv(path: Path, what: str, expected: str, **options):
     except (pd.errors.ParserError, pd.errors.EmptyDataError, ValueError) as error:
         raise InputError(f"{path}: not a readable CSV ({' '.join(str(error).split())}); "
                          f"expected {expected}") from None
-
-
-#: Python's limit on the digits of an integer read from text.
-_DIGITS = 4300
 
 
 def _count_values(path: Path, document, what: str) -> None:

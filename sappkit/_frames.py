@@ -22,12 +22,13 @@ __all__ = ["check_frame", "check_columns", "whole_column", "number_column", "nam
 Where = Callable[[int], str]
 
 
-def check_frame(frame, name: str, required, what: str, *, numeric=(), whole=(), rows: bool = False) -> pd.DataFrame:
+def check_frame(frame, name: str, required, what: str, *, numeric=(), gaps=(), whole=(),
+                rows: bool = False) -> pd.DataFrame:
     """Raise unless ``frame`` is a DataFrame with one level of distinct column names, ``required`` among them.
 
-    The ``numeric`` columns, those present, must hold finite numbers (NaN allowed) and the ``whole`` ones
-    whole numbers >= 0: what a drawing of the frame reads; with ``rows`` the frame needs a row. Returns the
-    frame with those columns as numbers.
+    What a drawing of the frame reads, in the columns present: ``numeric`` columns hold finite numbers, ``gaps``
+    columns finite numbers or NaN where there is none, ``whole`` columns whole numbers >= 0; with ``rows`` the
+    frame needs a row. Returns the frame with those columns as numbers.
     """
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"{name} must be a DataFrame with columns {', '.join(required)}; "
@@ -40,11 +41,12 @@ def check_frame(frame, name: str, required, what: str, *, numeric=(), whole=(), 
     if rows and frame.empty:
         raise InputError(f"{name} has no rows; expected {what} with a row per stage")
     converted = {}
-    for column in (c for c in numeric if c in frame.columns):
+    for column in (c for c in (*numeric, *gaps) if c in frame.columns):
         values, booleans = _numbers(frame, column)
-        bad = booleans | np.isinf(values) | (np.isnan(values) & frame[column].notna().to_numpy())
+        gap = np.isnan(values) & frame[column].isna().to_numpy() if column in gaps else np.zeros(len(frame), bool)
+        bad = booleans | (~np.isfinite(values) & ~gap)
         if bad.any():
-            _refuse(frame, column, name, None, bad, "a finite number (NaN where there is none)")
+            _refuse(frame, column, name, None, bad, "a finite number" + (" or NaN" if column in gaps else ""))
         converted[column] = values
     for column in (c for c in whole if c in frame.columns):
         converted[column] = whole_column(frame, column, name)

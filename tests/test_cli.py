@@ -18,8 +18,6 @@ from sappkit.cli import main
 from .bundled import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Linux's fcntl command that sizes a pipe; a one-page pipe fills after 4096 bytes.
-F_SETPIPE_SZ = 1031
 #: Prints a 64-row stage frame, several times what a one-page pipe holds.
 LONG_OUTPUT = ["simulate", str(DATA / "llama2_70b.json"), "--stages", "64", "--micro-batches", "64"]
 
@@ -58,7 +56,7 @@ def _start(arguments):
     """``python -m sappkit`` writing unbuffered into a one-page pipe: the command blocks once it has printed a page,
     so it is still running, whatever the machine's speed, when the test acts on it."""
     read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, F_SETPIPE_SZ, 4096)
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # Linux: a one-page pipe, full after 4096 bytes
     process = subprocess.Popen([sys.executable, "-m", "sappkit", *arguments], stdout=write_end, stderr=subprocess.PIPE,
                                text=True, cwd=ROOT,
                                env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})

@@ -83,66 +83,48 @@ def test_a_file_above_the_size_limit(tmp_path):
         read_layers_csv(big)
 
 
-def test_documents_nested_deeper_than_the_parser_reads(tmp_path):
-    deep_json = tmp_path / "deep.json"
-    deep_json.write_text("[" * 100_000 + "]" * 100_000)
-    with raises_exactly(f"{deep_json}: not valid JSON (nested too deeply to read); expected a MindFormers layer "
-                        "description object"):
-        read_layers_json(deep_json)
-    deep_yaml = tmp_path / "deep.yaml"
-    deep_yaml.write_text("[" * 100_000 + "]" * 100_000)
-    with raises_exactly(f"{deep_yaml}: not valid YAML (nested too deeply to read); expected a MindFormers "
-                        "pipeline_balance YAML"):
-        read_dryrun_yaml(deep_yaml)
+def aliases(levels: int) -> str:
+    """YAML under ``time_config`` (accepted, not read): ``l<i>`` holds nine of ``l<i-1>``, so 9**(i+1) values."""
+    return "time_config:\n" + "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else '1'] * 9)}]\n"
+                                      for i in range(levels))
 
 
-ALIASES = "".join(f"  l{i}: &l{i} [{', '.join([f'*l{i - 1}' if i else '1'] * 9)}]\n" for i in range(9))
+
+PEAKS = "memory_usage: {head_memory: *l8, tail_memory: 1, body_memories: {stage_id: [1], memories: [1]}}\n"
+LAYER_JSON, DRY_RUN_YAML = "a MindFormers layer description object", "a MindFormers pipeline_balance YAML"
 
 
-@pytest.mark.parametrize("where", [
-    "pipeline_config: {pipeline_num: 4, num_layer: 8, offset: *l8}\n",
-    "pipeline_config: {pipeline_num: 4, num_layer: 8}\nrecompute_config: {recompute: *l8}\n",
+@pytest.mark.parametrize("name, text, message", [
+    ("deep.json", "[" * 100_000 + "]" * 100_000, f"not valid JSON (nested too deeply to read); expected {LAYER_JSON}"),
+    ("deep.yaml", "[" * 100_000 + "]" * 100_000,
+     f"not valid YAML (nested too deeply to read); expected {DRY_RUN_YAML}"),
+    ("digits.json", '{"stage_const_mem": ' + "9" * 5000 + "}",
+     f"not valid JSON (a number with more than 4300 digits); expected {LAYER_JSON}"),
+    ("broken.yaml", "pipeline_config: [1, 2\nmemory_usage: 3\n",
+     f"not valid YAML (expected ',' or ']', but got ':' at line 2 column 13); expected {DRY_RUN_YAML}"),
+    ("broken.csv", 'run,stage\n"r,0\n', "not a readable CSV (Error tokenizing data. C error: EOF inside string "
+                                         "starting at row 1); expected dry-run observations"),
+    ("offset.yaml", f"{aliases(9)}pipeline_config: {{pipeline_num: 4, num_layer: 8, offset: *l8}}\n{PEAKS}",
+     "holds more than 1000000 (sappkit.limits.MAX_DOCUMENT_VALUES) values once its YAML aliases are expanded; "
+     f"expected {DRY_RUN_YAML}"),
+    ("recompute.yaml", f"{aliases(9)}pipeline_config: {{pipeline_num: 4, num_layer: 8}}\n"
+                       f"recompute_config: {{recompute: *l8}}\n{PEAKS}",
+     "holds more than 1000000 (sappkit.limits.MAX_DOCUMENT_VALUES) values once its YAML aliases are expanded; "
+     f"expected {DRY_RUN_YAML}"),
+    ("recursive.yaml", "pipeline_config: &a {pipeline_num: 4, num_layer: 8, offset: [*a]}\n",
+     f"a YAML alias refers to a value that contains it; expected {DRY_RUN_YAML} without recursive aliases"),
+    ("shared.yaml", f"{aliases(5)}pipeline_config: {{pipeline_num: 4, num_layer: 8}}\n"
+                    f"{PEAKS.replace('*l8', '*l4')}",
+     "memory_usage.head_memory is a list of 9 items; expected the stage's peak memory, a number > 0 (MB)"),
 ])
-def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path, where):
-    bomb = tmp_path / "bomb.yaml"
-    bomb.write_text(f"time_config:\n{ALIASES}{where}memory_usage: {{head_memory: *l8, tail_memory: 1, "
-                    "body_memories: {stage_id: [1], memories: [1]}}\n")
-    with raises_exactly(f"{bomb}: holds more than 1000000 (sappkit.limits.MAX_DOCUMENT_VALUES) values once its YAML "
-                        "aliases are expanded; expected a MindFormers pipeline_balance YAML"):
-        read_dryrun_yaml(bomb)
-
-
-def test_a_recursive_alias_and_a_huge_value_in_a_message(tmp_path):
-    recursive = tmp_path / "recursive.yaml"
-    recursive.write_text("pipeline_config: &a {pipeline_num: 4, num_layer: 8, offset: [*a]}\n")
-    with raises_exactly(f"{recursive}: a YAML alias refers to a value that contains it; expected a MindFormers "
-                        "pipeline_balance YAML without recursive aliases"):
-        read_dryrun_yaml(recursive)
-    shared = tmp_path / "shared.yaml"
-    shared.write_text(f"time_config:\n{ALIASES.replace('l8', 'l5').splitlines()[0]}\n" + "".join(
-        line + "\n" for line in ALIASES.splitlines()[1:5]) + "pipeline_config: {pipeline_num: 4, num_layer: 8}\n"
-        "memory_usage: {head_memory: *l4, tail_memory: 1, body_memories: {stage_id: [1], memories: [1]}}\n")
-    with raises_exactly(f"{shared}: memory_usage.head_memory is a list of 9 items; expected the stage's peak memory, "
-                        "a number > 0 (MB)"):
-        read_dryrun_yaml(shared)
-
-
-def test_a_parse_error_on_several_lines_stays_one_line(tmp_path):
-    broken = tmp_path / "broken.yaml"
-    broken.write_text("pipeline_config: [1, 2\nmemory_usage: 3\n")
-    with raises_exactly(f"{broken}: not valid YAML (expected ',' or ']', but got ':' at line 2 column 13); expected "
-                        "a MindFormers pipeline_balance YAML"):
-        read_dryrun_yaml(broken)
-    csv = tmp_path / "broken.csv"
-    csv.write_text('run,stage\n"r,0\n')
-    with raises_exactly(f"{csv}: not a readable CSV (Error tokenizing data. C error: EOF inside string starting at "
-                        "row 1); expected dry-run observations"):
-        read_dryrun_csv(csv)
-    digits = tmp_path / "digits.json"
-    digits.write_text('{"stage_const_mem": ' + "9" * 5000 + "}")
-    with raises_exactly(f"{digits}: not valid JSON (a number with more than 4300 digits); expected a MindFormers "
-                        "layer description object"):
-        read_layers_json(digits)
+def test_documents_that_do_not_parse_nest_too_deeply_or_expand_too_far(tmp_path, name, text, message):
+    """Deep nesting, alias bombs (refused before anything walks them), parse errors on several lines (one line
+    here) and a huge value in a message (described, not printed)."""
+    path = tmp_path / name
+    path.write_text(text)
+    read = {".json": read_layers_json, ".yaml": read_dryrun_yaml, ".csv": read_dryrun_csv}[path.suffix]
+    with raises_exactly(f"{path}: {message}"):
+        read(path)
 
 
 @pytest.mark.parametrize("write", [write_layers_json, write_layers_csv])

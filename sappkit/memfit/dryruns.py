@@ -22,6 +22,7 @@ cumulative-count convention).
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Mapping
@@ -74,11 +75,7 @@ def as_observations(frame, *, name: str = "observations", memory: bool = True) -
     if frame.empty:
         raise InputError(f"{name} has no rows; expected one row per observed stage")
     name_column(frame, RUN, name)
-    original = frame
-
-    def where(row: int) -> str:
-        return _where(original, name, row)
-
+    where = functools.partial(_where, frame, name)
     maxima = {STAGE: MAX_STAGES, STAGES: MAX_STAGES, LAYERS: MAX_LAYERS, CHUNK: MAX_CHUNKS,
               MICRO_BATCHES: MAX_MICRO_BATCHES, **dict.fromkeys(counts, MAX_LAYERS)}
     values = {column: whole_column(frame, column, name, maximum=maxima[column], where=where)

@@ -68,7 +68,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     'memory limit (MB)'
     """
     sweep = check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
-                        numeric=("memory_mb", "objective", "step_time"))
+                        numeric=("memory_mb",), gaps=("objective", "step_time"))
     ax = axes_for(ax, (7, 3.5))
     placed = sweep[sweep["step_time"].notna()]
     ax.plot(placed["memory_mb"], placed["step_time"], marker="o", color="#3182bd", drawstyle="steps-post",
@@ -103,7 +103,7 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
     ['90 MB', '120 MB > 100']
     """
     comparison = check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"),
-                             "a plan comparison", numeric=("step_time", "peak_mb", "limit_mb"))
+                             "a plan comparison", numeric=("limit_mb",), gaps=("step_time", "peak_mb"))
     ax = axes_for(ax, (max(4.0, 1.4 * len(comparison) + 1), 3.5))
     x = np.arange(len(comparison))
     fits = comparison["fits"].to_numpy(dtype=bool)

@@ -28,7 +28,7 @@ def plot_fit_params(params: pd.DataFrame, *, ax=None, errors: float = 2.0):
     ['const_mb', 'param_mb']
     """
     params = check_frame(params, "params", (NAME, VALUE_MB), "a MemoryFit.params frame",
-                         numeric=(VALUE_MB, STDERR_MB))
+                         numeric=(VALUE_MB,), gaps=(STDERR_MB,))
     errors = check_number("errors", errors, minimum=0)
     ax = axes_for(ax, (6, 0.35 * len(params) + 1))
     y = np.arange(len(params))
@@ -102,7 +102,7 @@ def plot_fit_residuals(observations: pd.DataFrame, *, ax=None):
     [5.0, -5.0]
     """
     observations = check_frame(observations, "observations", (RUN, STAGE, RESIDUAL_MB),
-                               "a MemoryFit.observations frame", numeric=(RESIDUAL_MB, LOO_RESIDUAL_MB),
+                               "a MemoryFit.observations frame", numeric=(RESIDUAL_MB,), gaps=(LOO_RESIDUAL_MB,),
                                whole=(STAGE,))
     ax = axes_for(ax, (8, 3))
     stages, x = _stages(observations)

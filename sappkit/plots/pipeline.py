@@ -186,7 +186,7 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     ['limit 150 MB', 'parameters', 'activations', 'constant']
     """
     columns = (STAGE, *(part for part, _ in MEMORY_PARTS), MEMORY_MB)
-    stages = check_frame(stages, "stages", columns, "per-stage memory", numeric=(*columns[1:], LIMIT_MB),
+    stages = check_frame(stages, "stages", columns, "per-stage memory", numeric=columns[1:], gaps=(LIMIT_MB,),
                          whole=(STAGE,), rows=True)
     limit_mb = optional_number("limit_mb", limit_mb)
     ax = axes_for(ax, (max(4.0, 0.45 * len(stages) + 2), 4))

@@ -32,8 +32,8 @@ from .._check import short
 from .._frames import check_frame, name_column, whole_column
 from ..columns import CHUNK, IN_FLIGHT, KIND, LAYERS, OPTION, STAGE
 from ..errors import InputError
-from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
 from ..layers.table import as_layer_table
+from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
 from ..pipeline.schedules import Schedule, check_pipeline, in_flight, in_flight_counts, model_order
 
 __all__ = ["Partition"]
@@ -44,6 +44,9 @@ CONFIGURED = "configured"
 CELL_COLUMNS = (CHUNK, STAGE, KIND, LAYERS)
 #: MindFormers' cumulative recompute lists, in the order a cell's first layers take them.
 _RECOMPUTE_KEYS = ("recompute", "select_recompute", "select_comm_recompute")
+#: Which of those lists make a layer run each option.
+_COUNTED_BY = {"full": "recompute", "both": "select_recompute and select_comm_recompute",
+               "selective": "select_recompute", "comm": "select_comm_recompute", "none": "none of them"}
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -193,11 +196,9 @@ class Partition:
         schedule, stages, _, chunks, _ = check_pipeline(schedule or ("1f1b" if chunks == 1 else "interleaved"),
                                                         stages, micro_batches, chunks, less_memory, seq_split)
         frame = _frame("assignment", assignment, (KIND, CHUNK, STAGE, LAYERS), "an assignment")
-        # An option column of None only is an unconfigured partition's (Partition.assignment).
-        if OPTION in frame.columns and frame[OPTION].notna().any():
-            frame = frame.assign(**{OPTION: name_column(frame, OPTION, "assignment")})
-        elif OPTION in frame.columns:
-            frame = frame.drop(columns=OPTION)
+        if OPTION in frame.columns:  # None on every row: an unconfigured partition's (Partition.assignment)
+            frame = frame.assign(**{OPTION: name_column(frame, OPTION, "assignment")}) \
+                if frame[OPTION].notna().any() else frame.drop(columns=OPTION)
         order = list(dict.fromkeys(frame[KIND])) if kind_order is None else list(kind_order)
         unknown = sorted(set(frame[KIND]) - set(order))
         if unknown:
@@ -267,9 +268,9 @@ class Partition:
 def _frame(name: str, frame, columns: Sequence[str], what: str) -> pd.DataFrame:
     check_frame(frame, name, columns, what)
     frame = frame.reset_index(drop=True)
-    for column, limit in ((CHUNK, MAX_CHUNKS), (STAGE, MAX_STAGES), (LAYERS, MAX_LAYERS)):
-        whole_column(frame, column, name, maximum=limit)
-    return frame.assign(**{KIND: name_column(frame, KIND, name)})
+    numbers = {column: whole_column(frame, column, name, maximum=limit)
+               for column, limit in ((CHUNK, MAX_CHUNKS), (STAGE, MAX_STAGES), (LAYERS, MAX_LAYERS))}
+    return frame.assign(**numbers, **{KIND: name_column(frame, KIND, name)})
 
 
 def _clean_cells(cells, p: int, v: int, order: tuple[tuple[int, int], ...]) -> pd.DataFrame:
@@ -339,16 +340,13 @@ def _per_cell(name: str, value, v: int, p: int, *, allow_bool: bool, layers: np.
     """A MindFormers per-stage value as an int array ``[chunk, stage]`` (``True`` = every layer of the cell)."""
     def number(item, where: str) -> int | None:
         """The item as an int, or None for ``True`` (every layer of its cell)."""
-        if isinstance(item, bool | np.bool_):
-            if not allow_bool:
-                raise InputError(f"{name}{where} is {item!r}; expected an int")
+        if isinstance(item, bool | np.bool_) and allow_bool:
             return None if item else 0
-        if isinstance(item, int | np.integer) and abs(item) <= MAX_LAYERS:
+        whole = isinstance(item, int | np.integer) and not isinstance(item, bool | np.bool_)
+        if whole and abs(item) <= MAX_LAYERS:
             return int(item)
-        expected = ("a bool or " if allow_bool else "") + "an int"
-        if isinstance(item, int | np.integer):
-            expected += f" from -{MAX_LAYERS} to {MAX_LAYERS.cited}"
-        raise InputError(f"{name}{where} is {short(item)}; expected {expected}")
+        bounds = f" from -{MAX_LAYERS} to {MAX_LAYERS.cited}" if whole else ""
+        raise InputError(f"{name}{where} is {short(item)}; expected {'a bool or ' if allow_bool else ''}an int{bounds}")
 
     if value is None:
         return np.zeros((v, p), dtype=int)
@@ -396,7 +394,7 @@ def _configured_from_lists(lists: dict, counts: np.ndarray, order, kinds: list[s
             configured.append(option)
     for index, (kind, option) in enumerate(zip(kinds, configured)):
         if option not in table.options(kind):
-            raise InputError(f"the recompute lists configure body layer {index} (kind {kind!r}) as {option!r}, "
-                             f"but kind {kind!r} has no such option (its options: "
+            raise InputError(f"the recompute lists ({_COUNTED_BY[option]}) configure body layer {index} (kind "
+                             f"{kind!r}) as {option!r}, but kind {kind!r} has no such option (its options: "
                              f"{', '.join(map(repr, table.options(kind)))})")
     return tuple(configured)

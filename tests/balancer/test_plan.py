@@ -145,9 +145,9 @@ def _mixed_plan(options):
      "they recompute a cell's first layers, so selective and comm layers overlap into 'both' and earlier kinds "
      "recompute first; use offsets(strict=False) for the nearest config"),
     (("none", "selective", "comm"),
-     "MindFormers' recompute lists cannot express this plan: read back, the recompute lists configure body layer 0 "
-     "(kind 'b') as 'both', but kind 'b' has no such option (its options: 'none', 'selective', 'comm'); use "
-     "offsets(strict=False) for the nearest config"),
+     "MindFormers' recompute lists cannot express this plan: read back, the recompute lists (select_recompute and "
+     "select_comm_recompute) configure body layer 0 (kind 'b') as 'both', but kind 'b' has no such option (its "
+     "options: 'none', 'selective', 'comm'); use offsets(strict=False) for the nearest config"),
 ])
 def test_offsets_refuse_what_mindformers_cannot_run(options, message):
     mixed = _mixed_plan(options)

@@ -155,7 +155,7 @@ def test_sweeps(limits, recompute):
 
 FIT = st.fixed_dictionaries(dict(const=st.sampled_from(["auto", True, False]),
                                  schedule=st.sampled_from(["1f1b", "interleaved"]),
-                                 options=st.sampled_from([None, ["none", "full"], list(SAPP_OPTIONS)]),
+                                 options=st.sampled_from([None, list(SAPP_OPTIONS)]),
                                  tolerance=st.sampled_from([0.02, 0.5])))
 
 

@@ -126,8 +126,8 @@ def test_from_offsets_refuses_an_option_the_kind_lacks():
     lean = table(options=SAPP[:1] + SAPP[-1:])
     with pytest.raises(InputError) as error:
         Partition.from_offsets(lean, stages=2, micro_batches=4, select_recompute=[1, 0])
-    assert str(error.value) == ("the recompute lists configure body layer 0 (kind 'dense') as 'selective', but kind "
-                                "'dense' has no such option (its options: 'none', 'full')")
+    assert str(error.value) == ("the recompute lists (select_recompute) configure body layer 0 (kind 'dense') as "
+                                "'selective', but kind 'dense' has no such option (its options: 'none', 'full')")
 
 
 @pytest.mark.parametrize("kwargs, message", [
