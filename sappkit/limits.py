@@ -18,7 +18,7 @@ from __future__ import annotations
 
 __all__ = ["Limit", "MAX_STAGES", "MAX_CHUNKS", "MAX_MICRO_BATCHES", "MAX_SEQ_SPLIT", "MAX_LAYERS",
            "MAX_SIMULATED_PASSES", "MAX_MEMORY_MB", "MAX_TIME", "MAX_BUCKETS", "MAX_SWEEP_POINTS", "MAX_DRY_RUNS",
-           "MAX_THREADS", "MAX_FILE_MB", "MAX_DOCUMENT_VALUES"]
+           "MAX_THREADS", "MAX_FILE_MB", "MAX_DOCUMENT_VALUES", "MAX_MICROBATCH_SIZE"]
 
 
 class Limit(int):
@@ -66,3 +66,5 @@ MAX_THREADS = Limit(256, "MAX_THREADS")
 MAX_FILE_MB = Limit(16, "MAX_FILE_MB")
 #: Values a JSON or YAML document holds once its YAML aliases are expanded (an alias bomb expands to billions).
 MAX_DOCUMENT_VALUES = Limit(1_000_000, "MAX_DOCUMENT_VALUES")
+#: Samples per micro-batch a trainer configuration may ask for (real runs use 1 to a few dozen).
+MAX_MICROBATCH_SIZE = Limit(1_048_576, "MAX_MICROBATCH_SIZE")

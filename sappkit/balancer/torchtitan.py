@@ -14,13 +14,15 @@ run as planned is said in ``notes``.
 
 from __future__ import annotations
 
+import string
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from .._check import check_int
+from .._check import check_int, short
 from ..columns import CHUNK, OPTION, STAGE
 from ..errors import InputError
+from ..limits import MAX_MICROBATCH_SIZE
 from ..recompute.export import torchtitan_layer_setting
 from .plan import Plan
 
@@ -112,15 +114,15 @@ def torchtitan_config(plan: Plan, *, microbatch_size: int = 1, head_modules=("to
     if not isinstance(plan, Plan):
         raise InputError(f"plan must be a Plan (sappkit.balance, sappkit.plan_from_offsets); got "
                          f"{type(plan).__name__}")
-    size = check_int("microbatch_size", microbatch_size, minimum=1)
-    if not isinstance(layer_module, str) or "{}" not in layer_module:
-        raise InputError(f"layer_module must be a string with '{{}}' where the layer index goes; got {layer_module!r}")
+    size = check_int("microbatch_size", microbatch_size, minimum=1, maximum=MAX_MICROBATCH_SIZE)
+    head, tail = _module_names("head_modules", head_modules), _module_names("tail_modules", tail_modules)
+    _check_layer_module(layer_module)
     setup = plan.setup
     if setup.schedule not in TORCHTITAN_SCHEDULES:
         raise InputError(f"torchtitan runs no {setup.schedule!r} schedule; plan for one of "
                          f"{', '.join(map(repr, TORCHTITAN_SCHEDULES))}")
     layers = plan.partition().body.rename(columns={"configured": OPTION}).assign(offloaded_mb=0.0)
-    parts = _model_parts(layers, plan, list(head_modules), layer_module, list(tail_modules))
+    parts = _model_parts(layers, plan, head, layer_module, tail)
     checkpoint = torchtitan_layer_setting(layers)
     notes = [f"run {setup.micro_batches} micro-batches: set training.local_batch_size = "
              f"{setup.micro_batches * size} ({setup.micro_batches} x pipeline_parallel_microbatch_size)"]
@@ -141,6 +143,30 @@ def torchtitan_config(plan: Plan, *, microbatch_size: int = 1, head_modules=("to
                    "pipeline_parallel_module_fqns_per_model_part": parts}
     return TorchtitanConfig({"parallelism": parallelism, "activation_checkpoint": dict(checkpoint.settings)},
                             tuple(notes))
+
+
+def _module_names(name: str, value) -> list[str]:
+    """``value`` as a list of module names (a tuple or list of non-empty strings; empty is allowed)."""
+    if not isinstance(value, list | tuple):
+        raise InputError(f"{name} must be a list of module names (strings); got {short(value)}")
+    for i, module in enumerate(value):
+        if not isinstance(module, str) or not module.strip():
+            raise InputError(f"{name}[{i}] must be a non-empty module name; got {short(module)}")
+    return list(value)
+
+
+def _check_layer_module(layer_module) -> None:
+    """Refuse a layer-module pattern that does not hold exactly one plain ``{}`` for the layer index."""
+    expected = "a string with one '{}' where the layer index goes"
+    if not isinstance(layer_module, str):
+        raise InputError(f"layer_module must be {expected}; got {short(layer_module)}")
+    try:
+        fields = [parsed[1:] for parsed in string.Formatter().parse(layer_module) if parsed[1] is not None]
+    except ValueError:  # an unmatched brace
+        fields = None
+    if fields != [("", "", None)]:
+        raise InputError(f"layer_module must be {expected} (write other braces as '{{{{' and '}}}}'); "
+                         f"got {short(layer_module)}")
 
 
 def _model_parts(layers: pd.DataFrame, plan: Plan, head: list[str], layer_module: str,

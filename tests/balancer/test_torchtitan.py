@@ -77,8 +77,19 @@ def test_where_torchtitan_runs_another_schedule_the_notes_say_so():
     (lambda plan: torchtitan_config("plan"), "plan must be a Plan (sappkit.balance, sappkit.plan_from_offsets); "
                                              "got str"),
     (lambda plan: torchtitan_config(plan, microbatch_size=0), "microbatch_size must be an int >= 1; got 0"),
-    (lambda plan: torchtitan_config(plan, layer_module="layers"),
-     "layer_module must be a string with '{}' where the layer index goes; got 'layers'"),
+    (lambda plan: torchtitan_config(plan, microbatch_size=2**70),
+     "microbatch_size must be an int <= 1048576 (sappkit.limits.MAX_MICROBATCH_SIZE); got 1180591620717411303424"),
+    (lambda plan: torchtitan_config(plan, head_modules=None),
+     "head_modules must be a list of module names (strings); got None"),
+    (lambda plan: torchtitan_config(plan, head_modules="tok_embeddings"),
+     "head_modules must be a list of module names (strings); got 'tok_embeddings'"),
+    (lambda plan: torchtitan_config(plan, tail_modules=("norm", "")),
+     "tail_modules[1] must be a non-empty module name; got ''"),
+    (lambda plan: torchtitan_config(plan, layer_module=7),
+     "layer_module must be a string with one '{}' where the layer index goes; got 7"),
+    *[(lambda plan, pattern=pattern: torchtitan_config(plan, layer_module=pattern),
+       "layer_module must be a string with one '{}' where the layer index goes (write other braces as '{{' and "
+       f"'}}}}'); got {pattern!r}") for pattern in ("layers", "{}{}", "layers.{0}", "layers.{", "layers.{!r}")],
 ])
 def test_bad_input_is_refused(make, message):
     plan = balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)
