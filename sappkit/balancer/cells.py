@@ -162,8 +162,10 @@ def kind_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool
     return _distinct_fronts(setup.backward, setup.activation, n_max, known)
 
 
-def working_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool = True) -> list[Front]:
-    """Contents of a last-chunk cell whose layer ending warm-up charges its working set, for 0..``n_max`` layers.
+def working_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: bool = True,
+                   items: list[int] | None = None) -> list[Front]:
+    """Contents of a last-chunk cell whose layer ending warm-up charges its working set, for 0..``n_max`` layers
+    (of the ``items`` given, e.g. one body kind's; default every item).
 
     The mixes whose last present item (in :attr:`BalanceSetup.cell_order`) is
     ``j`` are one layer of ``j`` plus ``n - 1`` layers of ``j`` and the items
@@ -182,20 +184,20 @@ def working_fronts(setup: BalanceSetup, n_max: int, cache: Cache, *, monotone: b
     >>> front.mix.tolist(), front.working.tolist()
     ([[2, 0], [1, 1], [0, 2]], [59.0, 59.0, 51.0])
     """
-    key = ("working", tuple(setup.backward), tuple(setup.activation), tuple(setup.working), monotone)
+    order = [i for i in setup.cell_order if items is None or i in items]
+    key = ("working", tuple(setup.backward), tuple(setup.activation), tuple(setup.working), monotone, tuple(order))
     known = cache.fronts.setdefault(key, [])
-    order = setup.cell_order
-    items = len(setup.items)
+    width = len(setup.items)
     while len(known) <= n_max:
         n = len(known)
         if n == 0:
-            known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, items), dtype=int), np.zeros(1)))
+            known.append(Front(np.zeros(1), np.zeros(1), np.zeros((1, width), dtype=int), np.zeros(1)))
             continue
         groups = []
         for position, last in enumerate(order):
             allowed = order[: position + 1]
             before = _subset_fronts(setup, allowed, n - 1, cache, monotone)[n - 1]
-            mix = np.zeros((len(before.backward), items), dtype=int)
+            mix = np.zeros((len(before.backward), width), dtype=int)
             mix[:, allowed] = before.mix
             mix[:, last] += 1
             groups.append((before.backward + setup.backward[last], before.activation + setup.activation[last], mix,
@@ -216,16 +218,26 @@ def _subset_fronts(setup: BalanceSetup, allowed: list[int], n_max: int, cache: C
 
 
 def _undominated(backward, activation, mix, working) -> Front:
-    """The points no other beats (or equals) on backward, activation and working set, ordered as a front is."""
+    """The points no other beats (or equals) on backward, activation and working set, ordered as a front is.
+
+    Per working-set value the Pareto front of (backward, activation); a point
+    then falls when a front of a smaller working set has a point at most as
+    slow and at most as heavy (its least activation up to that backward).
+    """
+    groups = [_pareto(backward[working == w], activation[working == w], mix[working == w])
+              for w in np.unique(working)]
+    kept = []
+    for g, (w, group) in enumerate(zip(np.unique(working), groups)):
+        beaten = np.zeros(len(group.backward), dtype=bool)
+        for lighter in groups[:g]:
+            before = np.searchsorted(lighter.backward, group.backward, side="right") - 1
+            tol = EPS * np.maximum(1.0, np.abs(group.activation))
+            beaten |= (before >= 0) & (lighter.activation[np.maximum(before, 0)] <= group.activation + tol)
+        keep = ~beaten
+        kept.append((group.backward[keep], group.activation[keep], group.mix[keep], np.full(keep.sum(), w)))
+    backward, activation, mix, working = (np.concatenate(parts) for parts in zip(*kept))
     order = np.lexsort((working, activation, backward))
-    backward, activation, mix, working = backward[order], activation[order], mix[order], working[order]
-    tol = EPS * np.maximum(1.0, np.abs(activation))
-    keep = np.ones(len(backward), dtype=bool)
-    for i in range(1, len(backward)):
-        earlier = keep[:i]
-        beaten = (activation[:i][earlier] <= activation[i] + tol[i]) & (working[:i][earlier] <= working[i] + EPS)
-        keep[i] = not beaten.any()
-    return Front(backward[keep], activation[keep], mix[keep], working[keep])
+    return Front(backward[order], activation[order], mix[order], working[order])
 
 
 def cell_fronts(setup: BalanceSetup, s: int, n_max, cache: Cache, monotone=None) -> list[list[Front]]:

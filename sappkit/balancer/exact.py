@@ -1,10 +1,11 @@
-"""Exact search for the balancer with one body kind: Pareto cells, stage tables, a DP over stages.
+"""Exact search for the balancer: Pareto cells, stage tables, a DP over stages.
 
 Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
 optimisation levels 0 and 1 (every objective of the ``sapp`` table but approach A, and
-``step``); otherwise :func:`search` returns None and the integer program
-runs alone. Every schedule is covered.
+``step``); several body kinds on one chunk go to :mod:`.segments` (a DP on
+the model position); otherwise :func:`search` returns None and the integer
+program runs alone. Every schedule is covered.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes
@@ -40,6 +41,7 @@ from .cells import (
     EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, min_sum, monotone_chunks, placement,
     split_values, stage_value, subset,
 )
+from . import segments
 from .evaluate import evaluate
 from .setup import BalanceSetup
 
@@ -63,7 +65,7 @@ class SearchResult:
 def applicable(setup: BalanceSetup) -> str:
     """Why the exact search does not apply to ``setup`` ('' when it does)."""
     if len(setup.kinds) != 1:
-        return "more than one body kind"
+        return segments.applicable(setup)
     if setup.level >= 2:
         return "optimization_level >= 2"
     if np.ptp(setup.forward) > 0 or np.ptp(setup.once) > 0:
@@ -262,6 +264,9 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
     if applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
+    if len(setup.kinds) != 1:
+        counts, value = segments.search(setup, cache)
+        return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)
     fits = _least_memory(setup, cache, setup.memory_mb, proof=True)
     if isinstance(fits, str) and fits == "none":
         return SearchResult(proven=True, counts=None, upper=None, lower=np.inf)
@@ -343,6 +348,8 @@ def least_memory(setup: BalanceSetup, *, cache: Cache | None = None) -> np.ndarr
     if applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
+    if len(setup.kinds) != 1:
+        return segments.least_memory(setup, cache)[0]
     cap = setup.memory_mb
     while True:
         found = _least_memory(setup, cache, cap)
