@@ -21,6 +21,7 @@ which proves it: a better placement would use only listed runs.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -156,6 +157,17 @@ class _Table:
     point: np.ndarray  # [stage, run]
     complete: bool
 
+    @cached_property
+    def ending(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(start, run)`` indexed ``[end, length]``: where a run ending at each position starts, and which
+        run it is (-1 where none is listed)."""
+        total = int(self.runs.start.max())
+        lengths = np.arange(int(self.runs.length.max()) + 1)
+        index = np.full((total + 1, len(lengths)), -1)
+        index[self.runs.start, self.runs.length] = np.arange(len(self.runs.start))
+        start = np.arange(total + 1)[:, None] - lengths[None, :]
+        return np.maximum(start, 0), np.where(start >= 0, index[np.maximum(start, 0), lengths[None, :]], -1)
+
 
 def _per_layer(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
     """Per body kind, the least of ``values`` over its options."""
@@ -245,29 +257,25 @@ def _dp(setup: BalanceSetup, table: _Table, combine, allowed: np.ndarray | None 
     """Best ``combine`` (``np.maximum`` or ``np.add``) of the stages' run values over placements ending at the
     model's last layer; the chosen run per stage."""
     total = int(setup.counts.sum())
-    runs = table.runs
-    index = np.full((total + 1, int(runs.length.max()) + 1), -1)
-    index[runs.start, runs.length] = np.arange(len(runs.start))
-    ends = np.arange(total + 1)[:, None]
-    starts = ends - np.arange(index.shape[1])[None, :]
-    run_at = np.where(starts >= 0, index[np.maximum(starts, 0), np.arange(index.shape[1])[None, :]], -1)
-    ok = run_at >= 0
+    start, run = table.ending
+    listed = run >= 0
+    ends = np.arange(total + 1)
     best = np.full(total + 1, np.inf)
     best[0] = -np.inf if combine is np.maximum else 0.0
     choices = []
     for s in range(setup.stages):
         values = table.value[s] if allowed is None else np.where(allowed[s], table.value[s], np.inf)
-        offered = np.where(ok, combine(best[np.maximum(starts, 0)], values[np.maximum(run_at, 0)]), np.inf)
+        offered = np.where(listed, combine(best[start], values[np.maximum(run, 0)]), np.inf)
         pick = offered.argmin(axis=1)
-        best = offered[ends[:, 0], pick]
-        choices.append(run_at[ends[:, 0], pick])
+        best = offered[ends, pick]
+        choices.append(run[ends, pick])
     if not np.isfinite(best[total]):
         return np.inf, []
     picks, end = [], total
     for chosen in reversed(choices):
         r = int(chosen[end])
         picks.append(r)
-        end -= int(runs.length[r])
+        end -= int(table.runs.length[r])
     return float(best[total]), picks[::-1]
 
 
@@ -278,7 +286,9 @@ def _min_step(setup: BalanceSetup, table: _Table) -> tuple[float, list[int]]:
     if not picks:
         return np.inf, []
     value, chosen = np.inf, []
-    for bottleneck in np.unique(table.value[np.isfinite(table.value)]):
+    narrowest, _ = _dp(setup, table, np.maximum)  # no bottleneck below it has a placement
+    values = np.unique(table.value[np.isfinite(table.value)])
+    for bottleneck in values[values >= narrowest]:
         if weight * bottleneck + floor >= value - EPS * abs(value):
             break
         summed, picks = _dp(setup, table, np.add, allowed=table.value <= bottleneck)
