@@ -11,6 +11,7 @@ import textwrap
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.ticker import StrMethodFormatter
 
 from .._frames import check_frame
 from ..columns import BACKWARD_TIME, FORWARD_TIME, MEMORY_MB, RECOMPUTE_TIME, STAGE, TIME
@@ -87,6 +88,8 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
             label="simulated step time")
     ax.set_xlabel("memory limit (MB)")
     ax.set_ylabel(time_label("simulated step time", "ms"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     below = lost[lost[MEMORY_MB] < placed[MEMORY_MB].min()] if len(placed) else lost
     if len(below):
         needed = below[_NEEDED].max() if _NEEDED in below else np.nan

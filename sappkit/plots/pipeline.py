@@ -186,6 +186,8 @@ def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
         ax.axhline(limit, color="red", linestyle="--", linewidth=1)
         ax.annotate(f"limit {limit:,.0f} MB", (1.0, limit), xycoords=("axes fraction", "data"), xytext=(-4, 3),
                     textcoords="offset points", ha="right", va="bottom", fontsize=8, color="red")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, limit + 0.1 * (limit - low)))  # room for the limit's label inside the Axes
     ax.set_xlim(0, sim.step_time)
     ax.set_xlabel(time_label("time", "ms"))
     ax.set_ylabel("memory (MB)")

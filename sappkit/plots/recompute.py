@@ -160,6 +160,11 @@ def _parts(stages: pd.DataFrame) -> pd.Series:
 def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label: str | None = None) -> Axes:
     """One coloured cell per body layer (model order) by option, stage boundaries marked, offload hatched.
 
+    Where the choice ran the runtime's modes, the legend gives each option
+    its mode as well, the way trainer plans and :meth:`RecomputeChoice.describe`
+    write it: ``off (none)`` is the mode a runtime calls ``off``, which runs
+    the recompute option ``none``.
+
     Examples
     --------
     >>> from sappkit.layers.table import LayerTable
@@ -184,7 +189,10 @@ def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label
                hatch="///" if row.offloaded_mb > 0 else None)
     for x in np.flatnonzero(np.diff(layers["stage"].to_numpy(int))) + 0.5:
         ax.axvline(x, color="black", linewidth=1)
-    handles = [Patch(color=colors[o], label=o) for o in options if o in set(layers["option"])]
+    # A choice among the runtime's modes names each by its mode too, as trainer plans do ("off (none)").
+    modes = dict(zip(layers["option"], layers["mode"])) if "mode" in layers else {}
+    handles = [Patch(color=colors[o], label=o if modes.get(o) in (None, o) else f"{modes[o]} ({o})")
+               for o in options if o in set(layers["option"])]
     if (layers["offloaded_mb"] > 0).any():
         handles.append(Patch(facecolor="white", edgecolor="black", hatch="///", label="offloaded"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)

@@ -112,3 +112,12 @@ def test_time_saved_shades_a_single_capacity_where_nothing_fits():
     ax = plot_time_saved(SAVED.iloc[:3])
     (span,) = ax.patches
     assert span.get_x() == ax.get_xlim()[0] < 100 == span.get_x() + span.get_width()
+
+
+def test_layer_options_name_the_runtimes_modes_as_trainer_plans_do(llama):
+    part = even_partition(llama)
+    choice = choose_recompute(llama, part, memory_mb=45000, modes=MODES, per_layer=True)
+    legend = [t.get_text() for t in plot_layer_options(choice).get_legend().get_texts()]
+    assert legend == ["off (none)", "selective"] and "off" in choice.trainer_plan()[1].values()
+    options = choose_recompute(llama, part, memory_mb=45000)
+    assert [t.get_text() for t in plot_layer_options(options).get_legend().get_texts()] == ["none", "selective"]
