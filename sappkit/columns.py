@@ -64,5 +64,6 @@ ROLES = (HEAD, BODY, TAIL)
 SAPP_OPTIONS = ("none", "selective", "comm", "both", "full")
 #: The order MindFormers runs a cell's layers of one kind in: the most recomputed first, none last.
 POSITIONAL_OPTIONS = ("full", "both", "selective", "comm", "none")
-#: Which option each runtime mode runs, unless the caller says otherwise.
+#: Which option each runtime mode runs, unless the caller says otherwise: a runtime's ``off`` is the option ``none``
+#: (frames carry both, ``option`` and ``mode``; trainer plans name modes).
 DEFAULT_MODES = {"off": "none", "selective": "selective", "full": "full"}

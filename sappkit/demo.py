@@ -29,8 +29,11 @@ from .pipeline.simulator import Simulation, simulate
 __all__ = ["BUNDLED_DATA", "DEMO_LAYERS", "DEMO_DRYRUNS", "Demo", "bundled", "headline", "run_demo",
            "simulate_layers", "tour_simulation"]
 
-#: The repository's ``data/`` folder (bundled example inputs).
-BUNDLED_DATA = Path(__file__).resolve().parent.parent / "data"
+#: The bundled example inputs: inside the installed package (``pip install .`` ships the repository's ``data/``
+#: folder as ``sappkit/data``, see pyproject.toml), else the ``data/`` folder beside the package (a source checkout,
+#: or ``pip install -e .``).
+_PACKAGED = Path(__file__).resolve().parent / "data"
+BUNDLED_DATA = _PACKAGED if _PACKAGED.is_dir() else _PACKAGED.parent.parent / "data"
 #: The model the demo and the tour load, and its dry-run observations.
 DEMO_LAYERS = "llama2_70b.json"
 DEMO_DRYRUNS = "llama2_70b_dryruns.csv"
@@ -46,8 +49,8 @@ def bundled(name: str) -> Path:
     """
     path = BUNDLED_DATA / name
     if not path.is_file():
-        raise InputError(f"bundled data file {name!r} is not in {BUNDLED_DATA}; the bundled data ships with the "
-                         "repository (install it with pip install -e . from a clone)")
+        raise InputError(f"bundled data file {name!r} is not in {BUNDLED_DATA}; the bundled data ships with sappkit "
+                         "(reinstall it: pip install sappkit, or pip install -e . from a clone)")
     return path
 
 

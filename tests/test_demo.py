@@ -1,10 +1,21 @@
-"""The demo on bundled data: even-placement simulations, the headline table, bundled files."""
+"""The demo on bundled data: even-placement simulations, the headline table, bundled files (and that the package
+ships them)."""
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from sappkit import InputError, cell_costs, even_assignment, simulate
-from sappkit.demo import bundled, headline, simulate_layers, tour_simulation
+from sappkit.demo import BUNDLED_DATA, bundled, headline, simulate_layers, tour_simulation
+
+from .bundled import DATA
+
+REPO = Path(__file__).resolve().parents[1]
 
 PIPELINE = dict(stages=16, micro_batches=32)
 LIMIT_MB = 58000
@@ -42,7 +53,33 @@ def test_headline_reads_each_simulation(llama):
 def test_bundled_names_a_missing_file():
     with pytest.raises(InputError) as caught:
         bundled("nope.json")
-    assert str(caught.value).startswith("bundled data file 'nope.json' is not in ")
+    assert str(caught.value) == (f"bundled data file 'nope.json' is not in {DATA}; the bundled data ships with "
+                                 "sappkit (reinstall it: pip install sappkit, or pip install -e . from a clone)")
+
+
+def test_a_source_checkout_reads_the_repositorys_data_folder():
+    assert BUNDLED_DATA == DATA and bundled("vlm.json") == DATA / "vlm.json"
+
+
+def test_the_wheel_ships_the_bundled_data_where_the_installed_package_looks(tmp_path):
+    """Build the wheel ``pip install .`` installs from a copy of the sources, unpack it, and look from elsewhere."""
+    source = tmp_path / "source"
+    for folder in ("sappkit", "data"):
+        shutil.copytree(REPO / folder, source / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    subprocess.run([sys.executable, "-c", "from setuptools import build_meta; build_meta.build_wheel('wheel')"],
+                   cwd=source, check=True, capture_output=True)
+    (wheel,) = (source / "wheel").glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {Path(name).name for name in archive.namelist() if name.startswith("sappkit/data/")}
+        archive.extractall(tmp_path / "installed")
+    inputs = {path.name for path in DATA.iterdir() if path.suffix in {".json", ".csv", ".yaml"}}
+    assert inputs | {"README.md"} <= shipped and len(inputs) >= 7
+    found = subprocess.run([sys.executable, "-c", "from sappkit.demo import bundled; print(bundled('vlm.json'))"],
+                           cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "installed")}, check=True,
+                           capture_output=True, text=True)
+    assert found.stdout == f"{tmp_path / 'installed' / 'sappkit' / 'data' / 'vlm.json'}\n"
 
 
 def test_demo_simulates_the_tours_two_schedules(demo, llama):

@@ -3,6 +3,7 @@ MindFormers offsets YAML that places layers on the stages."""
 
 from __future__ import annotations
 
+from importlib import import_module
 from pathlib import Path
 
 from .._files import load_yaml
@@ -86,3 +87,15 @@ def modes(args, *, per_layer: bool) -> tuple[str, ...] | None:
     if args.modes is None:
         return PER_LAYER_MODES if per_layer else None
     return tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
+
+
+def load_report():
+    """:mod:`sappkit.report`, imported when a command needs it: it runs notebooks, which a plain ``pip install
+    sappkit`` does not bring; without them, one line naming the extra that does."""
+    try:
+        return import_module("..report", __package__)
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").startswith("sappkit"):
+            raise
+        raise InputError(f"executing and rendering notebooks needs the notebooks extra (no module {exc.name!r}): "
+                         "pip install 'sappkit[notebooks]'") from None

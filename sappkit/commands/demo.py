@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..demo import run_demo
-from ..report import default_notebooks, write_report
+from ._common import load_report
 
 
 def register(subparsers) -> None:
@@ -29,11 +29,13 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    report = load_report() if args.report else None  # before the demo: a missing extra is said at once
     print(run_demo().describe(), flush=True)
-    if not args.report:
+    if report is None:
         return 0
-    notebooks = list(args.notebooks) or default_notebooks()
+    notebooks = list(args.notebooks) or report.default_notebooks()
     print(f"\nwriting the report to {args.out}", flush=True)
-    index = write_report(notebooks, args.out, force=args.force, progress=lambda line: print(line, flush=True))
+    index = report.write_report(notebooks, args.out, force=args.force,
+                                progress=lambda line: print(line, flush=True))
     print(f"report written to {index.parent} (open {index})")
     return 0

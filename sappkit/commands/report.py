@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..report import default_notebooks, write_report
+from ._common import load_report
 
 
 def register(subparsers) -> None:
@@ -21,8 +21,9 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    notebooks = list(args.notebooks) or default_notebooks()
-    index = write_report(notebooks, args.out, with_input=args.with_input, force=args.force,
-                         progress=lambda line: print(line, flush=True))
+    report = load_report()
+    notebooks = list(args.notebooks) or report.default_notebooks()
+    index = report.write_report(notebooks, args.out, with_input=args.with_input, force=args.force,
+                                progress=lambda line: print(line, flush=True))
     print(f"report written to {index.parent} (open {index})")
     return 0

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
+import numpy as np
 from matplotlib.axes import Axes
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.ticker import MaxNLocator
 
 from .._check import check_number, short
 from ..errors import InputError
 
-__all__ = ["axes_for", "axes_list", "optional_number"]
+__all__ = ["axes_for", "axes_list", "optional_number", "stage_colorbar", "stage_scale", "time_label"]
 
 
 def axes_for(ax, figsize: tuple[float, float]) -> Axes:
@@ -34,3 +37,22 @@ def axes_list(name: str, axes, count: int) -> list[Axes]:
     if items is None or len(items) != count or not all(isinstance(ax, Axes) for ax in items):
         raise InputError(f"{name} must be {count} matplotlib Axes; got {short(axes)}")
     return items
+
+
+def time_label(what: str, unit: str) -> str:
+    """An axis label for a time with its unit, e.g. ``time_label("step time", "ms")`` is ``"step time (ms)"``."""
+    return f"{what} ({unit})"
+
+
+def stage_scale(first: int, last: int) -> dict:
+    """``cmap`` and ``norm`` giving stages ``first..last`` one colour each (viridis short of its palest yellow)."""
+    count = last - first + 1
+    colors = plt.get_cmap("viridis")(np.linspace(0.0, 0.9, count))
+    return dict(cmap=ListedColormap(colors), norm=BoundaryNorm(np.arange(first, last + 2) - 0.5, count))
+
+
+def stage_colorbar(ax: Axes, mappable) -> None:
+    """A colour bar labelled ``stage`` beside ``ax``, ticks on whole stages."""
+    bar = ax.figure.colorbar(mappable, ax=ax, label="stage", pad=0.02)
+    bar.locator = MaxNLocator(nbins=9, integer=True)
+    bar.update_ticks()

@@ -11,12 +11,17 @@ import textwrap
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.ticker import StrMethodFormatter
 
 from .._frames import check_frame
-from ._axes import axes_for
-from ..columns import BACKWARD_TIME, FORWARD_TIME, RECOMPUTE_TIME, STAGE, TIME
+from ..columns import BACKWARD_TIME, FORWARD_TIME, MEMORY_MB, RECOMPUTE_TIME, STAGE, TIME
+from ._axes import axes_for, time_label
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
+
+#: Columns of the memory sweep this module reads (:func:`sappkit.sweep_memory` builds the frame).
+_STEP_TIME = "step_time"
+_NEEDED = "memory_needed_mb"
 
 
 def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
@@ -55,38 +60,49 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
 
 
 def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
-    """Simulated step time (and the objective, right axis) against the memory limit.
+    """Simulated step time against the memory limit, the limits no plan fits shaded.
 
-    ``sweep`` is :func:`sappkit.sweep_memory`'s frame; limits without a plan
-    are marked along the bottom as infeasible.
+    ``sweep`` is :func:`sappkit.sweep_memory`'s frame. The shaded span ends
+    at the least memory any plan needs (``memory_needed_mb`` of the
+    infeasible limits) where the sweep knows it, else at the largest limit
+    without a plan; a limit above it without a plan (a solve that failed) is
+    marked along the bottom.
 
     Examples
     --------
     >>> frame = pd.DataFrame(dict(memory_mb=[400.0, 600.0, 1000.0], status=["infeasible", "optimal", "optimal"],
-    ...                           objective=[np.nan, 15.0, 12.0], step_time=[np.nan, 69.0, 60.0]))
-    >>> plot_memory_sweep(frame).get_xlabel()
-    'memory limit (MB)'
+    ...                           step_time=[np.nan, 69.0, 60.0], memory_needed_mb=[530.0, np.nan, np.nan]))
+    >>> ax = plot_memory_sweep(frame)
+    >>> ax.get_xlabel(), ax.get_ylabel()
+    ('memory limit (MB)', 'simulated step time (ms)')
+    >>> [t.get_text() for t in ax.get_legend().get_texts()]
+    ['simulated step time', 'no plan fits below 530 MB']
     """
-    sweep = check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
-                        numeric=("memory_mb",), gaps=("objective", "step_time"))
+    sweep = check_frame(sweep, "sweep", (MEMORY_MB, _STEP_TIME), "a memory sweep", numeric=(MEMORY_MB,),
+                        gaps=(_STEP_TIME, _NEEDED))
     ax = axes_for(ax, (7, 3.5))
-    placed = sweep[sweep["step_time"].notna()]
-    ax.plot(placed["memory_mb"], placed["step_time"], marker="o", color="#3182bd", drawstyle="steps-post",
+    sweep = sweep.sort_values(MEMORY_MB)
+    placed = sweep[sweep[_STEP_TIME].notna()]
+    lost = sweep[sweep[_STEP_TIME].isna()]
+    ax.plot(placed[MEMORY_MB], placed[_STEP_TIME], marker="o", color="#3182bd", drawstyle="steps-post", zorder=3,
             label="simulated step time")
     ax.set_xlabel("memory limit (MB)")
-    ax.set_ylabel("simulated step time")
-    right = ax.twinx()
-    right.plot(placed["memory_mb"], placed["objective"], marker=".", linestyle="--", color="#e6550d",
-               drawstyle="steps-post", label="objective")
-    right.set_ylabel("objective")
-    lost = sweep[sweep["step_time"].isna()]
-    if len(lost):
-        bottom = ax.get_ylim()[0] if len(placed) else 0.0
-        ax.scatter(lost["memory_mb"], np.full(len(lost), bottom), marker="x", color="red", zorder=3,
-                   clip_on=False, label="no plan fits")
-    handles = ax.get_legend_handles_labels()
-    extra = right.get_legend_handles_labels()
-    ax.legend(handles[0] + extra[0], handles[1] + extra[1], loc="upper right", fontsize=8, frameon=False)
+    ax.set_ylabel(time_label("simulated step time", "ms"))
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    below = lost[lost[MEMORY_MB] < placed[MEMORY_MB].min()] if len(placed) else lost
+    if len(below):
+        needed = below[_NEEDED].max() if _NEEDED in below else np.nan
+        edge = float(below[MEMORY_MB].max() if np.isnan(needed) else needed)
+        left, right = float(sweep[MEMORY_MB].min()), max(float(sweep[MEMORY_MB].max()), edge)
+        pad = 0.03 * max(right - left, 1.0)
+        ax.axvspan(left - pad, edge, color="0.88", zorder=0, label=f"no plan fits below {edge:,.0f} MB")
+        ax.set_xlim(left - pad, right + pad)
+    failed = lost.drop(index=below.index)
+    if len(failed):
+        ax.scatter(failed[MEMORY_MB], np.full(len(failed), ax.get_ylim()[0]), marker="x", color="red", zorder=3,
+                   clip_on=False, label="no plan found")
+    ax.legend(loc="upper right", fontsize=8, frameon=False)
     return ax
 
 

@@ -6,9 +6,12 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
+from matplotlib.cm import ScalarMappable
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
+from matplotlib.text import Text
+from matplotlib.ticker import StrMethodFormatter
 
 from .._check import short
 from .._frames import check_frame
@@ -17,7 +20,7 @@ from ..columns import (
 )
 from ..errors import InputError
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
-from ._axes import axes_for, optional_number
+from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
 
 __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
 
@@ -25,8 +28,10 @@ __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_sta
 MEMORY_PARTS = ((PARAM_MB, "parameters"), (ACTIVATION_MB, "activations"), (OVERHEAD_MB, "interleave overhead"),
                 (WORKING_MB, "working set"), (CONST_MB, "constant"))
 _PART_COLORS = ("#4c72b0", "#dd8452", "#c44e52", "#8172b3", "#937860")
-#: Ops above which the Gantt chart leaves out micro-batch numbers (they would not be readable).
-_LABELLED_OPS = 160
+#: Font sizes (points) of the micro-batch numbers: the largest, and the smallest still written.
+_LABEL_POINTS = (7.0, 5.0)
+#: Width of a digit in DejaVu Sans, matplotlib's default font, as a fraction of the font size.
+_DIGIT_EM = 0.64
 
 
 def _chunk_colors(chunk: int) -> tuple[str, str]:
@@ -46,8 +51,9 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     """Gantt chart of a simulated step: one row per stage, forward light, backward dark, recompute hatched.
 
     Each chunk has its own hue; a split backward's input pass is dark like a
-    whole backward and its weight pass darker. Micro-batch numbers are written
-    on the ops when there are few enough to read.
+    whole backward and its weight pass darker. Each op carries its
+    micro-batch number in the largest font (up to 7 pt) its box holds as
+    drawn, or none where 5 pt would not fit.
 
     Examples
     --------
@@ -72,14 +78,18 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
         ax.add_collection(PolyCollection(_boxes(start[shaded], start[shaded] + recompute[shaded], stage[shaded]),
                                          facecolors="none", edgecolors="black", linewidths=0, hatch="////",
                                          alpha=0.5))
-    if len(timeline) <= _LABELLED_OPS:
-        for x0, x1, y, unit in zip(start, end, stage, timeline[MICRO_BATCH]):
-            ax.text((x0 + x1) / 2, y, str(unit), ha="center", va="center", fontsize=7)
     p = len(sim.stages)
     ax.set_xlim(0, sim.step_time)
     ax.set_ylim(p - 0.5, -0.5)
+    # Only the numbers that fit now: laying the figure out later only shrinks the Axes.
+    numbers = [str(number) for number in timeline[MICRO_BATCH]]
+    width, height = ax.get_window_extent().size * 72 / ax.figure.dpi
+    sizes = _label_size((end - start) * width / sim.step_time, 0.8 * height / p, np.array([len(n) for n in numbers]))
+    for x0, x1, y, number, size in zip(start, end, stage, numbers, sizes):
+        if size > 0:
+            ax.add_artist(_OpLabel(x0, x1, y, number))
     ax.set_yticks(range(p))
-    ax.set_xlabel("time")
+    ax.set_xlabel(time_label("time", "ms"))
     ax.set_ylabel("stage")
     handles = []
     split = (phase == "backward_weight").any()
@@ -92,9 +102,46 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
             handles.append(Patch(color=_phase_color(chunk, "backward_weight"), label="weight pass" + suffix))
     if shaded.any():
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="////", label="recompute"))
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title(f"{sim.schedule}: step time {sim.step_time:.4g}, bubble {sim.bubbles['real']:.1%}")
+    # Above the chart, so that a colour bar beside the memory timeline below lines up with it.
+    columns = min(len(handles), 6)
+    ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=columns, fontsize=8,
+              frameon=False, borderaxespad=0.2)
+    ax.set_title(f"{_headline(sim)}, bubble {sim.bubbles['real']:.1%}", pad=8 + 14 * -(-len(handles) // columns))
     return ax
+
+
+def _headline(sim: Simulation) -> str:
+    return f"{sim.schedule}: step time {sim.step_time:,.0f} ms" if sim.step_time >= 100 else \
+        f"{sim.schedule}: step time {sim.step_time:.3g} ms"
+
+
+def _label_size(width, height, digits):
+    """The font size (points) of numbers of ``digits`` digits on ops ``width`` x ``height`` points: the largest up
+    to 7 pt, in half points, with a point of padding each side and the text's box (1.2 em with its descent)
+    inside the op's; 0 where 5 pt would not fit."""
+    size = np.floor(2 * np.minimum(np.minimum((width - 2.0) / (_DIGIT_EM * digits), height / 1.2),
+                                   _LABEL_POINTS[0])) / 2
+    return np.where(size >= _LABEL_POINTS[1], size, 0.0)
+
+
+class _OpLabel(Text):
+    """An op's micro-batch number, sized when drawn to the op's box as it then is (figures are laid out late)."""
+
+    def __init__(self, start: float, end: float, stage: float, text: str):
+        super().__init__((start + end) / 2, stage, text, ha="center", va="center", fontsize=_LABEL_POINTS[0])
+        self.set_in_layout(False)  # inside its op, inside the Axes: nothing for a layout engine to make room for
+        self._corners = ((start, stage - 0.4), (end, stage + 0.4))
+
+    def draw(self, renderer):
+        (x0, y0), (x1, y1) = self.axes.transData.transform(self._corners)
+        per_point = renderer.points_to_pixels(1.0)
+        size = float(_label_size(abs(x1 - x0) / per_point, abs(y1 - y0) / per_point, len(self.get_text())))
+        # Changed only when it must: a change marks the figure stale, which would ask for another draw.
+        if (size > 0) != self.get_visible():
+            self.set_visible(size > 0)
+        if size > 0 and size != self.get_fontsize():
+            self.set_fontsize(size)
+        super().draw(renderer)
 
 
 def _phase_color(chunk: int, phase: str):
@@ -113,7 +160,8 @@ def _boxes(start, end, stage) -> np.ndarray:
 
 
 def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
-    """Each stage's memory over the step (a step line per stage), with the device limit when known.
+    """Each stage's memory over the step (a step line per stage, coloured by the stage's colour bar), with the
+    device limit when known.
 
     Examples
     --------
@@ -121,37 +169,47 @@ def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     >>> costs = pd.DataFrame(dict(stage=[0, 1], chunk=0, forward_time=1.0, backward_time=2.0,
     ...                           activation_mb=10.0))
     >>> ax = plot_memory_timeline(sappkit.simulate(costs, schedule="1f1b", micro_batches=3, limit_mb=60))
-    >>> len(ax.get_lines())
-    3
+    >>> len(ax.get_lines()), [t.get_text() for t in ax.texts]
+    (3, ['limit 60 MB'])
     """
     memory = _check_simulation(sim).memory
     ax = axes_for(ax, (10, 4))
     p = len(sim.stages)
-    colors = plt.get_cmap("viridis")(np.linspace(0, 0.9, p))
+    scale = stage_scale(0, p - 1)
+    colors = scale["cmap"](scale["norm"](np.arange(p)))
     for stage, rows in memory.groupby(STAGE, sort=True):
         time = np.append(rows[TIME].to_numpy(), sim.step_time)
         value = np.append(rows[MEMORY_MB].to_numpy(), rows[MEMORY_MB].iloc[-1])
         ax.step(time, value, where="post", color=colors[stage], linewidth=1.2, label=f"stage {stage}")
     limit = _limit(sim.stages, None)
     if limit is not None:
-        ax.axhline(limit, color="red", linestyle="--", linewidth=1, label="limit")
+        ax.axhline(limit, color="red", linestyle="--", linewidth=1)
+        ax.annotate(f"limit {limit:,.0f} MB", (1.0, limit), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+                    textcoords="offset points", ha="right", va="bottom", fontsize=8, color="red")
+        low, high = ax.get_ylim()
+        ax.set_ylim(low, max(high, limit + 0.1 * (limit - low)))  # room for the limit's label inside the Axes
     ax.set_xlim(0, sim.step_time)
-    ax.set_xlabel("time")
+    ax.set_xlabel(time_label("time", "ms"))
     ax.set_ylabel("memory (MB)")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, ncol=1 + p // 17)
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    stage_colorbar(ax, ScalarMappable(**scale))
     return ax
 
 
 def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
-    """The schedule above the memory timeline on a shared time axis, with the bubble split in the title.
+    """The schedule above the memory timeline on a shared time axis; the step time, the bubble split and the
+    peak stated once, in the figure's title.
 
     Examples
     --------
     >>> import pandas as pd, sappkit
     >>> costs = pd.DataFrame(dict(stage=[0, 1], chunk=0, forward_time=1.0, backward_time=2.0,
     ...                           activation_mb=10.0))
-    >>> len(plot_simulation(sappkit.simulate(costs, schedule="1f1b", micro_batches=3)).axes)
-    2
+    >>> figure = plot_simulation(sappkit.simulate(costs, schedule="1f1b", micro_batches=3))
+    >>> [ax.get_label() or ax.get_ylabel() for ax in figure.axes]
+    ['stage', 'memory (MB)', '<colorbar>']
+    >>> figure.get_suptitle()
+    '1f1b: step time 12 ms; bubble 33.3% = ideal 33.3% + imbalance 0.0% + recompute 0.0%; peak 20 MB'
     """
     _check_simulation(sim)
     if fig is None:
@@ -162,9 +220,11 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     plot_schedule(sim, ax=top)
     plot_memory_timeline(sim, ax=bottom)
     top.set_xlabel("")
-    b = sim.bubbles
-    fig.suptitle(f"bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
-                 f"+ recompute {b['recompute']:.1%};  peak {sim.stages[MEMORY_MB].max():,.0f} MB")
+    top.set_title("")
+    # Rounded first, so that a split that is zero up to rounding shows as 0.0%, not -0.0%.
+    b = {name: round(float(value), 4) + 0.0 for name, value in sim.bubbles.items()}
+    fig.suptitle(f"{_headline(sim)}; bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance "
+                 f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%}; peak {sim.stages[MEMORY_MB].max():,.0f} MB")
     return fig
 
 
@@ -210,6 +270,7 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     ax.set_xticks(x)
     ax.set_xlabel("stage")
     ax.set_ylabel("memory (MB)")
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax
 

@@ -96,8 +96,9 @@ def test_plots_draw_plan_frames():
     sweep = sweep_memory(TABLE, memory_mb=[300, 1500], progress=False, **PIPELINE)
     assert sweep.status.tolist() == ["infeasible", "optimal"]
     ax = plot_memory_sweep(sweep)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["simulated step time", "no plan fits",
-                                                                   "objective"]
+    needed = sweep.memory_needed_mb[0]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["simulated step time",
+                                                                   f"no plan fits below {needed:,.0f} MB"]
     with pytest.raises(sappkit.InputError) as error:
         plot_stage_times(plan.stages.drop(columns="time"))
     assert str(error.value) == ("stages is missing column(s) 'time'; a plan's stages frame needs stage, "

@@ -8,6 +8,8 @@ from sappkit import InputError
 from sappkit.cli import main
 from sappkit.report import default_notebooks
 
+from .test_report import NO_EXTRA, without_notebook_tools
+
 
 @pytest.fixture()
 def writer(monkeypatch, demo):
@@ -20,7 +22,7 @@ def writer(monkeypatch, demo):
         progress(f"[1/1] {Path(calls[-1]['notebooks'][0]).name}: executing")
         return Path(out) / "index.html"
 
-    monkeypatch.setattr("sappkit.commands.demo.write_report", write_report)
+    monkeypatch.setattr("sappkit.report.write_report", write_report)
     monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: demo)
     return calls
 
@@ -51,7 +53,14 @@ def test_cli_demo_reports_a_refused_report_folder(demo, monkeypatch, capsys):
     def refuse(notebooks, out, **options):
         raise InputError(f"out: {str(out)!r} already exists and is not empty")
 
-    monkeypatch.setattr("sappkit.commands.demo.write_report", refuse)
+    monkeypatch.setattr("sappkit.report.write_report", refuse)
     monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: demo)
     assert main(["demo"]) == 2
     assert capsys.readouterr().err == "sappkit demo: out: 'reports' already exists and is not empty\n"
+
+
+def test_cli_demo_without_the_notebooks_extra_says_so_before_the_demo(monkeypatch, capsys):
+    without_notebook_tools(monkeypatch)
+    monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: pytest.fail("the demo ran"))
+    assert main(["demo"]) == 2
+    assert capsys.readouterr() == ("", "sappkit demo: " + NO_EXTRA + "\n")

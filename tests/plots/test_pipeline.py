@@ -6,9 +6,13 @@ import pandas as pd
 import pytest
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgba
+from matplotlib.text import Text
+from matplotlib.transforms import Bbox
 
 from sappkit import InputError, plot_memory_timeline, plot_schedule, plot_simulation, plot_stage_memory, simulate
 from sappkit.plots.pipeline import _chunk_colors
+
+from ..drawing import drawn_texts, overlapping
 
 
 def small_sim(p=3, v=1, m=4, schedule="1f1b", recompute=0.5, limit_mb=None):
@@ -38,15 +42,58 @@ def test_schedule_draws_every_op_with_recompute_hatched():
     assert ax.get_ylim() == (2.5, -0.5) and ax.get_xlim() == (0, sim.step_time)
 
 
-def test_schedule_without_recompute_or_room_for_numbers():
+def test_schedule_without_recompute():
     sim = small_sim(p=4, m=32, recompute=0.0)
     ax = plot_schedule(sim)
     assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1
-    assert len(ax.texts) == 0
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward"]
+    assert ax.get_title() == f"1f1b: step time {sim.step_time:.3g} ms, bubble {sim.bubbles['real']:.1%}"
+    assert ax.get_xlabel() == "time (ms)"
 
 
-def test_memory_timeline_draws_each_stage_up_to_its_peak():
+def op_boxes(ax, timeline):
+    """Each op's box on the screen, by the middle of the op (where its number is written)."""
+    (boxes,) = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    corners = [np.sort(ax.transData.transform(path.vertices[[0, 2]]), axis=0) for path in boxes.get_paths()]
+    middles = zip((timeline.start + timeline.end) / 2, timeline.stage)
+    return {(float(x), float(y)): Bbox(corner) for (x, y), corner in zip(middles, corners)}
+
+
+@pytest.mark.parametrize("width", [4, 10, 30])
+def test_micro_batch_numbers_that_fit_their_op_and_none_that_do_not(width):
+    sim = small_sim(p=4, m=32, recompute=0.0)
+    fig, ax = plt.subplots(figsize=(width, 3))
+    plot_schedule(sim, ax=ax)
+    shown = drawn_texts(ax)
+    assert overlapping(shown) == []
+    boxes = op_boxes(ax, sim.timeline)
+    numbers = dict(zip(zip((sim.timeline.start + sim.timeline.end) / 2, sim.timeline.stage),
+                       sim.timeline.micro_batch))
+    for text in shown:
+        x, y = text.get_position()
+        op, label = boxes[float(x), float(y)], text.get_window_extent()
+        assert text.get_text() == str(numbers[x, y]) and 5 <= text.get_fontsize() <= 7
+        assert op.x0 <= label.x0 and label.x1 <= op.x1 and op.y0 <= label.y0 and label.y1 <= op.y1
+    # 256 ops on 4 inches: no number fits; on 10 inches every backward's (twice as long) and more; on 30 every op's.
+    backward = int((sim.timeline.phase == "backward").sum())
+    assert len(shown) == {4: 0, 30: len(sim.timeline)}.get(width, len(shown)) and (width != 10 or
+                                                                                   len(shown) > backward)
+
+
+def test_micro_batch_numbers_are_sized_when_drawn():
+    sim = small_sim(p=4, m=32, recompute=0.0)
+    fig, ax = plt.subplots(figsize=(30, 3))
+    plot_schedule(sim, ax=ax)
+    before = drawn_texts(ax)
+    assert {text.get_fontsize() for text in before} == {7.0}
+    count = len(before)
+    fig.set_size_inches(10, 3)
+    after = drawn_texts(ax)
+    assert count > len(after) > 0 and overlapping(after) == []
+    assert min(text.get_fontsize() for text in after) < 7.0
+
+
+def test_memory_timeline_draws_each_stage_up_to_its_peak_with_a_colour_bar():
     sim = small_sim(p=3, limit_mb=200)
     fig, ax = plt.subplots()
     assert plot_memory_timeline(sim, ax=ax) is ax
@@ -55,17 +102,26 @@ def test_memory_timeline_draws_each_stage_up_to_its_peak():
     for stage, line in enumerate(lines[:3]):
         assert line.get_xdata()[-1] == sim.step_time
         assert max(line.get_ydata()) == sim.stages.loc[stage, "memory_mb"]
+    assert ax.get_legend() is None and [t.get_text() for t in ax.texts] == ["limit 200 MB"]
+    (bar,) = [other for other in fig.axes if other is not ax]
+    assert bar.get_ylabel() == "stage" and bar.get_ylim() == (-0.5, 2.5)
+    assert len({tuple(line.get_color()) for line in lines[:3]}) == 3
 
 
-def test_simulation_figure_stacks_schedule_over_memory():
+def test_simulation_figure_stacks_schedule_over_memory_and_states_the_bubble_once():
     sim = small_sim()
     fig = plot_simulation(sim)
     top, bottom = fig.axes[:2]
     assert top.get_ylabel() == "stage" and bottom.get_ylabel() == "memory (MB)"
     b = sim.bubbles
-    assert fig._suptitle.get_text() == (
-        f"bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
-        f"+ recompute {b['recompute']:.1%};  peak {sim.stages.memory_mb.max():,.0f} MB")
+    assert fig.get_suptitle() == (
+        f"1f1b: step time {sim.step_time:.3g} ms; bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance "
+        f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%}; peak {sim.stages.memory_mb.max():,.0f} MB")
+    fig.canvas.draw()
+    words = [t.get_text() for t in fig.findobj(Text) if t.get_visible()]
+    assert sum("bubble" in text for text in words) == 1
+    bar = fig.axes[2]
+    assert bar.get_ylabel() == "stage" and top.get_position().x1 == pytest.approx(bottom.get_position().x1)
 
 
 def stage_frame(**changes):
