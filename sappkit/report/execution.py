@@ -47,6 +47,7 @@ from nbformat.warnings import MissingIDFieldWarning
 from traitlets import Type, default
 
 from ..errors import InputError
+from ..widgets.offline import REPORT_ENV
 
 __all__ = ["execute_notebook", "idle_waits", "read_notebook"]
 
@@ -102,13 +103,16 @@ def read_notebook(path: str | os.PathLike):
     return nb
 
 
-def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
+def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600, for_report: bool = False,
                      progress: Callable[[str], None] | None = None):
     """Run the notebook at ``path`` top to bottom and return the executed notebook (the file is untouched).
 
     The kernel is this Python environment's, whatever kernelspecs are
     installed; the working directory is the notebook's folder; the widgets'
-    state is stored in the notebook's metadata. ``progress`` is called with
+    state is stored in the notebook's metadata. ``for_report`` sets
+    :data:`~sappkit.widgets.offline.REPORT_ENV` in the kernel's environment,
+    on which the dashboards add their precomputed states to their display
+    (a few seconds to a minute per dashboard). ``progress`` is called with
     ``"cell 3/20"`` as each code cell starts. A kernel that dies (or does not
     start) is replaced once and the notebook run again from the top. A
     failing (or, after ``timeout_s``, hanging) cell, or a kernel lost twice,
@@ -127,6 +131,7 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
     """
     path = Path(path)
     say = progress or (lambda line: None)
+    env = {**os.environ, REPORT_ENV: "1"} if for_report else {k: v for k, v in os.environ.items() if k != REPORT_ENV}
     for retry in (False, True):
         nb = read_notebook(path)
         client = _NotebookRun(
@@ -134,7 +139,7 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
             store_widget_state=True, resources={"metadata": {"path": str(path.resolve().parent)}},
         )
         try:
-            return client.execute()
+            return client.execute(env=env)
         except CellControlSignal as exc:
             raise InputError(_failure_message(path, nb, client.current, exc)) from None
         except Exception as exc:
