@@ -42,7 +42,7 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
-from nbclient.exceptions import CellControlSignal, DeadKernelError
+from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
 from nbformat.warnings import MissingIDFieldWarning
 from traitlets import Type, default
 
@@ -115,9 +115,10 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600, for_repor
     (a few seconds to a minute per dashboard). ``progress`` is called with
     ``"cell 3/20"`` as each code cell starts. A kernel that dies (or does not
     start) is replaced once and the notebook run again from the top. A
-    failing (or, after ``timeout_s``, hanging) cell, or a kernel lost twice,
-    raises :class:`~sappkit.InputError` naming the notebook, the cell
-    (counted from 1, markdown included) and the error.
+    failing (or, after ``timeout_s``, hanging) cell, a cell that shows an
+    error (a display that failed), or a kernel lost twice, raises
+    :class:`~sappkit.InputError` naming the notebook, the cell (counted from
+    1, markdown included) and the error.
 
     Examples
     --------
@@ -270,6 +271,10 @@ class _NotebookRun(NotebookClient):
             # a dying kernel can surface as DeadKernelError or as whatever broke in the client when it went
             self.kernel_lost = isinstance(exc, DeadKernelError) or not await ensure_async(self.km.is_alive())
             raise
+        shown_error = next((output for output in cell.get("outputs", ()) if output.output_type == "error"), None)
+        if shown_error is not None:
+            # the cell ran, but shows a traceback: a display that failed (a dashboard's precomputed states, say)
+            raise CellExecutionError("", shown_error.ename, shown_error.evalue)
         timing = cell.metadata.get("execution", {})
         if "iopub.status.idle" in timing:
             timing.update({SENT_KEY: sent, DONE_KEY: _now()})
