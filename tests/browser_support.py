@@ -82,12 +82,43 @@ def pixel_spread(png: bytes) -> float:
 
 
 def image_states(page) -> list[dict]:
-    """Every ``<img>`` of the page: source prefix, whether it loaded and decoded, and its drawn size."""
+    """Every ``<img>`` of the page: source prefix, whether it loaded and decoded, its drawn size, and whether it
+    belongs to a precomputed dashboard state that is hidden until chosen."""
     return page.evaluate("""() => Array.from(document.images).map(img => ({
         src: img.src.slice(0, 40), complete: img.complete,
         natural_width: img.naturalWidth, natural_height: img.naturalHeight,
         width: img.getBoundingClientRect().width, height: img.getBoundingClientRect().height,
+        in_hidden_state: Boolean(img.closest(".sappkit-state[hidden]")),
     }))""")
+
+
+#: Whether an element shows anything of its own: a decoded image, a form control, or text of its own (not a child's).
+_SHOWS_SOMETHING = """element => {
+    if (element.getClientRects().length === 0 || getComputedStyle(element).visibility === "hidden") return false;
+    if (element.tagName === "IMG") return element.complete && element.naturalWidth > 0;
+    if (["INPUT", "SELECT", "PROGRESS", "CANVAS", "SVG"].includes(element.tagName.toUpperCase())) return true;
+    return Array.from(element.childNodes).some(node => node.nodeType === Node.TEXT_NODE && node.textContent.trim());
+}"""
+
+
+def blank_parts(page) -> dict[str, list[str]]:
+    """The parts of a page that show nothing: headings with nothing visible before the next heading (h1 to h4), and
+    output areas with nothing visible in them (by their first 80 characters of HTML)."""
+    return page.evaluate(f"""() => {{
+        const shows = {_SHOWS_SOMETHING};
+        const headings = Array.from(document.querySelectorAll("h1, h2, h3, h4"));
+        const content = Array.from(document.body.querySelectorAll("*"))
+            .filter(element => !element.closest("h1, h2, h3, h4") && shows(element));
+        const follows = (a, b) => Boolean(a.compareDocumentPosition(b) & Node.DOCUMENT_POSITION_FOLLOWING);
+        const sections = headings.filter((heading, i) => !content.some(element => follows(heading, element)
+            && (i + 1 === headings.length || follows(element, headings[i + 1]))));
+        const outputs = Array.from(document.querySelectorAll(".jp-OutputArea-output"))
+            .filter(output => ![output, ...output.querySelectorAll("*")].some(shows));
+        return {{
+            sections: sections.map(heading => heading.textContent.replace("\u00b6", "").trim()),
+            outputs: outputs.map(output => output.outerHTML.slice(0, 80)),
+        }};
+    }}""")
 
 
 @contextmanager

@@ -42,11 +42,12 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_core.utils import ensure_async
 from nbclient import NotebookClient
-from nbclient.exceptions import CellControlSignal, DeadKernelError
+from nbclient.exceptions import CellControlSignal, CellExecutionError, DeadKernelError
 from nbformat.warnings import MissingIDFieldWarning
 from traitlets import Type, default
 
 from ..errors import InputError
+from ..widgets.offline import REPORT_ENV
 
 __all__ = ["execute_notebook", "idle_waits", "read_notebook"]
 
@@ -102,18 +103,22 @@ def read_notebook(path: str | os.PathLike):
     return nb
 
 
-def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
+def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600, for_report: bool = False,
                      progress: Callable[[str], None] | None = None):
     """Run the notebook at ``path`` top to bottom and return the executed notebook (the file is untouched).
 
     The kernel is this Python environment's, whatever kernelspecs are
     installed; the working directory is the notebook's folder; the widgets'
-    state is stored in the notebook's metadata. ``progress`` is called with
+    state is stored in the notebook's metadata. ``for_report`` sets
+    :data:`~sappkit.widgets.offline.REPORT_ENV` in the kernel's environment,
+    on which the dashboards add their precomputed states to their display
+    (a few seconds to a minute per dashboard). ``progress`` is called with
     ``"cell 3/20"`` as each code cell starts. A kernel that dies (or does not
     start) is replaced once and the notebook run again from the top. A
-    failing (or, after ``timeout_s``, hanging) cell, or a kernel lost twice,
-    raises :class:`~sappkit.InputError` naming the notebook, the cell
-    (counted from 1, markdown included) and the error.
+    failing (or, after ``timeout_s``, hanging) cell, a cell that shows an
+    error (a display that failed), or a kernel lost twice, raises
+    :class:`~sappkit.InputError` naming the notebook, the cell (counted from
+    1, markdown included) and the error.
 
     Examples
     --------
@@ -127,6 +132,7 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
     """
     path = Path(path)
     say = progress or (lambda line: None)
+    env = {**os.environ, REPORT_ENV: "1"} if for_report else {k: v for k, v in os.environ.items() if k != REPORT_ENV}
     for retry in (False, True):
         nb = read_notebook(path)
         client = _NotebookRun(
@@ -134,7 +140,7 @@ def execute_notebook(path: str | os.PathLike, *, timeout_s: int = 600,
             store_widget_state=True, resources={"metadata": {"path": str(path.resolve().parent)}},
         )
         try:
-            return client.execute()
+            return client.execute(env=env)
         except CellControlSignal as exc:
             raise InputError(_failure_message(path, nb, client.current, exc)) from None
         except Exception as exc:
@@ -265,6 +271,10 @@ class _NotebookRun(NotebookClient):
             # a dying kernel can surface as DeadKernelError or as whatever broke in the client when it went
             self.kernel_lost = isinstance(exc, DeadKernelError) or not await ensure_async(self.km.is_alive())
             raise
+        shown_error = next((output for output in cell.get("outputs", ()) if output.output_type == "error"), None)
+        if shown_error is not None:
+            # the cell ran, but shows a traceback: a display that failed (a dashboard's precomputed states, say)
+            raise CellExecutionError("", shown_error.ename, shown_error.evalue)
         timing = cell.metadata.get("execution", {})
         if "iopub.status.idle" in timing:
             timing.update({SENT_KEY: sent, DONE_KEY: _now()})

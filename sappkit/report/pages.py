@@ -2,11 +2,13 @@
 
 Each notebook runs top to bottom in a fresh kernel of this Python
 environment, with its own folder as working directory (so the notebooks'
-``../data/...`` paths resolve). nbconvert renders the executed notebook as
-HTML with the code hidden by default; plots are embedded images, and the
-widgets' last state is stored so a viewer that loads the ipywidgets HTML
-manager shows the dashboards as they were left. An ``index.html`` links
-every page with its title and first paragraph line.
+``../data/...`` paths resolve), told that it runs for a report (so the
+dashboards precompute their states). nbconvert renders the executed
+notebook as HTML with the code hidden by default; plots are embedded images,
+and a page needs no kernel and fetches nothing (:mod:`~sappkit.report.offline`):
+each dashboard shows its precomputed states behind a control that works in
+the page, any other widget a snapshot of how it was left. An ``index.html``
+links every page with its title and first paragraph line.
 
 The report is built in a hidden sibling folder and moved into place only
 when every notebook ran, so a failing notebook never leaves half a report
@@ -136,7 +138,7 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
             tag = f"notebook {number}/{len(paths)}: {path.stem}"
             say(f"{tag}, starting its kernel")
             start = time.perf_counter()
-            nb = execute_notebook(path, progress=lambda text, tag=tag: say(f"{tag}, {text}"))
+            nb = execute_notebook(path, for_report=True, progress=lambda text, tag=tag: say(f"{tag}, {text}"))
             title, line = notebook_summary(nb)
             page = f"{path.stem}.html"
             _write_page(staging / page, _render(nb, title or path.stem, with_input=with_input), out=out)
@@ -255,12 +257,11 @@ def _write_page(path: Path, text: str, *, out: Path) -> None:
 
 
 def _render(nb, title: str, *, with_input: bool) -> str:
-    from nbconvert import HTMLExporter
+    from .offline import offline_exporter, offline_notebook
 
+    nb = offline_notebook(nb)
     nb.metadata["title"] = title
-    exporter = HTMLExporter(template_name="lab", exclude_input=not with_input,
-                            exclude_input_prompt=not with_input, exclude_output_prompt=not with_input)
-    body, _ = exporter.from_notebook_node(nb)
+    body, _ = offline_exporter(with_input=with_input).from_notebook_node(nb)
     return body
 
 

@@ -3,14 +3,13 @@
 Pick an alternative to see its stage-memory bars and trainer plan; "one more
 from here" makes it the plan the next alternatives start from, "back" undoes
 a step. The logic is :func:`walk_step`, :func:`one_more` and :func:`step_back`
-(pure, tested); :class:`AlternativesDashboard` only wires them to widgets.
+(pure, tested); :class:`AlternativesDashboard` only wires them to widgets. For a
+report, the plan on show and its alternatives are precomputed (:mod:`.offline`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-import matplotlib.pyplot as plt
 
 from ..columns import LIMIT_MB, MEMORY_MB, STAGE
 from ..errors import InputError
@@ -18,6 +17,7 @@ from ..one_more.analysis import RecomputeAnalysis, alternatives
 from ..one_more.result import Alternatives
 from ..plots.pipeline import plot_stage_memory
 from ..recompute.choice import RecomputeChoice
+from .offline import Shown, dashboard_box, display_shown, record_states, states_html
 
 __all__ = ["WalkStep", "walk_step", "one_more", "step_back", "AlternativesDashboard"]
 
@@ -114,6 +114,8 @@ class AlternativesDashboard:
     """A dropdown of alternatives, "one more from here" and "back"; ``.widget`` to display, ``.last`` the
     latest :class:`WalkStep`.
 
+    A report shows the plan on show and each of its alternatives behind a list of its own.
+
     Parameters
     ----------
     choice : RecomputeChoice
@@ -135,8 +137,27 @@ class AlternativesDashboard:
         self.picker.observe(self._picked, names="value")
         self.more.on_click(lambda _button: self._show(step=one_more(self.last), relist=True))
         self.back.on_click(lambda _button: self._show(step=step_back(self.last), relist=True))
-        self.widget = w.VBox([self.picker, w.HBox([self.more, self.back]), self.output])
+        self.widget = dashboard_box([self.picker, w.HBox([self.more, self.back]), self.output],
+                                    report_html=self.report_html)
         self._show(step=self.last, relist=True)
+
+    @staticmethod
+    def show(step: WalkStep) -> Shown:
+        """``step``'s summary and the stage memory of its plan on show."""
+        ax = plot_stage_memory(step.shown.stages)
+        ax.set_title("stage memory of the plan on show")
+        return Shown(step, step.summary(), (ax.figure,))
+
+    def report_html(self) -> str:
+        """The list for a report: the walk's current plan and each of its alternatives, precomputed."""
+        step = self.last
+        labels = {pick: label for label, pick in step.labels}
+        states = record_states(lambda pick: self.show(walk_step(step.analysis, step.path, pick=pick)), labels,
+                               label=labels.get)
+        note = (f"Precomputed for this report: the plan at step {len(step.path) - 1} of the walk and its "
+                f"{len(labels) - 1} alternative(s). Run the notebook to walk on (one more from here, back).")
+        return states_html(states, control="alternative", start=list(labels).index(step.pick), kind="select",
+                           note=note)
 
     def _picked(self, change) -> None:
         if not self._relisting:
@@ -144,8 +165,6 @@ class AlternativesDashboard:
 
     def _show(self, *, step: WalkStep, relist: bool = False) -> None:
         """Show ``step``: its plan's stage bars and summary (figures closed once shown)."""
-        from IPython.display import Pretty, display
-
         self.last = step
         if relist:
             self._relisting = True
@@ -154,10 +173,4 @@ class AlternativesDashboard:
             self._relisting = False
         self.more.disabled = step.pick is None
         self.back.disabled = len(step.path) == 1
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(Pretty(step.summary()))
-            ax = plot_stage_memory(step.shown.stages)
-            ax.set_title("stage memory of the plan on show")
-            display(ax.figure)
-            plt.close(ax.figure)
+        display_shown(self.output, self.show(step))

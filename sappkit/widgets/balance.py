@@ -3,7 +3,8 @@ objective in; the re-solved plan's status line, stage-memory bars and per-stage 
 
 Thin wiring of :func:`sappkit.balancer.views.dashboard_plan` (which keeps the
 exact search's enumerations per pipeline, so dragging the memory slider
-re-solves in milliseconds to a few tenths of a second) and the plots.
+re-solves in milliseconds to a few tenths of a second) and the plots. For a
+report, the memory slider's states are precomputed (:mod:`.offline`).
 """
 
 from __future__ import annotations
@@ -11,11 +12,13 @@ from __future__ import annotations
 import html
 
 import matplotlib.pyplot as plt
+import numpy as np
 
 from ..balancer.views import dashboard_plan
 from ..layers.table import as_layer_table
 from ..plots.balance import plot_stage_times
 from ..plots.pipeline import plot_stage_memory
+from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
 
 __all__ = ["BalanceDashboard"]
 
@@ -25,16 +28,18 @@ class BalanceDashboard:
 
     ``.status_html`` (an ``ipywidgets.HTML``) shows the status line and
     ``.output`` (an ``ipywidgets.Output``) the figures; both change whenever a
-    control does.
+    control does. A report shows the plans at ``report_limits`` memory limits
+    evenly over the slider's range (and its value) behind a slider of its own.
     """
 
     def __init__(self, layers, *, memory_mb: float = 53000.0, stages: int = 16, chunks: int = 1,
                  micro_batches: int = 16, schedule: str = "1f1b", objective: str = "sapp",
-                 memory_range: tuple[float, float] = (20000.0, 80000.0)):
+                 memory_range: tuple[float, float] = (20000.0, 80000.0), report_limits: int = 25):
         import ipywidgets as w
 
         self.layers = as_layer_table(layers)
         self.cache: dict = {}
+        self.report_limits = report_limits
         self.controls = dict(
             memory_mb=w.FloatSlider(value=memory_mb, min=memory_range[0], max=memory_range[1], step=500,
                                     description="memory MB", continuous_update=False, readout_format=",.0f"),
@@ -53,25 +58,41 @@ class BalanceDashboard:
         for control in self.controls.values():
             control.observe(lambda _change: self.update(), names="value")
         names = list(self.controls)
-        self.widget = w.VBox([w.HBox([self.controls[n] for n in names[:3]]),
-                              w.HBox([self.controls[n] for n in names[3:]]), self.status_html, self.output])
+        self.widget = dashboard_box([w.HBox([self.controls[n] for n in names[:3]]),
+                                     w.HBox([self.controls[n] for n in names[3:]]), self.status_html, self.output],
+                                    report_html=self.report_html)
         self.update()
+
+    def settings(self) -> dict:
+        """The controls' values, by :func:`~sappkit.balancer.views.dashboard_plan`'s argument names."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def show(self, **settings) -> Shown:
+        """The plan for ``settings``, its status line and its figure (stage memory and time per micro-batch)."""
+        plan, status = dashboard_plan(self.layers, cache=self.cache, **settings)
+        figures = ()
+        if plan is not None and plan.counts is not None:
+            figure, (memory_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained")
+            plot_stage_memory(plan.stages, ax=memory_ax)
+            plot_stage_times(plan.stages, ax=time_ax)
+            figures = (figure,)
+        return Shown(plan, status, figures, alert=not (plan is not None and plan.has_plan))
 
     def update(self) -> None:
         """Re-solve with the controls' values, then redraw the status line and figures (closed once shown)."""
-        from IPython.display import display
-
-        settings = {name: control.value for name, control in self.controls.items()}
-        self.last, self.status = dashboard_plan(self.layers, cache=self.cache, **settings)
-        fits = self.last is not None and self.last.has_plan
-        color = "green" if fits else "red"
+        shown = self.show(**self.settings())
+        self.last, self.status = shown.result, shown.text
+        color = "red" if shown.alert else "green"
         self.status_html.value = f'<b style="color:{color}">{html.escape(self.status)}</b>'
-        with self.output:
-            self.output.clear_output(wait=True)
-            if self.last is None or self.last.counts is None:
-                return
-            figure, (memory_ax, time_ax) = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained")
-            plot_stage_memory(self.last.stages, ax=memory_ax)
-            plot_stage_times(self.last.stages, ax=time_ax)
-            display(figure)
-            plt.close(figure)
+        display_shown(self.output, shown, text=False)
+
+    def report_html(self) -> str:
+        """The memory slider for a report: the plans at ``report_limits`` limits and the slider's value."""
+        settings, slider = self.settings(), self.controls["memory_mb"]
+        limits = sorted({*np.linspace(slider.min, slider.max, self.report_limits).tolist(), slider.value})
+        states = record_states(lambda limit: self.show(**{**settings, "memory_mb": limit}), limits,
+                               label=lambda limit: f"{limit:,.0f} MB")
+        others = {self.controls[name].description: value for name, value in settings.items() if name != "memory_mb"}
+        note = (f"Precomputed for this report: the plans at {len(limits)} memory limits, with {written_out(others)}. "
+                f"Run the notebook to change the other controls.")
+        return states_html(states, control="memory limit", start=limits.index(slider.value), note=note)

@@ -1,14 +1,14 @@
 """Dashboard of ``notebooks/01_memory_fit.ipynb``: choose runs, stages, const and options; refit and redraw.
 
 The logic is :func:`refit` (pure, tested); :class:`FitDashboard` only wires it
-to widgets and draws with :func:`sappkit.plot_fit`.
+to widgets and draws with :func:`sappkit.plot_fit`. For a report, a few fits
+are precomputed (:mod:`.offline`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
@@ -19,6 +19,7 @@ from ..memfit.fit import MemoryFit, fit_memory
 from ..memfit.model import observed_options
 from ..memfit.stage_config import RUN
 from ..plots.fit import plot_fit
+from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
 
 __all__ = ["Refit", "refit", "FitDashboard"]
 
@@ -98,6 +99,9 @@ class FitDashboard:
     """Runs, stages, const and options to fit, then the parameters, peaks and residuals; ``.widget`` to display,
     ``.last`` the latest :class:`Refit`.
 
+    A report shows the fits of every run together under each ``const`` and
+    of each run alone behind a list of its own.
+
     Parameters
     ----------
     observations : DataFrame
@@ -120,20 +124,39 @@ class FitDashboard:
         self.output = w.Output()
         for control in (self.runs, self.stages, self.const, self.options):
             control.observe(lambda _change: self.redraw(), names="value")
-        self.widget = w.VBox([w.HBox([self.runs, self.stages, self.options]), self.const, self.output])
+        self.widget = dashboard_box([w.HBox([self.runs, self.stages, self.options]), self.const, self.output],
+                                    report_html=self.report_html)
         self.last: Refit | None = None
         self.redraw()
 
+    def settings(self) -> dict:
+        """The controls' values, by :func:`refit`'s argument names."""
+        return dict(runs=self.runs.value, stages=self.stages.value, const=self.const.value,
+                    options=self.options.value)
+
+    def show(self, **settings) -> Shown:
+        """The refit for ``settings``: its summary and, where it fits, the three drawings in one figure."""
+        result = refit(self.observations, **settings)
+        figures = () if result.fit is None else (plot_fit(result.fit)[0].figure,)
+        return Shown(result, result.summary(), figures, alert=result.fit is None)
+
     def redraw(self) -> None:
         """Refit with the controls' values; show the summary and the three drawings (figures closed once shown)."""
-        from IPython.display import Pretty, display
+        shown = self.show(**self.settings())
+        self.last = shown.result
+        display_shown(self.output, shown)
 
-        self.last = refit(self.observations, runs=self.runs.value, stages=self.stages.value,
-                          const=self.const.value, options=self.options.value)
-        with self.output:
-            self.output.clear_output(wait=True)
-            display(Pretty(self.last.summary()))
-            if self.last.fit is not None:
-                axes = plot_fit(self.last.fit)
-                display(axes[0].figure)
-                plt.close(axes[0].figure)
+    def report_html(self) -> str:
+        """The list for a report: every selected run fitted under each ``const``, then each run alone."""
+        settings = self.settings()
+        choices = [{**settings, "const": const} for _, const in self.const.options]
+        if len(settings["runs"]) > 1:
+            choices += [{**settings, "runs": (run,)} for run in settings["runs"]]
+        const_names = {value: name for name, value in self.const.options}
+        states = record_states(lambda choice: self.show(**choice), choices, label=lambda choice: written_out(
+            {"runs": choice["runs"], "const": const_names[choice["const"]]}))
+        others = {"stages": "all" if len(settings["stages"]) == len(self.stages.options) else settings["stages"],
+                  "options": settings["options"]}
+        note = (f"Precomputed for this report: {len(choices)} fits, with {written_out(others)}. Run the notebook to "
+                f"choose other runs, stages and options.")
+        return states_html(states, control="fit", start=choices.index(settings), kind="select", note=note)

@@ -3,6 +3,7 @@ its stage memory before and after, each layer's option and the time-saved curve 
 
 The callback logic is :func:`recompute_view` (pure, tested in pytest); the
 dashboard only wires controls to it and draws with :mod:`sappkit.plots.recompute`.
+For a report, the budget slider's states are precomputed (:mod:`.offline`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..errors import InputError
 from ..layers.table import as_layer_table
 from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
 from ..recompute.chooser import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
+from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
 
 __all__ = ["MODE_SETS", "RecomputeView", "recompute_view", "RecomputeDashboard"]
 
@@ -70,17 +72,20 @@ class RecomputeDashboard:
 
     ``.widget`` to display; ``.last`` is the latest :class:`RecomputeView`
     (None when the settings were refused, with the reason in ``.message``).
-    The curve is swept again only when a setting other than the budget changes.
+    The curve is swept again only when a setting other than the budget
+    changes. A report shows the choices at ``report_budgets`` budgets evenly
+    over the budget slider's range (and its value) behind a slider of its own.
     """
 
     def __init__(self, layers, partition, *, memory_mb: float, time_unit_ms: float = 1.0,
-                 fsdp_holds_grads: bool = False, max_gbps: float = 100.0):
+                 fsdp_holds_grads: bool = False, max_gbps: float = 100.0, report_budgets: int = 16):
         import ipywidgets as w
 
         self.layers = as_layer_table(layers)
         self.partition = partition
         self.time_unit_ms = time_unit_ms
         self.fsdp_holds_grads = fsdp_holds_grads
+        self.report_budgets = report_budgets
         self.controls = dict(
             memory_mb=w.FloatSlider(value=memory_mb, min=0.5 * memory_mb, max=1.25 * memory_mb,
                                     step=memory_mb / 200, description="memory (MB)", continuous_update=False),
@@ -95,33 +100,52 @@ class RecomputeDashboard:
         self._curve_key = None
         for control in self.controls.values():
             control.observe(lambda _change: self.update(), names="value")
-        self.widget = w.VBox([w.HBox([self.controls["memory_mb"], self.controls["modes"]]),
-                              w.HBox([self.controls["per_layer"], self.controls["link_gbps"]]), self.output])
+        self.widget = dashboard_box([w.HBox([self.controls["memory_mb"], self.controls["modes"]]),
+                                     w.HBox([self.controls["per_layer"], self.controls["link_gbps"]]), self.output],
+                                    report_html=self.report_html)
         self.update()
+
+    def settings(self) -> dict:
+        """The controls' values, by :func:`recompute_view`'s argument names."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def show(self, *, curve: pd.DataFrame | None = None, **settings) -> Shown:
+        """The view for ``settings`` (its curve ``curve`` if given), its text and its figure, or the refusal."""
+        try:
+            view = recompute_view(self.layers, self.partition, time_unit_ms=self.time_unit_ms,
+                                  fsdp_holds_grads=self.fsdp_holds_grads, curve=curve, **settings)
+        except InputError as exc:
+            return Shown(None, str(exc), alert=True)
+        figure = plt.figure(figsize=(12, 7), layout="constrained")
+        top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
+        if view.choice.pricing.reason is None:
+            plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
+        plot_layer_options(view.choice, ax=middle.subplots())
+        plot_time_saved(view.curve, current_mb=settings["memory_mb"], against="both", ax=bottom.subplots())
+        return Shown(view, view.text, (figure,))
 
     def update(self) -> None:
         """Re-choose with the controls' values and redraw (figures are closed once shown)."""
-        from IPython.display import Pretty, display
-
-        settings = {name: control.value for name, control in self.controls.items()}
+        settings = self.settings()
         key = (settings["modes"], settings["per_layer"], settings["link_gbps"])
         curve = None if key != self._curve_key or self.last is None else self.last.curve
-        with self.output:
-            self.output.clear_output(wait=True)
-            try:
-                view = recompute_view(self.layers, self.partition, time_unit_ms=self.time_unit_ms,
-                                      fsdp_holds_grads=self.fsdp_holds_grads, curve=curve, **settings)
-            except InputError as exc:
-                self.last, self.message = None, str(exc)
-                display(Pretty(self.message))
-                return
-            self.last, self.message, self._curve_key = view, "", key
-            display(Pretty(view.text))
-            figure = plt.figure(figsize=(12, 7), layout="constrained")
-            top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
-            if view.choice.pricing.reason is None:
-                plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
-            plot_layer_options(view.choice, ax=middle.subplots())
-            plot_time_saved(view.curve, current_mb=settings["memory_mb"], against="both", ax=bottom.subplots())
-            display(figure)
-            plt.close(figure)
+        shown = self.show(curve=curve, **settings)
+        self.last, self.message = shown.result, shown.text if shown.result is None else ""
+        if shown.result is not None:
+            self._curve_key = key
+        display_shown(self.output, shown)
+
+    def report_html(self) -> str:
+        """The budget slider for a report: the choices at ``report_budgets`` budgets and the slider's value.
+
+        Every state keeps the curve on show, as the live slider does.
+        """
+        settings, slider = self.settings(), self.controls["memory_mb"]
+        budgets = sorted({*np.linspace(slider.min, slider.max, self.report_budgets).tolist(), slider.value})
+        curve = None if self.last is None else self.last.curve
+        states = record_states(lambda budget: self.show(curve=curve, **{**settings, "memory_mb": budget}), budgets,
+                               label=lambda budget: f"{budget:,.0f} MB")
+        others = {self.controls[name].description: value for name, value in settings.items() if name != "memory_mb"}
+        note = (f"Precomputed for this report: the choices at {len(budgets)} memory budgets, with "
+                f"{written_out(others)}. Run the notebook to change the other controls.")
+        return states_html(states, control="memory budget", start=budgets.index(slider.value), note=note)

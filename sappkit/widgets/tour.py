@@ -3,17 +3,17 @@ the simulated step (schedule and memory figure, stage-memory bars) out.
 
 Thin wiring of :func:`sappkit.demo.tour_simulation` and the pipeline plots;
 bad combinations (DualPipeV with fewer than ``2p`` micro-batches, ...) show
-the :class:`sappkit.InputError` message instead of a figure.
+the :class:`sappkit.InputError` message instead of a figure. For a report,
+the simulations under every schedule are precomputed (:mod:`.offline`).
 """
 
 from __future__ import annotations
-
-import matplotlib.pyplot as plt
 
 from ..demo import tour_simulation
 from ..errors import InputError
 from ..layers.table import as_layer_table
 from ..plots.pipeline import plot_simulation, plot_stage_memory
+from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
 
 __all__ = ["TourDashboard"]
 
@@ -43,26 +43,36 @@ class TourDashboard:
         self.message = ""
         for control in self.controls.values():
             control.observe(lambda _change: self.update(), names="value")
-        self.widget = w.VBox([w.HBox(list(self.controls.values())[:3]), w.HBox(list(self.controls.values())[3:]),
-                              self.output])
+        self.widget = dashboard_box([w.HBox(list(self.controls.values())[:3]),
+                                     w.HBox(list(self.controls.values())[3:]), self.output],
+                                    report_html=self.report_html)
         self.update()
+
+    def settings(self) -> dict:
+        """The controls' values, by :func:`~sappkit.demo.tour_simulation`'s argument names."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def show(self, **settings) -> Shown:
+        """The simulation for ``settings`` and its two figures, or the refusal."""
+        try:
+            simulation = tour_simulation(self.layers, limit_mb=self.limit_mb, **settings)
+        except InputError as exc:
+            return Shown(None, str(exc), alert=True)
+        return Shown(simulation, figures=(plot_simulation(simulation), plot_stage_memory(simulation.stages).figure))
 
     def update(self) -> None:
         """Re-simulate with the controls' values and redraw (figures are closed once shown)."""
-        from IPython.display import Pretty, display
+        shown = self.show(**self.settings())
+        self.last, self.message = shown.result, shown.text
+        display_shown(self.output, shown)
 
-        settings = {name: control.value for name, control in self.controls.items()}
-        with self.output:
-            self.output.clear_output(wait=True)
-            try:
-                self.last = tour_simulation(self.layers, limit_mb=self.limit_mb, **settings)
-            except InputError as exc:
-                self.last, self.message = None, str(exc)
-                display(Pretty(self.message))
-                return
-            self.message = ""
-            figure = plot_simulation(self.last)
-            bars = plot_stage_memory(self.last.stages).figure
-            display(figure, bars)
-            plt.close(figure)
-            plt.close(bars)
+    def report_html(self) -> str:
+        """The schedule list for a report: the step simulated under every schedule, the other controls as set."""
+        settings, schedules = self.settings(), self.controls["schedule"].options
+        states = record_states(lambda schedule: self.show(**{**settings, "schedule": schedule}), schedules,
+                               label=str)
+        others = {self.controls[name].description: value for name, value in settings.items() if name != "schedule"}
+        note = (f"Precomputed for this report: the step under each schedule, with {written_out(others)}. "
+                f"Run the notebook to change the other controls.")
+        return states_html(states, control="schedule", start=schedules.index(settings["schedule"]), kind="select",
+                           note=note)

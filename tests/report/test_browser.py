@@ -1,4 +1,5 @@
-"""The rendered report, opened in headless chromium as a reader would: titles, decoded plots, painted pixels.
+"""The rendered report, opened in headless chromium as a reader would: titles, decoded plots, painted pixels,
+no blank section, working dashboards and nothing fetched.
 
 The report is built once per session from the repository's notebooks
 (``sappkit report``'s default), with the network closed to the browser: a
@@ -8,16 +9,31 @@ report must read without a kernel and without the internet.
 from __future__ import annotations
 
 import importlib.util
+import io
 
 import nbformat
+import numpy as np
 import pytest
+from PIL import Image
 
 from sappkit.report import default_notebooks, notebook_summary, write_report
 
 from .. import browser_support
-from ..browser_support import browser_context, image_states, pixel_spread, require_browser
+from ..browser_support import blank_parts, browser_context, image_states, pixel_spread, require_browser
 
 pytestmark = pytest.mark.browser
+
+#: The state a precomputed dashboard shows: its control's value and readout, the label and images of the shown state.
+_SHOWN_STATE = """states => {
+    const shown = Array.from(states.querySelectorAll(".sappkit-state")).filter(state => !state.hidden);
+    const control = states.querySelector(".sappkit-control");
+    return {
+        kind: control.tagName.toLowerCase(), value: control.value, count: states.querySelectorAll(".sappkit-state").length,
+        shown: shown.map(state => state.dataset.label),
+        readout: (states.querySelector("output") || control.selectedOptions[0]).textContent,
+        images: shown.flatMap(state => Array.from(state.querySelectorAll("img")).map(img => img.src)),
+    };
+}"""
 
 
 @pytest.fixture(scope="session")
@@ -31,15 +47,23 @@ def report(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def context(tmp_path_factory):
-    """One headless chromium for the module's pages."""
+    """One headless chromium for the module's pages, offline."""
     with browser_context(tmp_path_factory.mktemp("chromium-profile")) as context:
+        context.set_offline(True)
         yield context
 
 
-def _open(context, path):
+def _open(context, path, requests: list | None = None):
     page = context.new_page()
+    if requests is not None:
+        page.on("request", lambda request: requests.append(request.url))
     page.goto(path.as_uri(), wait_until="load")
     return page
+
+
+def _has_dashboard(notebook) -> bool:
+    nb = nbformat.read(notebook, as_version=4)
+    return any(cell.cell_type == "code" and "Dashboard(" in cell.source for cell in nb.cells)
 
 
 def test_index_links_every_notebook_page(report, context, tmp_path):
@@ -62,9 +86,11 @@ def test_every_page_renders_its_plots(report, context, tmp_path):
         assert page.title() == title, path.name
         images = image_states(page)
         assert images, f"{path.name}: no plot in the rendered page"
-        broken = [image for image in images if not (image["complete"] and image["natural_width"] > 0
-                                                    and image["width"] > 0)]
-        assert not broken, f"{path.name}: images not decoded or not drawn: {broken}"
+        broken = [image for image in images if not (image["complete"] and image["natural_width"] > 0)]
+        assert not broken, f"{path.name}: images not decoded: {broken}"
+        # a dashboard's other states are hidden until chosen; everything else is drawn
+        undrawn = [image for image in images if not image["in_hidden_state"] and image["width"] == 0]
+        assert not undrawn, f"{path.name}: images not drawn: {undrawn}"
         assert page.locator(".jp-CodeCell .jp-InputArea").count() == 0, f"{path.name}: code shown in a no-input report"
         shot = tmp_path / f"{path.stem}.png"
         page.screenshot(path=shot)
@@ -73,6 +99,66 @@ def test_every_page_renders_its_plots(report, context, tmp_path):
         page.locator("img").first.screenshot(path=plot)
         assert pixel_spread(plot.read_bytes()) > 5.0, f"{path.name}: first plot painted blank {plot}"
         page.close()
+
+
+def test_no_section_and_no_output_is_blank(report, context):
+    index, notebooks = report
+    for path in notebooks:
+        page = _open(context, index.parent / f"{path.stem}.html")
+        assert page.locator("h1, h2, h3").count() > 1, f"{path.name}: no sections to check"
+        assert blank_parts(page) == {"sections": [], "outputs": []}, path.name
+        page.close()
+
+
+def test_pages_request_nothing_outside_the_report_folder(report, context):
+    index, notebooks = report
+    folder = index.parent.as_uri() + "/"
+    for name in ["index.html", *(f"{path.stem}.html" for path in notebooks)]:
+        requests = []
+        page = _open(context, index.parent / name, requests)
+        page.wait_for_load_state("networkidle")
+        assert requests and all(url.startswith(folder) for url in requests), f"{name} requested {requests}"
+        page.close()
+
+
+def test_every_dashboard_is_a_control_over_precomputed_states(report, context, tmp_path):
+    index, notebooks = report
+    with_dashboards = [path for path in notebooks if _has_dashboard(path)]
+    assert {path.stem for path in with_dashboards} >= {"00_tour", "01_memory_fit", "02_balance", "03_recompute",
+                                                       "04_alternatives"}
+    for path in with_dashboards:
+        page = _open(context, index.parent / f"{path.stem}.html")
+        dashboards = page.locator(".sappkit-states")
+        assert dashboards.count() == 1, f"{path.name}: expected its dashboard's precomputed states"
+        states = dashboards.first
+        states.scroll_into_view_if_needed()
+        before = states.evaluate(_SHOWN_STATE)
+        assert before["count"] >= 3 and len(before["shown"]) == 1 and before["images"], (path.name, before)
+        assert before["readout"] == before["shown"][0]
+        first = _visible_image(states, tmp_path / f"{path.stem}-before.png")
+        _move(page, states.locator(".sappkit-control"), before)
+        after = states.evaluate(_SHOWN_STATE)
+        assert after["value"] != before["value"] and len(after["shown"]) == 1, (path.name, after)
+        assert after["readout"] == after["shown"][0] != before["shown"][0]
+        assert after["images"] and after["images"] != before["images"], f"{path.name}: the figure did not change"
+        second = _visible_image(states, tmp_path / f"{path.stem}-after.png")
+        assert first.shape != second.shape or np.abs(first - second).mean() > 0.5, f"{path.name}: same pixels"
+        page.close()
+
+
+def _move(page, control, before: dict) -> None:
+    """Move a dashboard's control as a reader does: a slider by keyboard to one end, a list to another entry."""
+    if before["kind"] == "input":
+        control.focus()
+        page.keyboard.press("Home" if int(before["value"]) > 0 else "End")
+    else:
+        control.select_option(index=0 if int(before["value"]) > 0 else before["count"] - 1)
+
+
+def _visible_image(states, path) -> np.ndarray:
+    """The first image of the state on show, as painted (grey levels)."""
+    states.locator(".sappkit-state:not([hidden]) img").first.screenshot(path=path)
+    return np.asarray(Image.open(io.BytesIO(path.read_bytes())).convert("L"), dtype=float)
 
 
 @pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception),

@@ -21,6 +21,7 @@ from nbclient import NotebookClient
 from sappkit import InputError
 from sappkit.cli import main
 from sappkit.report.execution import _RequestChannel, execute_notebook, idle_waits, read_notebook
+from sappkit.widgets.offline import REPORT_ENV
 
 new_code, new_markdown = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
 REPO = Path(__file__).resolve().parents[2]
@@ -180,6 +181,33 @@ def test_a_kernel_that_never_starts_is_named_in_one_line_and_nothing_after_it(tm
         ("notebook 1/1: plain, the kernel did not start (Kernel died before replying to kernel_info); running the "
          "notebook again in a fresh kernel")]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["ipython", "plain.ipynb"]
+
+
+def test_a_cell_whose_display_fails_fails_the_notebook(tmp_path):
+    """IPython shows a failed display as an error output and the cell still succeeds: a report must not show it."""
+    path = tmp_path / "states.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[
+        new_markdown("# States"),
+        new_code("class States:\n    def _repr_mimebundle_(self, **kwargs):\n        raise ValueError('no plan')\n"
+                 "States()"),
+        new_code("print('never runs')")]), path)
+    with pytest.raises(InputError) as raised:
+        execute_notebook(path)
+    assert str(raised.value) == (f"notebook {str(path)!r} failed at cell 2 of 3 ('class States:'): ValueError: no "
+                                 f"plan; no report was written (run the notebook in JupyterLab to see the traceback)")
+
+
+@pytest.mark.parametrize(("for_report", "parent", "seen"), [(True, None, "1"), (False, "1", "None"),
+                                                             (False, None, "None")])
+def test_the_kernel_knows_whether_it_runs_for_a_report(tmp_path, monkeypatch, for_report, parent, seen):
+    if parent is None:
+        monkeypatch.delenv(REPORT_ENV, raising=False)
+    else:
+        monkeypatch.setenv(REPORT_ENV, parent)
+    path = tmp_path / "env.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[new_code(f"import os\nprint(os.environ.get({REPORT_ENV!r}))")]),
+                   path)
+    assert execute_notebook(path, for_report=for_report).cells[0].outputs[0]["text"] == f"{seen}\n"
 
 
 def _notebook_json(**changes) -> str:
