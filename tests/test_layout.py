@@ -3,7 +3,6 @@
 import ast
 import importlib
 import pkgutil
-import tomllib
 import types
 from importlib.util import find_spec
 from pathlib import Path
@@ -87,10 +86,3 @@ def test_every_public_name_resolves_even_after_every_module_is_imported():
         value = getattr(sappkit, name)
         assert not isinstance(value, types.ModuleType), f"sappkit.{name} is a module, not the public {name}"
     assert callable(sappkit.balance) and callable(sappkit.alternatives)
-
-
-def test_the_package_list_names_every_sub_package_and_ships_the_bundled_data():
-    settings = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {_module_name(path) for path in PACKAGE.rglob("__init__.py")}
-    assert set(settings["packages"]) == folders | {"sappkit.data"}
-    assert settings["package-dir"] == {"sappkit.data": "data"} and not (PACKAGE / "data").exists()

@@ -130,7 +130,8 @@ def _label_order(frame: pd.DataFrame, *, peak_mb: float | None = None) -> list:
     dominated = [bool(np.any((cost <= c) & (freed >= f) & ((cost < c) | (freed > f)))) for c, f in zip(cost, freed)]
     by_freed = frame.assign(_dominated=dominated).sort_values(["_dominated", _FREED], ascending=[True, False],
                                                                kind="stable").index
-    return lower + [row for row in by_freed if row not in set(lower)]
+    first = set(lower)
+    return lower + [row for row in by_freed if row not in first]
 
 
 def _freeze_limits(ax, frame: pd.DataFrame) -> None:
