@@ -54,6 +54,10 @@ def offline_exporter(*, with_input: bool):
 def offline_notebook(nb):
     """A copy of ``nb`` without widgets: each widget view gives way to its HTML alternative or a snapshot.
 
+    Consecutive outputs to the same stream are joined, as JupyterLab shows
+    them (a print can reach the client in pieces, which would otherwise
+    render as separate blocks, an empty one for a lone newline).
+
     Examples
     --------
     >>> state = {"a1": {"model_name": "IntSliderModel", "state": {"description": "stages", "value": 16}}}
@@ -70,8 +74,21 @@ def offline_notebook(nb):
     state = nb.metadata.pop("widgets", {}).get(WIDGET_STATE, {}).get("state", {})
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.outputs = [shown for output in cell.outputs for shown in _without_widget(output, state)]
+            shown = [replaced for output in cell.outputs for replaced in _without_widget(output, state)]
+            cell.outputs = _joined_streams(shown)
     return nb
+
+
+def _joined_streams(outputs: list) -> list:
+    joined = []
+    for output in outputs:
+        previous = joined[-1] if joined else None
+        if (output.output_type == "stream" and previous is not None and previous.output_type == "stream"
+                and previous.name == output.name):
+            joined[-1] = nbformat.v4.new_output("stream", name=output.name, text=previous.text + output.text)
+        else:
+            joined.append(output)
+    return joined
 
 
 def _without_widget(output, state: dict) -> list:

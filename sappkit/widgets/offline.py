@@ -155,7 +155,7 @@ def written_out(settings: Mapping[str, Any]) -> str:
 
 
 def display_shown(output, shown: Shown, *, text: bool = True) -> None:
-    """Show ``shown`` in the ``ipywidgets.Output`` ``output`` (its text too unless ``text=False``); close its figures."""
+    """Show ``shown`` in the ``ipywidgets.Output`` ``output`` (its text unless ``text=False``); close its figures."""
     from IPython.display import Pretty, display
 
     with output:

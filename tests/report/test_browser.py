@@ -28,7 +28,8 @@ _SHOWN_STATE = """states => {
     const shown = Array.from(states.querySelectorAll(".sappkit-state")).filter(state => !state.hidden);
     const control = states.querySelector(".sappkit-control");
     return {
-        kind: control.tagName.toLowerCase(), value: control.value, count: states.querySelectorAll(".sappkit-state").length,
+        kind: control.tagName.toLowerCase(), value: control.value,
+        count: states.querySelectorAll(".sappkit-state").length,
         shown: shown.map(state => state.dataset.label),
         readout: (states.querySelector("output") || control.selectedOptions[0]).textContent,
         images: shown.flatMap(state => Array.from(state.querySelectorAll("img")).map(img => img.src)),

@@ -43,7 +43,8 @@ _STATE = {
 
 
 def _notebook(*outputs) -> nbformat.NotebookNode:
-    cells = [nbformat.v4.new_markdown_cell("# Dashboards"), nbformat.v4.new_code_cell("dashboard", outputs=list(outputs))]
+    cells = [nbformat.v4.new_markdown_cell("# Dashboards"),
+             nbformat.v4.new_code_cell("dashboard", outputs=list(outputs))]
     return nbformat.v4.new_notebook(cells=cells, metadata={"widgets": {WIDGET_STATE: {
         "state": _STATE, "version_major": 2, "version_minor": 0}}})
 
@@ -73,6 +74,17 @@ def test_a_widget_without_one_is_shown_as_it_was_left():
         new_output("display_data", data={"text/html": (
             '<p class="sappkit-snapshot">17/17 <progress value="17" max="17"></progress></p>')}),
     ]
+
+
+def test_pieces_of_one_stream_are_joined_as_jupyterlab_shows_them():
+    outputs = [new_output("stream", text="const_mb = 3014.6"), new_output("stream", text="\n"),
+               new_output("stream", name="stderr", text="warning\n"), new_output("stream", text="a\n"),
+               new_output("display_data", data={"text/plain": "frame"}), new_output("stream", text="b\n"),
+               new_output("stream", text="c\n")]
+    joined = offline_notebook(_notebook(*outputs)).cells[1].outputs
+    assert joined == [new_output("stream", text="const_mb = 3014.6\n"),
+                      new_output("stream", name="stderr", text="warning\n"), new_output("stream", text="a\n"),
+                      new_output("display_data", data={"text/plain": "frame"}), new_output("stream", text="b\nc\n")]
 
 
 def test_a_page_fetches_nothing_and_runs_only_its_own_script(tmp_path):
