@@ -177,7 +177,9 @@ class MemoryFit:
 
         The head's and tail's ``param_mb`` are ``head_mb`` and ``tail_mb``
         with no activation (as the seed writes them): right for the pipeline
-        shape the dry runs had. ``const_mb`` is the table's constant.
+        shape the dry runs had. ``const_mb`` is the table's constant; the
+        times keep their unit (``times.time_unit``, or a frame's
+        ``attrs["time_unit"]``).
 
         Examples
         --------
