@@ -31,6 +31,7 @@ def test_sweep_reuses_plans_and_matches_single_solves():
             assert np.isnan(row.objective) and row.memory_needed_mb == single.memory_needed_mb
     assert "reused" in set(sweep.method)
     assert (np.diff(sweep.objective.dropna()) <= 1e-9).all()
+    assert sweep.attrs["time_unit"] == "time units"
 
 
 def test_sweep_refuses_bad_limits():
@@ -87,6 +88,12 @@ def test_compare_balanced_with_even_partitions():
     assert frame.step_time[0] < frame.step_time[2]
     assert frame.recompute_time[1] == 0 and frame.recompute_time[2] == pytest.approx(12 * 1.0)
     assert plot_plan_comparison(frame).texts[1].get_text() == "1,050 MB > 900"
+    assert frame.attrs["time_unit"] == "time units"
+    in_ms = even_plan(sappkit.LayerTable(TABLE, time_unit="ms"), option="full", memory_mb=limit, **PIPELINE)
+    assert compare_plans({"ms": in_ms}).attrs["time_unit"] == "ms"
+    with pytest.raises(sappkit.InputError, match="^plans have times in different units \\('ms', 'time units'\\); "
+                                                 "compare plans of layer tables in one unit$"):
+        compare_plans({**plans, "ms": in_ms})
 
 
 def test_plots_draw_plan_frames():
@@ -109,7 +116,8 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert status.startswith(f"optimal: sapp objective {plan.objective:.6g}, peak ")
+    assert status == (f"optimal: simulated step time {plan.simulate().step_time:.1f} time units, peak 1,050 MB on "
+                      "stage 0 of 1,500 MB (sapp objective 12.0 time units, exact search)")
     assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
     plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
                                   memory_mb=1500)
