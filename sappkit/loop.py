@@ -19,15 +19,15 @@ import pandas as pd
 from .balancer.optimise import balance
 from .balancer.plan import Plan
 from .balancer.views import compare_plans, even_plan
-from .columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
+from .columns import MEMORY_MB, OPTION, STAGE
 from .errors import InputError
 from .layers.table import LayerTable, as_layer_table
 from .memfit.fit import MemoryFit, fit_memory
 from .one_more.analysis import alternatives
 from .one_more.result import Alternatives
-from .pipeline.costs import cell_costs, even_assignment, stage_memory
-from .pipeline.simulator import Simulation, simulate
-from .recompute.choice import OFFLOADED_MB, RecomputeChoice
+from .pipeline.costs import even_assignment, stage_memory
+from .pipeline.simulator import Simulation
+from .recompute.choice import RecomputeChoice
 from .recompute.chooser import choose_recompute
 
 __all__ = ["MODES", "Loop", "compare_tables", "run_loop", "simulate_choice"]
@@ -37,7 +37,7 @@ MODES = ("off", "selective", "full")
 
 
 def simulate_choice(choice: RecomputeChoice, **options) -> Simulation:
-    """Simulate one step of a recompute choice on its partition (``options`` as :func:`sappkit.simulate`'s).
+    """Simulate one step of a recompute choice on its partition: :meth:`RecomputeChoice.simulate`.
 
     Refuses a choice that was not made, and one that offloads to the host
     (the simulator runs no host copies).
@@ -54,18 +54,7 @@ def simulate_choice(choice: RecomputeChoice, **options) -> Simulation:
     """
     if not isinstance(choice, RecomputeChoice):
         raise InputError(f"choice must be a RecomputeChoice (sappkit.choose_recompute); got {type(choice).__name__}")
-    if not choice.chosen:
-        raise InputError(f"choice made no choice to simulate: {choice.reason}")
-    if (choice.layer_options[OFFLOADED_MB] > 0).any():
-        raise InputError("choice offloads activations to the host, which the simulator does not model; simulate "
-                         "a choice made without a link")
-    pricing = choice.pricing
-    part = pricing.partition
-    assignment = (choice.layer_options.groupby([KIND, CHUNK, STAGE, OPTION], sort=False).size()
-                  .rename(LAYERS).reset_index())
-    costs = cell_costs(pricing.layers, assignment, stages=part.stages, chunks=part.chunks, schedule=part.schedule)
-    return simulate(costs, schedule=part.schedule, micro_batches=part.micro_batches, less_memory=part.less_memory,
-                    seq_split=part.seq_split, limit_mb=pricing.memory_mb, **options)
+    return choice.simulate(**options)
 
 
 def compare_tables(reference, fitted, *, stages: int, micro_batches: int) -> pd.DataFrame:

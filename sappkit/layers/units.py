@@ -24,8 +24,9 @@ import pandas as pd
 from .._check import short
 from ..errors import InputError
 
-__all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "check_time_unit", "time_unit_of",
-           "with_time_unit", "format_time", "format_mb", "format_number"]
+__all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
+           "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
+           "is_time_column", "text_table"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -37,6 +38,8 @@ MINDFORMERS_UNIT = "MindFormers units"
 UNSTATED = "time units"
 #: Units longer than this are refused: a unit is a short label that follows a number.
 MAX_UNIT_LENGTH = 24
+#: Milliseconds per unit of the units whose length is known (a host link's bandwidth needs it).
+MS_PER_UNIT = {"s": 1000.0, "ms": 1.0, "us": 0.001}
 
 
 def check_time_unit(value, name: str = "time_unit") -> str:
@@ -46,10 +49,10 @@ def check_time_unit(value, name: str = "time_unit") -> str:
     --------
     >>> check_time_unit("us")
     'us'
-    >>> check_time_unit("")
+    >>> check_time_unit("")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    sappkit.errors.InputError: time_unit must be a short name such as 'ms' or 'us' (a non-empty string of at most 24 characters on one line, without leading or trailing spaces); got ''
+    sappkit.errors.InputError: time_unit must be a short name such as 'ms' or 'us' (...); got ''
     """
     if (not isinstance(value, str) or not value or len(value) > MAX_UNIT_LENGTH or value != value.strip()
             or not value.isprintable()):
@@ -71,20 +74,37 @@ def with_time_unit(frame: pd.DataFrame, unit: str) -> pd.DataFrame:
     return frame
 
 
-def format_number(value: float) -> str:
-    """A number as text: thousands separated, whole from 100 up, else one or two decimals (``n/a`` for NaN).
+def ms_per_unit(unit: str, given: float | None, *, name: str = "time_unit_ms") -> float:
+    """Milliseconds per time unit: ``given`` when stated, else known from ``unit`` (``s``, ``ms``, ``us``).
 
     Examples
     --------
-    >>> [format_number(v) for v in (5765.99, 118.14, 42.86, 2.863, 0.0, -1.5)]
-    ['5,766', '118', '42.9', '2.86', '0', '-1.50']
+    >>> ms_per_unit("us", None), ms_per_unit("MindFormers units", 0.5)
+    (0.001, 0.5)
+    """
+    if given is not None:
+        return given
+    if unit not in MS_PER_UNIT:
+        raise InputError(f"{name} is needed: the layer table's times are in {unit!r}, whose length in ms sappkit "
+                         f"cannot know (it knows {', '.join(map(repr, MS_PER_UNIT))}); state how many ms one "
+                         "time unit is")
+    return MS_PER_UNIT[unit]
+
+
+def format_number(value: float) -> str:
+    """A number as text: thousands separated, whole from 100 up (and when whole), else one or two decimals.
+
+    Examples
+    --------
+    >>> [format_number(v) for v in (5765.99, 118.14, 42.86, 2.863, 7.0, 0.0, -1.5, float("nan"))]
+    ['5,766', '118', '42.9', '2.86', '7', '0', '-1.50', 'n/a']
     """
     if value is None or math.isnan(value):
         return "n/a"
-    if value == 0:
-        return "0"
     size = abs(value)
-    return f"{value:,.0f}" if size >= 100 else f"{value:.1f}" if size >= 10 else f"{value:.2f}"
+    if size >= 100 or float(value).is_integer():
+        return f"{value:,.0f}"
+    return f"{value:.1f}" if size >= 10 else f"{value:.2f}"
 
 
 def format_time(value: float, unit: str) -> str:
@@ -95,3 +115,56 @@ def format_time(value: float, unit: str) -> str:
 def format_mb(value: float) -> str:
     """Memory in MB, thousands separated: ``56,017 MB``."""
     return f"{format_number(value)} MB"
+
+
+def is_time_column(name) -> bool:
+    """Whether a column holds times by its name: ``time``, ``*_time``, ``time_*`` (``time_saved``, ``time_cost``)."""
+    name = str(name)
+    return name == "time" or name.endswith("_time") or name.startswith("time_")
+
+
+def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | None = None) -> str:
+    """A frame as text for a terminal: time columns headed with their unit, numbers thousands separated.
+
+    Numbers read as :func:`format_number` (whole numbers as they are), text
+    left-aligned and numbers right-aligned, a missing value as ``-``.
+    ``unit`` defaults to the frame's own (:func:`time_unit_of`); ``headers``
+    renames columns before the unit is added.
+
+    Examples
+    --------
+    >>> frame = pd.DataFrame({"stage": [0, 1], "memory_mb": [56017.07, 9.5], "time_saved": [1.234, None]})
+    >>> print(text_table(frame, "ms", headers={"time_saved": "saved"}))
+    stage  memory_mb  saved (ms)
+        0     56,017        1.23
+        1       9.50           -
+    """
+    unit = time_unit_of(frame) if unit is None else unit
+    headers = headers or {}
+    columns = []
+    for name in frame.columns:
+        title = str(headers.get(name, name)) + (f" ({unit})" if is_time_column(name) else "")
+        values = frame[name].tolist()
+        numeric = all(_is_number(v) or _missing(v) for v in values) and not all(_missing(v) for v in values)
+        cells = [_cell(v) for v in values]
+        width = max([len(title), *map(len, cells)])
+        align = str.rjust if numeric else str.ljust
+        columns.append([align(title, width), *(align(cell, width) for cell in cells)])
+    return "\n".join("  ".join(row).rstrip() for row in zip(*columns)) if columns else ""
+
+
+def _missing(value) -> bool:
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value))
+
+
+def _is_number(value) -> bool:
+    """An int or float (numpy's too), not a bool."""
+    if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
+        return False
+    return isinstance(value, int | float) or getattr(getattr(value, "dtype", None), "kind", "") in ("i", "u", "f")
+
+
+def _cell(value) -> str:
+    if _missing(value):
+        return "-"
+    return format_number(float(value)) if _is_number(value) else str(value)

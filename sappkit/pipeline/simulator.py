@@ -216,7 +216,7 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     (33.0, [140.0, 130.0, 120.0, 110.0])
     >>> print(simulate(costs, micro_batches=8, static_mb=100, time_unit="ms").describe())
     1f1b: 4 stages, 1 chunk(s), 8 micro-batches
-    step time 33.0 ms
+    step time 33 ms
     bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%
     peak memory 140 MB on stage 0
     >>> sim.bubbles.round(4).to_dict()

@@ -1,4 +1,4 @@
-"""The Axes a drawing goes on: the caller's, checked, or a new figure's."""
+"""The Axes a drawing goes on (the caller's, checked, or a new figure's), and how a time axis is labelled."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from matplotlib.axes import Axes
 from .._check import check_number, short
 from ..errors import InputError
 
-__all__ = ["axes_for", "axes_list", "optional_number"]
+__all__ = ["axes_for", "axes_list", "optional_number", "time_label"]
 
 
 def axes_for(ax, figsize: tuple[float, float]) -> Axes:
@@ -18,6 +18,15 @@ def axes_for(ax, figsize: tuple[float, float]) -> Axes:
     if not isinstance(ax, Axes):
         raise InputError(f"ax must be a matplotlib Axes or None; got {short(ax)}")
     return ax
+
+
+def time_label(what: str, unit: str) -> str:
+    """The label of an axis of times, with their unit: ``time_label("step time", "ms")`` is ``"step time (ms)"``.
+
+    Every time axis is labelled through here, so each shows the unit its
+    frame or simulation carries (:mod:`sappkit.layers.units`).
+    """
+    return f"{what} ({unit})"
 
 
 def optional_number(name: str, value) -> float | None:

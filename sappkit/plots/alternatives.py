@@ -8,7 +8,8 @@ from matplotlib.lines import Line2D
 from .._check import check_int
 from .._frames import check_frame
 from ..columns import KIND, MEMORY_MB, STAGE
-from ._axes import axes_for, optional_number
+from ..layers.units import time_unit_of
+from ._axes import axes_for, optional_number, time_label
 
 __all__ = ["plot_alternatives"]
 
@@ -28,7 +29,8 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     frame : DataFrame
         The frame :func:`sappkit.alternatives` returns: one row per plan,
         with ``stage``, ``kind``, ``from_mode``, ``memory_freed_mb`` and
-        ``time_cost`` (and ``memory_mb`` when ``peak_mb`` is given).
+        ``time_cost`` (and ``memory_mb`` when ``peak_mb`` is given); the
+        time axis shows the frame's ``attrs["time_unit"]``.
     ax : Axes, optional
         Where to draw; a new figure when omitted.
     peak_mb : float, optional
@@ -55,6 +57,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     >>> [text.get_text() for text in ax.get_legend().get_texts()]
     ['from off', 'from selective', 'lowers the peak']
     """
+    unit = time_unit_of(frame)
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())
     frame = check_frame(frame, "frame", needed, "a sappkit.alternatives frame", numeric=(_FREED, _COST, MEMORY_MB),
                         whole=(STAGE,))
@@ -91,7 +94,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     if not frame.empty:
         low = min(0.0, float(frame[_COST].min()))
         ax.set_xlim(left=low - 0.05 * max(float(frame[_COST].max()) - low, 1e-9))
-    ax.set_xlabel("time cost on its stage (added forward + backward time per micro-batch)")
+    ax.set_xlabel(time_label("time cost on its stage: added forward + backward per micro-batch", unit))
     ax.set_ylabel("memory freed on its stage (MB)")
     ax.set_title("one more fully recomputed layer" if not frame.empty else "no alternative fits")
     return ax

@@ -13,7 +13,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 
 from .._frames import check_frame
-from ._axes import axes_for
+from ..layers.units import time_unit_of
+from ._axes import axes_for, time_label
 from ..columns import BACKWARD_TIME, FORWARD_TIME, RECOMPUTE_TIME, STAGE, TIME
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
@@ -24,6 +25,8 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
 
     ``stages`` is a plan's ``stages`` frame; the marker is ``time`` (the
     seed's stage time ``max_c F + max_c B``, equal to the bar for one chunk).
+    The time axis shows the frame's ``attrs["time_unit"]``, as do the other
+    drawings here.
 
     Examples
     --------
@@ -32,6 +35,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> [t.get_text() for t in plot_stage_times(frame).get_legend().get_texts()]
     ['stage time', 'forward', 'backward', 'recompute']
     """
+    unit = time_unit_of(stages)
     columns = (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
     stages = check_frame(stages, "stages", columns, "a plan's stages frame", numeric=columns[1:], whole=(STAGE,),
                          rows=True)
@@ -49,7 +53,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.set_ylim(0, 1.06 * top)
     ax.set_xticks(x)
     ax.set_xlabel("stage")
-    ax.set_ylabel("time per micro-batch")
+    ax.set_ylabel(time_label("time per micro-batch", unit))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax
 
@@ -67,6 +71,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> plot_memory_sweep(frame).get_xlabel()
     'memory limit (MB)'
     """
+    unit = time_unit_of(sweep)
     sweep = check_frame(sweep, "sweep", ("memory_mb", "status", "objective", "step_time"), "a memory sweep",
                         numeric=("memory_mb",), gaps=("objective", "step_time"))
     ax = axes_for(ax, (7, 3.5))
@@ -74,11 +79,11 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.plot(placed["memory_mb"], placed["step_time"], marker="o", color="#3182bd", drawstyle="steps-post",
             label="simulated step time")
     ax.set_xlabel("memory limit (MB)")
-    ax.set_ylabel("simulated step time")
+    ax.set_ylabel(time_label("simulated step time", unit))
     right = ax.twinx()
     right.plot(placed["memory_mb"], placed["objective"], marker=".", linestyle="--", color="#e6550d",
                drawstyle="steps-post", label="objective")
-    right.set_ylabel("objective")
+    right.set_ylabel(time_label("objective", unit))
     lost = sweep[sweep["step_time"].isna()]
     if len(lost):
         bottom = ax.get_ylim()[0] if len(placed) else 0.0
@@ -102,6 +107,7 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
     >>> [t.get_text() for t in plot_plan_comparison(frame).texts]
     ['90 MB', '120 MB > 100']
     """
+    unit = time_unit_of(comparison)
     comparison = check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"),
                              "a plan comparison", numeric=("limit_mb",), gaps=("step_time", "peak_mb"))
     ax = axes_for(ax, (max(4.0, 1.4 * len(comparison) + 1), 3.5))
@@ -114,6 +120,6 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
         ax.text(i, row.step_time, label, ha="center", va="bottom", fontsize=8,
                 color="black" if row.fits else "red")
     ax.set_xticks(x, [textwrap.fill(str(label), 14) for label in comparison["plan"]])
-    ax.set_ylabel("simulated step time")
+    ax.set_ylabel(time_label("simulated step time", unit))
     ax.set_title("peak stage memory above each bar")
     return ax

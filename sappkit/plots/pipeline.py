@@ -16,8 +16,9 @@ from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
+from ..layers.units import format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
-from ._axes import axes_for, optional_number
+from ._axes import axes_for, optional_number, time_label
 
 __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
 
@@ -79,7 +80,7 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     ax.set_xlim(0, sim.step_time)
     ax.set_ylim(p - 0.5, -0.5)
     ax.set_yticks(range(p))
-    ax.set_xlabel("time")
+    ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("stage")
     handles = []
     split = (phase == "backward_weight").any()
@@ -93,7 +94,8 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     if shaded.any():
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="////", label="recompute"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    ax.set_title(f"{sim.schedule}: step time {sim.step_time:.4g}, bubble {sim.bubbles['real']:.1%}")
+    ax.set_title(f"{sim.schedule}: step time {format_time(sim.step_time, sim.time_unit)}, "
+                 f"bubble {sim.bubbles['real']:.1%}")
     return ax
 
 
@@ -136,7 +138,7 @@ def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     if limit is not None:
         ax.axhline(limit, color="red", linestyle="--", linewidth=1, label="limit")
     ax.set_xlim(0, sim.step_time)
-    ax.set_xlabel("time")
+    ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("memory (MB)")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, ncol=1 + p // 17)
     return ax

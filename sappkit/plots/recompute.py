@@ -11,8 +11,9 @@ from matplotlib.patches import Patch
 from .._check import check_choice
 from .._frames import check_frame
 from ..errors import InputError
+from ..layers.units import time_unit_of
 from ..recompute.chooser import SWEEP_COLUMNS, RecomputeChoice
-from ._axes import axes_for, axes_list, optional_number
+from ._axes import axes_for, axes_list, optional_number, time_label
 from .pipeline import plot_stage_memory
 
 __all__ = ["plot_time_saved", "plot_before_after", "plot_layer_options"]
@@ -21,7 +22,7 @@ __all__ = ["plot_time_saved", "plot_before_after", "plot_layer_options"]
 _OPTION_COLORS = {"none": "#4c72b0", "selective": "#55a868", "comm": "#8172b2", "both": "#ccb974",
                   "full": "#c44e52"}
 _OTHER_COLORS = ("#64b5cd", "#937860", "#da8bc3", "#8c8c8c")
-_AGAINST = {"configured": ("time_saved", "against the configured recompute"),
+_AGAINST = {"configured": ("time_saved", "against the baseline: configured where it fits, else the most recomputed"),
             "full": ("time_saved_vs_full", "against full recompute everywhere")}
 
 
@@ -30,20 +31,24 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
     """Time saved against the device capacity (:func:`sappkit.sweep_recompute`'s frame).
 
     Time saved is the body layers' forward + backward time for one
-    micro-batch, summed over the stages (not a step time).
+    micro-batch, summed over the stages (not a step time), in the frame's
+    ``attrs["time_unit"]``.
 
-    ``against`` is ``"configured"`` or ``"full"`` (or ``"both"`` for two
-    lines); capacities where nothing fits are shaded; ``current_mb`` marks
-    the budget in use.
+    ``against`` is ``"configured"`` (the ``time_saved`` column: against the
+    baseline the chooser states, the configured recompute where it fits,
+    else every layer at its most recomputed option) or ``"full"`` (or
+    ``"both"`` for two lines); capacities where nothing fits are shaded;
+    ``current_mb`` marks the budget in use.
 
     Examples
     --------
     >>> frame = pd.DataFrame(dict(memory_mb=[100, 200, 300], feasible=[False, True, True], mode=None,
     ...                           time=[np.nan, 5.0, 4.0], time_saved=[np.nan, 0.0, 1.0],
-    ...                           time_saved_vs_full=[np.nan, 2.0, 3.0]))
-    >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()]
-    ['against the configured recompute', 'against full recompute everywhere', 'nothing fits', 'budget 250 MB']
+    ...                           time_saved_vs_full=[np.nan, 2.0, 3.0], baseline=[None, "configured", "configured"]))
+    >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()][1:]
+    ['against full recompute everywhere', 'nothing fits', 'budget 250 MB']
     """
+    unit = time_unit_of(sweep)
     sweep = check_frame(sweep, "sweep", SWEEP_COLUMNS, "sweep_recompute's frame",
                         numeric=("memory_mb",), gaps=("time", "time_saved", "time_saved_vs_full"))
     check_choice("against", against, (*_AGAINST, "both"))
@@ -61,13 +66,14 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
         ax.axvline(current_mb, color="black", linestyle=":", label=f"budget {current_mb:,.0f} MB")
     ax.axhline(0, color="0.6", linewidth=0.8)
     ax.set_xlabel("device memory (MB)")
-    ax.set_ylabel("time saved\n(fwd + bwd per micro-batch, all stages)")
+    ax.set_ylabel(time_label("time saved", unit) + "\nfwd + bwd per micro-batch, summed over the stages")
     ax.legend(loc="lower right", fontsize=8, frameon=False)
     return ax
 
 
 def plot_before_after(choice: RecomputeChoice, *, axes=None) -> tuple[Axes, Axes]:
-    """Stage memory under the configured options and under the choice, side by side, on one scale."""
+    """Stage memory under the configured options and under the choice, side by side, on one scale; the choice's
+    title is its simulated step time against the baseline (:meth:`RecomputeChoice.short_headline`)."""
     if not isinstance(choice, RecomputeChoice):
         raise InputError(f"choice must be a RecomputeChoice; got {type(choice).__name__}")
     if choice.pricing.reason is not None:
@@ -77,10 +83,11 @@ def plot_before_after(choice: RecomputeChoice, *, axes=None) -> tuple[Axes, Axes
         axes = plt.subplots(1, 2, figsize=(width, 4), sharey=True, layout="constrained")[1]
     before, after = axes_list("axes", axes, 2)
     plot_stage_memory(choice.configured_stages(), ax=before)
-    before.set_title("configured recompute", fontsize=10)
+    before.set_title("configured recompute" + ("" if choice.pricing.baseline.name == "configured" else
+                                                " (does not fit)"), fontsize=10)
     before.get_legend().remove()
     plot_stage_memory(choice.stages, ax=after)
-    after.set_title(f"chosen: time saved {choice.time_saved:.4g}" if choice.chosen else
+    after.set_title(f"chosen: {choice.short_headline()}" if choice.chosen else
                     "lightest options (nothing fits)", fontsize=10)
     return before, after
 
@@ -119,8 +126,7 @@ def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label
     ax.set_yticks([])
     ax.set_xlim(-0.5, max(len(layers), 1) - 0.5)
     ax.set_xlabel("body layer (stage boundaries in black)")
-    title = label if label is not None else ("no choice" if not choice.chosen else
-                                             f"time saved {choice.time_saved:.4g}")
+    title = label if label is not None else choice.short_headline()
     ax.set_title(title, fontsize=10, loc="left")
     return ax
 

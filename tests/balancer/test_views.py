@@ -116,8 +116,9 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert status == (f"optimal: simulated step time {plan.simulate().step_time:.1f} time units, peak 1,050 MB on "
-                      "stage 0 of 1,500 MB (sapp objective 12.0 time units, exact search)")
+    assert plan.simulate().step_time == 96
+    assert status == ("optimal: simulated step time 96 time units, peak 1,050 MB on stage 0 of 1,500 MB (sapp "
+                      "objective 12 time units, exact search)")
     assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
     plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
                                   memory_mb=1500)

@@ -353,12 +353,12 @@ def test_static_mb_as_a_series_by_stage():
 
 def test_describe_names_the_pipeline_the_unit_and_the_peak():
     sim = simulate(uniform_costs(4, activation=10.0), schedule="1f1b", micro_batches=8, static_mb=100)
-    assert sim.describe() == ("1f1b: 4 stages, 1 chunk(s), 8 micro-batches\nstep time 33.0 time units\n"
+    assert sim.describe() == ("1f1b: 4 stages, 1 chunk(s), 8 micro-batches\nstep time 33 time units\n"
                               "bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%\n"
                               "peak memory 140 MB on stage 0")
     over = simulate(uniform_costs(4, activation=10.0), schedule="1f1b", micro_batches=8, static_mb=100,
                     limit_mb=1234, time_unit="us")
-    assert over.describe().splitlines()[1:4:2] == ["step time 33.0 us", "peak memory 140 MB on stage 0 of 1,234 MB"]
+    assert over.describe().splitlines()[1:4:2] == ["step time 33 us", "peak memory 140 MB on stage 0 of 1,234 MB"]
     assert simulate(uniform_costs(4), micro_batches=8, static_mb=200, limit_mb=100).describe().endswith(
         "of 100 MB, over the limit")
 
