@@ -196,7 +196,6 @@ def test_sweep_is_monotone_and_equals_choose_at_every_budget(rng):
         budgets = np.arange(low - 40, low + 120, 7.5)
         for options in (dict(), dict(modes=MODES), dict(modes=MODES, per_layer=True)):
             curve = sweep_recompute(table, part, memory_mb=budgets, **options)
-            saved = curve["time_saved"].to_numpy()
             feasible = curve["feasible"].to_numpy()
             assert np.all(np.diff(feasible.astype(int)) >= 0)
             assert np.all(np.diff(curve["time"].to_numpy()[feasible]) <= 1e-9)
