@@ -11,15 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..demo import run_demo
-from ..report import default_notebooks, write_report
+from ._output import Output
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="run the whole loop on bundled data, print the headline numbers "
-                                                "and write the rendered report")
+    parser = subparsers.add_parser(
+        "demo", help="run the whole work on the bundled Llama-2-70B-class model, print the headline numbers and "
+                     "write the report",
+        description="Run the whole work on the bundled Llama-2-70B-class model (dry runs, memory fit, balance, "
+                    "simulate, recompute per layer, one more recomputed layer), print the headline numbers, then "
+                    "execute the notebooks and write the HTML report.")
     parser.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",
-                        help="report folder (default: reports under the current directory)")
-    parser.add_argument("--force", action="store_true", help="replace a previous report in DIR")
+                        help="the report folder (default: reports under the current directory)")
+    parser.add_argument("--force", action="store_true", help="replace a report already in DIR")
     parser.add_argument("--no-report", dest="report", action="store_false",
                         help="print the headline numbers only; execute no notebooks")
     parser.add_argument("--notebooks", nargs="+", type=Path, default=(), metavar="PATH",
@@ -29,9 +33,11 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    print(run_demo().describe(), flush=True)
+    Output(args).line(run_demo().describe())
     if not args.report:
         return 0
+    from ..report import default_notebooks, write_report  # the notebook tools load only for a report
+
     notebooks = list(args.notebooks) or default_notebooks()
     print(f"\nwriting the report to {args.out}", flush=True)
     index = write_report(notebooks, args.out, force=args.force, progress=lambda line: print(line, flush=True))

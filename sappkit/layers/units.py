@@ -96,12 +96,14 @@ def format_number(value: float) -> str:
 
     Examples
     --------
-    >>> [format_number(v) for v in (5765.99, 118.14, 42.86, 2.863, 7.0, 0.0, -1.5, float("nan"))]
-    ['5,766', '118', '42.9', '2.86', '7', '0', '-1.50', 'n/a']
+    >>> [format_number(v) for v in (5765.99, 118.14, 42.86, 2.863, 7.0, 0.0, -1.5, -1e-12, float("nan"))]
+    ['5,766', '118', '42.9', '2.86', '7', '0', '-1.50', '0', 'n/a']
     """
     if value is None or math.isnan(value):
         return "n/a"
     size = abs(value)
+    if size < 0.005:  # what would show as 0.00 (float noise of sums among it) is 0
+        return "0"
     if size >= 100 or float(value).is_integer():
         return f"{value:,.0f}"
     return f"{value:.1f}" if size >= 10 else f"{value:.2f}"

@@ -143,18 +143,25 @@ def test_dashboard_redraws_when_the_slider_moves():
 
 def test_cli_balance(tmp_path, capsys):
     path = tmp_path / "layers.csv"
-    sappkit.write_layers_csv(sappkit.LayerTable(TABLE), path)
+    sappkit.write_layers_csv(sappkit.LayerTable(TABLE, time_unit="ms"), path)
     out = tmp_path / "plan.yaml"
     assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "1500",
                  "--yaml", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     plan = sappkit.balance(TABLE, memory_mb=1500, **PIPELINE)
-    assert printed[0] == plan.describe().splitlines()[0]
+    simulated = plan.simulate()
+    assert printed[:3] == ["1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 1,500 MB devices: optimal",
+                           f"simulated step time {simulated.step_time:.0f} ms, bubble "
+                           f"{simulated.bubbles['real']:.1%} of the compute",
+                           "peak stage memory 1,050 MB on stage 0 of 1,500 MB"]
+    assert printed[3].split() == ["stage", "layers", "layers", "per", "option", "memory_mb", "time", "per",
+                                  "micro-batch", "(ms)"]
     assert printed[-1] == f"MindFormers config written to {out}"
     assert out.read_text() == plan.to_yaml(strict=False)
     assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "300"]) == 1
     infeasible = sappkit.balance(TABLE, memory_mb=300, **PIPELINE)
-    assert capsys.readouterr().out.splitlines()[:2] == [infeasible.describe().splitlines()[0], infeasible.message]
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 300 MB devices: infeasible", infeasible.message]
     assert main(["balance", str(path), "--stages", "1", "--micro-batches", "6", "--memory", "500"]) == 2
     assert capsys.readouterr().err == ("sappkit balance: stages must be an int >= 2; got 1 (a pipeline needs at "
                                        "least two stages)\n")
