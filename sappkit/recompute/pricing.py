@@ -205,15 +205,15 @@ class Pricing:
     def baseline(self) -> Baseline:
         """What time saved is measured against at this capacity (module docstring)."""
         configured = tuple(self.body[CONFIGURED])
+        as_configured = "the configured recompute" + (f", every layer {_uniform(configured)}," if _uniform(configured)
+                                                      else "")
         if (self._stage_values(configured)[MEMORY_MB] <= self.memory_mb).all():
-            every = _uniform(configured)
-            return Baseline("configured", configured,
-                            "the configured recompute" + (f" (every layer {every})" if every else ""))
+            return Baseline("configured", configured, as_configured.rstrip(","))
         most = tuple(self.most_recomputed[kind] for kind in self.body[KIND])
         every = _uniform(most)
         return Baseline("most recomputed", most, (f"every layer at {every}" if every else
                                                   "every layer at its most recomputed option")
-                        + " (the configured recompute does not fit)")
+                        + f" ({as_configured} does not fit)")
 
     @cached_property
     def baseline_time(self) -> np.ndarray:

@@ -92,7 +92,7 @@ def walk_step(analysis: RecomputeAnalysis, path, *, pick: int | None = None) -> 
     10 alternative(s) from its plan
     on show: alternative #0, peak 39,482 MB on stage 2 (limit 40,000 MB)
     simulated step time 5,321 ms, 1,662 ms (23.8%) faster than the baseline
-    baseline: every layer at full (the configured recompute does not fit)
+    baseline: every layer at full (the configured recompute, every layer none, does not fit)
     >>> print(one_more(step).summary().splitlines()[0])
     step 1 of the walk; 10 alternative(s) from its plan
     """

@@ -130,7 +130,7 @@ def test_time_saved_is_against_the_configured_options_where_they_fit():
     assert choice.baseline_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
     assert choice.baseline == "the configured recompute"
     default = choose_recompute(table, part, memory_mb=1000)
-    assert default.time_saved == 0.0 and default.baseline == "the configured recompute (every layer none)"
+    assert default.time_saved == 0.0 and default.baseline == "the configured recompute, every layer none"
 
 
 def test_time_saved_is_against_the_most_recomputed_options_where_the_configured_do_not_fit():
@@ -138,12 +138,12 @@ def test_time_saved_is_against_the_most_recomputed_options_where_the_configured_
     table, part = _two_layer_case(0, 0, 0)
     choice = choose_recompute(table, part, memory_mb=120)
     assert choice.configured_stages()["memory_mb"].max() > 120
-    assert choice.baseline == "every layer at full (the configured recompute does not fit)"
+    assert choice.baseline == "every layer at full (the configured recompute, every layer none, does not fit)"
     assert choice.baseline_stages()["time"].tolist() == pytest.approx([8.0, 8.0])
     # [none, selective] on stage 0 and [none, none] on stage 1 against four full layers.
     assert choice.stages["time_saved"].tolist() == pytest.approx([8.0 - 6.2, 8.0 - 6.0])
     modes = choose_recompute(table, part, memory_mb=120, modes=("off", "selective"), per_layer=True)
-    assert modes.baseline == "every layer at selective (the configured recompute does not fit)"
+    assert modes.baseline == "every layer at selective (the configured recompute, every layer none, does not fit)"
     assert modes.time_saved >= 0
 
 
@@ -181,7 +181,7 @@ def test_the_headline_is_the_simulated_step_against_the_baseline():
     assert (choice.step_time, choice.baseline_step_time) == pytest.approx((22.2, 28.0))
     assert lines[:4] == [
         "simulated step time 22.2 time units: 5.80 time units (20.7%) faster than the baseline's 28 time units",
-        "baseline: every layer at full (the configured recompute does not fit)",
+        "baseline: every layer at full (the configured recompute, every layer none, does not fit)",
         "peak 120 MB of 120 MB (stage 0)",
         "forward + backward per micro-batch, summed over the stages: 3.80 time units saved"]
     assert choice.stages.attrs["time_unit"] == choice.time_unit == "time units"
@@ -279,7 +279,7 @@ def test_describe_and_records():
     # The configured recompute (none) does not fit at 159 MB, so time saved is against every layer at full.
     assert choice.describe().splitlines() == [
         "simulated step time 22.2 time units: 5.80 time units (20.7%) faster than the baseline's 28 time units",
-        "baseline: every layer at full (the configured recompute does not fit)",
+        "baseline: every layer at full (the configured recompute, every layer none, does not fit)",
         "peak 130 MB of 159 MB (stage 0)",
         "forward + backward per micro-batch, summed over the stages: 3.80 time units saved",
         "layer 0 (b): off (none)",
