@@ -26,7 +26,7 @@ from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
            "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
-           "is_time_column", "text_table"]
+           "is_time_column", "labelled", "text_table"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -120,9 +120,29 @@ def format_mb(value: float) -> str:
 
 
 def is_time_column(name) -> bool:
-    """Whether a column holds times by its name: ``time``, ``*_time``, ``time_*`` (``time_saved``, ``time_cost``)."""
+    """Whether a column holds times by its name: ``time``, ``*_time``, ``time_*`` (``time_saved``, ``time_cost``),
+    and a balancer's ``objective`` (a stage time or a step time)."""
     name = str(name)
-    return name == "time" or name.endswith("_time") or name.startswith("time_")
+    return name in ("time", "objective") or name.endswith("_time") or name.startswith("time_")
+
+
+def labelled(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | None = None) -> pd.DataFrame:
+    """A copy of ``frame`` to show people: each time column's name followed by its unit (``step_time (ms)``).
+
+    The frame's own columns keep their names (they are the contract);
+    this is for display, e.g. in a notebook. ``unit`` defaults to the
+    frame's own (:func:`time_unit_of`); ``headers`` renames columns first.
+
+    Examples
+    --------
+    >>> frame = with_time_unit(pd.DataFrame({"stage": [0], "step_time": [5765.99]}), "ms")
+    >>> list(labelled(frame).columns)
+    ['stage', 'step_time (ms)']
+    """
+    unit = time_unit_of(frame) if unit is None else unit
+    headers = headers or {}
+    return frame.rename(columns={name: str(headers.get(name, name)) + (f" ({unit})" if is_time_column(name) else "")
+                                 for name in frame.columns})
 
 
 def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | None = None) -> str:
@@ -141,11 +161,8 @@ def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | 
         0     56,017        1.23
         1       9.50           -
     """
-    unit = time_unit_of(frame) if unit is None else unit
-    headers = headers or {}
     columns = []
-    for name in frame.columns:
-        title = str(headers.get(name, name)) + (f" ({unit})" if is_time_column(name) else "")
+    for title, name in zip(labelled(frame, unit, headers=headers).columns, frame.columns):
         values = frame[name].tolist()
         numeric = all(_is_number(v) or _missing(v) for v in values) and not all(_missing(v) for v in values)
         cells = [_cell(v) for v in values]
