@@ -28,6 +28,7 @@ from ..balancer.setup import BalanceSetup, make_setup
 from ..balancer.solver import SolverOptions, solve
 from ..layers.configs import DeviceConfig, ParallelConfig, TransformerConfig
 from ..layers.estimate import estimate_layers
+from ..layers.units import format_time
 from . import median_seconds, row
 
 __all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB"]
@@ -133,13 +134,13 @@ def measure(quick: bool) -> list[dict]:
         setup = make_setup(layers, **pipeline)
         optimum = _optimum(setup, plan)
         rows.append(row("balance", case, seconds, _TARGET_MS,
-                        f"{plan.status}, objective {optimum:.6g}, {plan.method}"
+                        f"{plan.status}, objective {format_time(optimum, layers.time_unit)}, {plan.method}"
                         + (f"; the {plan.chosen} plan simulates faster" if plan.chosen else "")))
         problem, _ = seed_problem(setup)
         result = solve(problem, SolverOptions(solver="cbc", time_limit=limit))
         worse = "" if result.objective is None else f", {result.objective / optimum - 1:+.1%} vs optimum"
         gap = "" if result.gap is None else f", gap {result.gap:.1%}"
-        objective_text = "none" if result.objective is None else f"{result.objective:.6g}"
+        objective_text = "none" if result.objective is None else format_time(result.objective, layers.time_unit)
         rows.append(row("balance, SAPP's ILP (cbc)", case, result.seconds, None,
                         f"{result.status}, objective {objective_text}{gap}{worse}"))
     return rows

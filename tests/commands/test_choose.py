@@ -17,7 +17,8 @@ def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.splitlines()[0].startswith("simulated step time ")
-    assert out.splitlines()[1] == "baseline: every layer at full (the configured recompute, every layer none, does not fit)"
+    assert out.splitlines()[1] == ("baseline: every layer at full (the configured recompute, every layer none, does "
+                                   "not fit)")
     assert "trainer plan: activation_checkpoint.mode = " in out
     assert "megatron: " in out and "torchtitan: " in out
 
