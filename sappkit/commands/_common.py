@@ -32,14 +32,11 @@ def add_layers_argument(parser) -> None:
                              "file without one is in its own relative units)")
 
 
-def add_pipeline_arguments(parser) -> None:
-    """``LAYERS --stages P --micro-batches M --memory MB [--chunks V] [--schedule S] [--less-memory]``."""
-    add_layers_argument(parser)
+def add_shape_arguments(parser) -> None:
+    """``--stages P --micro-batches M [--chunks V] [--schedule S] [--less-memory]``: the pipeline's shape."""
     parser.add_argument("--stages", type=int, required=True, help="pipeline stages: devices the model is split over")
     parser.add_argument("--micro-batches", type=int, required=True,
                         help="micro-batches each training step is split into")
-    parser.add_argument("--memory", type=float, required=True, metavar="MB",
-                        help="the memory of one device, in MB, that every stage must fit")
     parser.add_argument("--chunks", type=int, default=1,
                         help="model pieces each stage holds (more than 1 for interleaved schedules; default 1)")
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
@@ -47,6 +44,19 @@ def add_pipeline_arguments(parser) -> None:
                              "--chunks above 1)")
     parser.add_argument("--less-memory", action="store_true",
                         help="the interleaved order that keeps fewer micro-batches in flight on early stages")
+
+
+def add_pipeline_arguments(parser) -> None:
+    """``LAYERS`` and the pipeline's shape (:func:`add_shape_arguments`), and ``--memory MB``."""
+    add_layers_argument(parser)
+    add_shape_arguments(parser)
+    parser.add_argument("--memory", type=float, required=True, metavar="MB",
+                        help="the memory of one device, in MB, that every stage must fit")
+
+
+def schedule(args) -> str:
+    """``--schedule``, or its default: 1f1b for one chunk, interleaved for more."""
+    return args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
 
 
 def add_chooser_arguments(parser, *, modes_help: str) -> None:
@@ -97,8 +107,7 @@ def partition(layers, args) -> Partition:
                  less_memory=args.less_memory)
     if args.offsets is not None:
         return Partition.from_offsets(layers, **read_offsets(args.offsets), **shape)
-    schedule = args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
-    assignment = even_assignment(layers, stages=args.stages, chunks=args.chunks, schedule=schedule)
+    assignment = even_assignment(layers, stages=args.stages, chunks=args.chunks, schedule=schedule(args))
     return Partition.from_assignment(assignment, kind_order=layers.body_kinds, **shape)
 
 

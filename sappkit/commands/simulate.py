@@ -8,9 +8,8 @@ from .._files import output_path, write_file
 from ..columns import MEMORY_MB, STAGE
 from ..demo import simulate_layers
 from ..errors import InputError
-from ..pipeline.schedules import SCHEDULES
 from ..pipeline.simulator import BUSY_TIME, IDLE_TIME
-from ._common import add_layers_argument, read_layers
+from ._common import add_layers_argument, add_shape_arguments, read_layers, schedule
 from ._output import Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
@@ -23,15 +22,7 @@ def register(subparsers) -> None:
         description="Spread the body layers evenly over the stages, simulate one training step pass by pass, and "
                     "print its step time, bubble and each stage's peak memory.")
     add_layers_argument(parser)
-    parser.add_argument("--stages", type=int, required=True, help="pipeline stages: devices the model is split over")
-    parser.add_argument("--micro-batches", type=int, required=True,
-                        help="micro-batches each training step is split into")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b",
-                        help="the order stages run forward and backward passes (default 1f1b)")
-    parser.add_argument("--chunks", type=int, default=1,
-                        help="model pieces each stage holds (more than 1 for interleaved schedules; default 1)")
-    parser.add_argument("--less-memory", action="store_true",
-                        help="the interleaved order that keeps fewer micro-batches in flight on early stages")
+    add_shape_arguments(parser)
     parser.add_argument("--seq-split", type=int, default=1, metavar="K",
                         help="slices each micro-batch is cut into along the sequence (seqpipe; default 1)")
     parser.add_argument("--option", default=None,
@@ -50,7 +41,7 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     figure_format = None if args.save is None else _figure_format(args.save)
     sim = simulate_layers(read_layers(args.layers, args.time_unit), stages=args.stages,
-                          micro_batches=args.micro_batches, schedule=args.schedule, chunks=args.chunks,
+                          micro_batches=args.micro_batches, schedule=schedule(args), chunks=args.chunks,
                           option=args.option, less_memory=args.less_memory, seq_split=args.seq_split,
                           p2p_time=args.p2p_time, limit_mb=args.limit_mb)
     out = Output(args, sim.time_unit)
