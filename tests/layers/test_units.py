@@ -13,7 +13,9 @@ from sappkit import (
     InputError, LayerTable, TransformerConfig, estimate_layers, fit_memory, read_dryrun_csv, read_layers_csv,
     read_layers_json, write_layers_csv, write_layers_json,
 )
-from sappkit.layers.units import check_time_unit, format_mb, format_number, format_time, time_unit_of
+from sappkit.layers.units import (
+    check_time_unit, format_mb, format_number, format_time, labelled, ms_per_unit, text_table, time_unit_of,
+)
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 ROWS = [dict(kind="block", role="body", count=4, param_mb=900, option=o, forward_time=10, backward_time=b,
@@ -48,7 +50,7 @@ def test_other_units_are_refused(value, shown):
 
 def test_numbers_read_with_separators_and_few_decimals():
     assert [format_number(v) for v in (123456.7, 999.5, 99.94, 9.994, 0.004, float("nan"))] == [
-        "123,457", "1,000", "99.9", "9.99", "0.00", "n/a"]
+        "123,457", "1,000", "99.9", "9.99", "0", "n/a"]
     assert (format_time(5765.99, "MindFormers units"), format_mb(70465.4), format_mb(8.05)) == (
         "5,766 MindFormers units", "70,465 MB", "8.05 MB")
 
@@ -114,3 +116,22 @@ def test_a_csv_states_its_unit_in_a_column(tmp_path):
 def test_the_json_writer_states_the_unit(tmp_path):
     write_layers_json(LayerTable(pd.DataFrame(ROWS), time_unit="us"), tmp_path / "t.json")
     assert json.loads((tmp_path / "t.json").read_text())["time_unit"] == "us"
+
+
+def test_a_terminal_table_heads_times_with_their_unit_and_separates_thousands():
+    frame = LayerTable(pd.DataFrame(ROWS), time_unit="us").frame[["kind", "option", "forward_time", "activation_mb"]]
+    assert text_table(frame).splitlines() == ["kind   option  forward_time (us)  activation_mb",
+                                              "block  none                   10            300",
+                                              "block  full                   10             20"]
+    assert list(labelled(frame, headers={"forward_time": "forward"}).columns) == [
+        "kind", "option", "forward (us)", "activation_mb"]
+    assert text_table(pd.DataFrame({"objective": [1234.5], "ok": [True], "none": [None]}), "ms").splitlines() == [
+        "objective (ms)  ok    none", "         1,234  True  -"]
+
+
+def test_the_length_of_a_unit_in_ms_is_known_or_must_be_stated():
+    assert (ms_per_unit("ms", None), ms_per_unit("s", None), ms_per_unit("MindFormers units", 2.5)) == (1.0, 1000.0,
+                                                                                                        2.5)
+    with raises_exactly("time_unit_ms is needed: the layer table's times are in 'MindFormers units', whose length in "
+                        "ms sappkit cannot know (it knows 's', 'ms', 'us'); state how many ms one time unit is"):
+        ms_per_unit("MindFormers units", None)
