@@ -60,11 +60,12 @@ def run(*, quick: bool = False, only: tuple[str, ...] = (),
     names = [name for name in MODULES if name in only] if only else list(MODULES)
     rows = []
     for number, name in enumerate(names, start=1):
-        if quick and not only and name in SLOW:
+        skipped = quick and not only and name in SLOW
+        if progress is not None:
+            progress(f"bench {number}/{len(names)}: {name}" + (" (not run with --quick)" if skipped else ""))
+        if skipped:
             rows.append(dict(benchmark=name, case="not run with --quick", median_ms=float("nan"), target_ms=None,
                              passed=None, detail=f"sappkit bench --only {name} runs it"))
             continue
-        if progress is not None:
-            progress(f"bench {number}/{len(names)}: {name}")
         rows.extend(import_module(f".{name}", __name__).measure(quick))
     return pd.DataFrame(rows, columns=list(COLUMNS))
