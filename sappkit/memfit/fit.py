@@ -402,8 +402,8 @@ def _warnings(frame, stages, peaks, residual, condition, tolerance) -> list[str]
     worst = int(np.argmax(np.abs(residual) / peaks))
     if abs(residual[worst]) > tolerance * peaks[worst]:
         run, stage = stages.iloc[worst]
-        out.append(f"the largest residual is {residual[worst]:+.1f} MB at run {run!r} stage {stage} "
-                   f"({abs(residual[worst]) / peaks[worst]:.1%} of its {peaks[worst]:.0f} MB peak, above the "
+        out.append(f"the largest residual is {residual[worst]:+,.1f} MB at run {run!r} stage {stage} "
+                   f"({abs(residual[worst]) / peaks[worst]:.1%} of its {peaks[worst]:,.0f} MB peak, above the "
                    f"{tolerance:.0%} tolerance): the linear model does not explain these peaks well; check the "
                    "configuration stated for that run")
     if condition > _ILL_CONDITIONED:
