@@ -188,7 +188,7 @@ class RecomputeAnalysis:
         over = np.flatnonzero(memory[0] > limit)
         if over.size:
             return no_alternatives(current, f"current does not fit: stage {over[0]} needs "
-                                            f"{memory[0, over[0]]:.1f} MB against a limit of {limit:.1f} MB")
+                                            f"{memory[0, over[0]]:,.1f} MB against a limit of {limit:,.1f} MB")
         kept = self._distinct(rows, values, starts)
         if not kept:
             return no_alternatives(current, "no plan with one more layer at 'full' fits" if starts

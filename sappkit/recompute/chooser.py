@@ -139,8 +139,8 @@ def _no_fit(pricing: Pricing, failed: Sequence[int], notes) -> RecomputeChoice:
     for s in failed:
         need, limit = stages.at[s, MEMORY_MB], stages.at[s, LIMIT_MB]
         grain = "" if need > limit else f" in whole {pricing.bucket_mb:g} MB buckets"
-        parts.append(f"stage {s} cannot fit{grain}: at its lightest options it needs {need:.1f} MB "
-                     f"against a limit of {limit:.1f} MB")
+        parts.append(f"stage {s} cannot fit{grain}: at its lightest options it needs {need:,.1f} MB "
+                     f"against a limit of {limit:,.1f} MB")
     return refused_choice(pricing, "; ".join(parts), notes=notes, stages=stages)
 
 
@@ -167,8 +167,8 @@ def _one_mode(pricing: Pricing, notes) -> RecomputeChoice:
         mode, _, stages = min(candidates, key=lambda item: item[2][MEMORY_MB].max())
         stage = int(stages[MEMORY_MB].idxmax())
         return refused_choice(pricing, f"no mode fits every stage: the lightest, {mode!r}, needs "
-                                       f"{stages.at[stage, MEMORY_MB]:.1f} MB on stage {stage} against a limit of "
-                                       f"{pricing.memory_mb:.1f} MB", notes=notes, stages=stages)
+                                       f"{stages.at[stage, MEMORY_MB]:,.1f} MB on stage {stage} against a limit of "
+                                       f"{pricing.memory_mb:,.1f} MB", notes=notes, stages=stages)
     return build_choice(pricing, [best[1]] * len(pricing.body), mode=best[0], notes=notes)
 
 

@@ -303,7 +303,7 @@ def test_empty_when_nothing_can_be_turned_up_or_fit(small):
     assert not found.plans and found.reason == "no plan with one more layer at 'full' fits"
     low = RecomputeAnalysis(table, part, memory_mb=peak - 1, modes=MODES)
     found = alternatives(_ranges(part, current), analysis=low)
-    assert found.reason == f"current does not fit: stage 0 needs {peak:.1f} MB against a limit of {peak - 1:.1f} MB"
+    assert found.reason == f"current does not fit: stage 0 needs {peak:,.1f} MB against a limit of {peak - 1:,.1f} MB"
 
 
 # --- refused settings (refused currents: test_current.py) --------------------------------------------------------
