@@ -1,4 +1,11 @@
-"""The ``sappkit`` command: one sub-command per model, each defined in ``sappkit/commands/``.
+"""sappkit: plan pipeline-parallel training from the command line, one sub-command per step of the work.
+
+Each sub-command is defined in ``sappkit/commands/``; they are listed in the
+order of the work: fit memory from dry runs (or plan the dry runs), balance
+the layers over the stages, simulate a step, choose each layer's recompute,
+see what one more recomputed layer buys, then the shared report, the demo
+and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
+column and ``--format csv|json`` prints for other programs.
 
 Whatever goes wrong with the input ends in one line on stderr: bad input and
 bad arguments exit 2, Ctrl-C exits 130, and a reader that stops early (``|
@@ -17,19 +24,22 @@ from .errors import InputError
 
 __all__ = ["main"]
 
-#: Sub-command modules under ``sappkit.commands``; each has ``register(subparsers)``
-#: adding its parser with ``set_defaults(run=function)``.
+#: Sub-command modules under ``sappkit.commands``, in the order of the work (the order ``--help`` lists them);
+#: each has ``register(subparsers)`` adding its parser with ``set_defaults(run=function)``.
 _COMMANDS = (
-    "bench",
-    "demo",
-    "simulate",
-    "report",
-    "alternatives",
-    "choose",
     "fit",
     "plan_dryruns",
     "balance",
+    "simulate",
+    "choose",
+    "alternatives",
+    "report",
+    "demo",
+    "bench",
 )
+
+_EPILOG = ("Times print in the layer table's unit (ms for the bundled tables and estimates), memory in MB. "
+           "Run 'sappkit COMMAND --help' for a command's options.")
 
 #: Exit codes besides 0 and a command's own 1.
 BAD_INPUT, INTERRUPTED, CLOSED_PIPE = 2, 130, 141
@@ -44,8 +54,8 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every sub-command registered."""
-    parser = _Parser(prog="sappkit", description=__doc__.splitlines()[0])
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="sappkit", description=__doc__.splitlines()[0].removeprefix("sappkit: "), epilog=_EPILOG)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for name in _COMMANDS:
         import_module(f".commands.{name}", __package__).register(subparsers)
     return parser

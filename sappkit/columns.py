@@ -1,7 +1,10 @@
 """Column names, defined once, for every frame sappkit reads or returns.
 
 Memory is in MB (MiB) in every ``*_mb`` column; times are in the input's own
-unit in every ``*_time`` column.
+unit in every ``*_time`` column (and ``time``, ``time_saved``, ``time_cost``):
+the layer table's :attr:`~sappkit.LayerTable.time_unit`, which every frame
+built from it carries in ``frame.attrs["time_unit"]``; a plain frame without
+it is in ``"time units"`` (:mod:`sappkit.layers.units`).
 """
 
 __all__ = [

@@ -20,6 +20,7 @@ from .columns import MEMORY_MB, STAGE
 from .errors import InputError
 from .layers.mindformers import read_layers_json
 from .layers.table import LayerTable, as_layer_table
+from .layers.units import UNSTATED, format_mb, text_table, with_time_unit
 from .loop import Loop, run_loop
 from .memfit.dryruns import read_dryrun_csv
 from .pipeline.costs import cell_costs, even_assignment
@@ -76,10 +77,11 @@ def simulate_layers(layers, *, stages: int, micro_batches: int, schedule: str = 
 def headline(simulations: Mapping[str, Simulation]) -> pd.DataFrame:
     """One row per labelled simulation: step time, the bubble split and the highest stage peak.
 
-    Columns ``run``, ``schedule``, ``chunks``, ``step_time``, ``bubble``,
-    ``ideal``, ``imbalance``, ``recompute`` (fractions of the compute),
-    ``peak_mb``, ``peak_stage``, ``fits`` (peak within ``limit_mb``, or NA
-    when there is no limit).
+    Columns ``run``, ``schedule``, ``chunks``, ``step_time`` (in the
+    simulations' unit, ``attrs["time_unit"]``), ``bubble``, ``ideal``,
+    ``imbalance``, ``recompute`` (fractions of the compute), ``peak_mb``,
+    ``peak_stage``, ``fits`` (peak within ``limit_mb``, or NA when there is
+    no limit).
     """
     rows = []
     for label, sim in simulations.items():
@@ -90,7 +92,8 @@ def headline(simulations: Mapping[str, Simulation]) -> pd.DataFrame:
                          imbalance=sim.bubbles["imbalance"], recompute=sim.bubbles["recompute"],
                          peak_mb=peak[MEMORY_MB], peak_stage=int(peak[STAGE]),
                          fits=pd.NA if pd.isna(limit) else bool(peak[MEMORY_MB] <= limit)))
-    return pd.DataFrame(rows)
+    units = {sim.time_unit for sim in simulations.values()}
+    return with_time_unit(pd.DataFrame(rows), units.pop() if len(units) == 1 else UNSTATED)
 
 
 @dataclass(frozen=True, eq=False)
@@ -104,11 +107,12 @@ class Demo:
     loop: Loop | None = None
 
     def describe(self) -> str:
-        """The setting, the headline table, the step-time gain of the fastest run over the first, then the loop."""
-        table = self.summary.round({"step_time": 1, "bubble": 3, "ideal": 3, "imbalance": 3, "recompute": 3,
-                                    "peak_mb": 0})
+        """The setting, the headline table (times in the table's unit, the bubble as a share of the compute), the
+        step-time gain of the fastest run over the first, then the loop."""
+        table = self.summary[["run", "schedule", "chunks", "step_time", "bubble", "peak_mb", "peak_stage", "fits"]]
+        table = table.assign(bubble=[f"{share:.1%}" for share in table["bubble"]])
         first, fastest = self.summary.iloc[0], self.summary.loc[self.summary["step_time"].idxmin()]
-        lines = [self.setting, table.to_string(index=False),
+        lines = [self.setting, text_table(table, self.layers.time_unit),
                  f"{fastest['run']} is {1 - fastest['step_time'] / first['step_time']:.1%} faster than {first['run']}"]
         if self.loop is not None:
             lines += ["", self.loop.describe()]
@@ -135,10 +139,10 @@ def run_demo(*, micro_batches: int = 32, chunks: int = 2, option: str = "selecti
     simulations = {label: simulate_layers(layers, stages=stages, micro_batches=micro_batches, option=option,
                                           limit_mb=limit_mb, **run) for label, run in runs.items()}
     setting = (f"data/{DEMO_LAYERS}: {stages} stages, {micro_batches} micro-batches, {option} recompute, "
-               f"layers placed evenly, {limit_mb:g} MB devices (times in ms, memory in MB)")
+               f"layers placed evenly, {format_mb(limit_mb)} devices (times in {layers.time_unit}, memory in MB)")
     loop = run_loop(observations, layers, micro_batches=micro_batches, memory_mb=limit_mb,
                     setting=f"The loop on data/{DEMO_DRYRUNS} and the times of data/{DEMO_LAYERS}: 1f1b, "
-                            f"{stages} stages, {micro_batches} micro-batches, {limit_mb:g} MB devices")
+                            f"{stages} stages, {micro_batches} micro-batches, {format_mb(limit_mb)} devices")
     return Demo(setting=setting, layers=layers, simulations=simulations, summary=headline(simulations), loop=loop)
 
 

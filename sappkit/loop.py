@@ -19,15 +19,16 @@ import pandas as pd
 from .balancer.optimise import balance
 from .balancer.plan import Plan
 from .balancer.views import compare_plans, even_plan
-from .columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
+from .columns import MEMORY_MB, OPTION, STAGE
 from .errors import InputError
 from .layers.table import LayerTable, as_layer_table
+from .layers.units import format_mb, format_time, text_table
 from .memfit.fit import MemoryFit, fit_memory
 from .one_more.analysis import alternatives
 from .one_more.result import Alternatives
-from .pipeline.costs import cell_costs, even_assignment, stage_memory
-from .pipeline.simulator import Simulation, simulate
-from .recompute.choice import OFFLOADED_MB, RecomputeChoice
+from .pipeline.costs import even_assignment, stage_memory
+from .pipeline.simulator import Simulation
+from .recompute.choice import RecomputeChoice
 from .recompute.chooser import choose_recompute
 
 __all__ = ["MODES", "Loop", "compare_tables", "run_loop", "simulate_choice"]
@@ -37,7 +38,7 @@ MODES = ("off", "selective", "full")
 
 
 def simulate_choice(choice: RecomputeChoice, **options) -> Simulation:
-    """Simulate one step of a recompute choice on its partition (``options`` as :func:`sappkit.simulate`'s).
+    """Simulate one step of a recompute choice on its partition: :meth:`RecomputeChoice.simulate`.
 
     Refuses a choice that was not made, and one that offloads to the host
     (the simulator runs no host copies).
@@ -54,18 +55,7 @@ def simulate_choice(choice: RecomputeChoice, **options) -> Simulation:
     """
     if not isinstance(choice, RecomputeChoice):
         raise InputError(f"choice must be a RecomputeChoice (sappkit.choose_recompute); got {type(choice).__name__}")
-    if not choice.chosen:
-        raise InputError(f"choice made no choice to simulate: {choice.reason}")
-    if (choice.layer_options[OFFLOADED_MB] > 0).any():
-        raise InputError("choice offloads activations to the host, which the simulator does not model; simulate "
-                         "a choice made without a link")
-    pricing = choice.pricing
-    part = pricing.partition
-    assignment = (choice.layer_options.groupby([KIND, CHUNK, STAGE, OPTION], sort=False).size()
-                  .rename(LAYERS).reset_index())
-    costs = cell_costs(pricing.layers, assignment, stages=part.stages, chunks=part.chunks, schedule=part.schedule)
-    return simulate(costs, schedule=part.schedule, micro_batches=part.micro_batches, less_memory=part.less_memory,
-                    seq_split=part.seq_split, limit_mb=pricing.memory_mb, **options)
+    return choice.simulate(**options)
 
 
 def compare_tables(reference, fitted, *, stages: int, micro_batches: int) -> pd.DataFrame:
@@ -141,8 +131,9 @@ class Loop:
         even partitions ``even, <option>`` (simulated step times).
     choices : DataFrame
         Recompute on the balanced partition: ``choice`` (``one mode``, ``a
-        mode per layer``), ``mode``, ``time_saved`` (against the plan's
-        options), ``step_time`` (simulated), ``peak_mb``, ``reason`` (why no
+        mode per layer``), ``mode``, ``time_saved`` (summed over the stages,
+        against the chooser's stated baseline: the plan's options, which
+        fit), ``step_time`` (simulated), ``peak_mb``, ``reason`` (why no
         choice, else None). Empty when the plan has no placement.
     choice, one_mode : RecomputeChoice or None
         A mode per layer, and one mode for every layer.
@@ -167,12 +158,16 @@ class Loop:
         return None if even.empty else even.loc[even["step_time"].idxmin()]
 
     def describe(self) -> str:
-        """The headline of each step: fit, balance, recompute per layer, one more recomputed layer."""
-        params = self.fit.params[["name", "value_mb", "stderr_mb"]].round(1).to_string(index=False)
+        """The headline of each step: fit, balance, recompute per layer, one more recomputed layer.
+
+        Times in the layer table's unit, memory in MB; the tables fit 100 columns.
+        """
+        unit = self.layers.time_unit
+        params = text_table(self.fit.params[["name", "value_mb", "stderr_mb"]].round(1))
         difference = self.agreement["difference_mb"].abs().max()
         agreement = (f"   layer table: the fitted memory predicts the even partitions' stage memory within "
-                     f"{difference:.1f} MB of the times table's own (leave-one-out error "
-                     f"{self.fit.loo_error_mb:.1f} MB)")
+                     f"{format_mb(difference)} of the times table's own (leave-one-out error "
+                     f"{format_mb(self.fit.loo_error_mb)})")
         lines = [self.setting, f"1. memory fit: {self.fit.describe()}", params, agreement]
         plan = self.plan
         if not plan.has_plan:
@@ -180,16 +175,17 @@ class Loop:
         step = float(self.plans["step_time"].iloc[0])
         even = self.even_baseline()
         against = ("; no even partition with one option fits" if even is None else
-                   f" against {even['step_time']:.1f} for the {even['plan'].replace(', ', ' partition with ')} "
-                   f"recompute, the fastest even partition that fits: {_faster(step, even['step_time'])}")
-        lines += [f"2. balance: {plan.status}; simulated step time {step:.1f}{against}",
-                  self.plans[["plan", "status", "step_time", "peak_mb", "fits"]].round(1).to_string(index=False)]
+                   f" against {format_time(even['step_time'], unit)} for the "
+                   f"{even['plan'].replace(', ', ' partition with ')} recompute, the fastest even partition that "
+                   f"fits: {_faster(step, even['step_time'])}")
+        lines += [f"2. balance: {plan.status}; simulated step time {format_time(step, unit)}{against}",
+                  text_table(self.plans[["plan", "status", "step_time", "peak_mb", "fits"]], unit)]
         lines.append("3. recompute, " + self._recompute_line())
         found = self.alternatives
         if found is not None:
             peak = self.choice.stages[MEMORY_MB].max()
             tail = (f"{len(found.frame)} distinct plans still fit (stage {found.binding_stage} binds at "
-                    f"{peak:.1f} MB)" if found.reason is None else f"none: {found.reason}")
+                    f"{format_mb(peak)})" if found.reason is None else f"none: {found.reason}")
             lines.append(f"4. one more fully recomputed layer: {tail}")
         return "\n".join(lines)
 
@@ -197,14 +193,15 @@ class Loop:
         per_layer, one = (self.choices.set_index("choice").loc[label] for label in ("a mode per layer", "one mode"))
         if per_layer["reason"] is not None:
             return f"no choice: {per_layer['reason']}"
+        unit = self.layers.time_unit
         modes = ", ".join(self.choice.pricing.modes or ())
-        text = f"a mode per layer ({modes}): simulated step time {per_layer['step_time']:.1f}"
+        text = f"a mode per layer ({modes}): simulated step time {format_time(per_layer['step_time'], unit)}"
         if one["reason"] is not None:
             return text + f"; one mode for every layer does not fit ({one['reason']})"
         saved = per_layer["time_saved"] - one["time_saved"]
-        return (text + f" against {one['step_time']:.1f} with one mode ({one['mode']}) on every layer: "
-                f"{_faster(per_layer['step_time'], one['step_time'])}; {saved:.1f} less forward + backward per "
-                f"micro-batch over the stages")
+        return (text + f" against {format_time(one['step_time'], unit)} with one mode ({one['mode']}) on every "
+                f"layer: {_faster(per_layer['step_time'], one['step_time'])}; {format_time(saved, unit)} less "
+                f"forward + backward per micro-batch, summed over the stages")
 
 
 def _choices(choices: Mapping[str, RecomputeChoice]) -> pd.DataFrame:
@@ -262,7 +259,8 @@ def run_loop(observations, times, *, micro_batches: int, memory_mb: float, modes
     plan = balance(table, **pipeline)
     plans = compare_plans({"balanced": plan, **{f"even, {o}": even_plan(table, option=o, **pipeline)
                                                 for o in _shared_options(table)}})
-    loop = Loop(setting=setting or f"1f1b, {stages} stages, {micro_batches} micro-batches, {memory_mb:g} MB devices",
+    loop = Loop(setting=setting or f"1f1b, {stages} stages, {micro_batches} micro-batches, {format_mb(memory_mb)} "
+                                   "devices",
                 fit=fit, layers=table, agreement=compare_tables(times, table, stages=stages,
                                                                 micro_batches=micro_batches),
                 plan=plan, plans=plans)

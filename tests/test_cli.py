@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import select
 import signal
 import subprocess
@@ -79,3 +80,134 @@ def test_a_closed_pipe_ends_quietly():
     os.close(read_end)  # as `head` does once it has its lines
     error = process.stderr.read()
     assert (process.wait(), error) == (141, "")
+
+
+# --- what every sub-command prints on the bundled data ---------------------------------------------------------
+
+LLAMA = str(DATA / "llama2_70b.json")
+DEEPSEEK = str(DATA / "deepseek_v3.json")
+LLAMA_PIPELINE = ["--stages", "16", "--micro-batches", "32", "--memory", "58000"]
+DEEPSEEK_PIPELINE = ["--stages", "16", "--micro-batches", "32", "--memory", "70000"]
+#: Each sub-command on bundled data, as a newcomer would first run it.
+RUNS = {
+    "fit": [["fit", str(DATA / "llama2_70b_dryruns.csv")], ["fit", str(DATA / "llama2_70b_dryrun.yaml")],
+            ["fit", str(DATA / "deepseek_v3_dryruns.csv")], ["fit", str(DATA / "vlm_dryruns.csv")]],
+    "plan-dryruns": [["plan-dryruns", "--stages", "16", "--layers", "80", "--options", "none,selective,full"]],
+    "balance": [["balance", LLAMA, *LLAMA_PIPELINE], ["balance", LLAMA, *LLAMA_PIPELINE, "--chunks", "2"]],
+    "simulate": [["simulate", LLAMA, "--stages", "16", "--micro-batches", "32"],
+                 ["simulate", LLAMA, "--stages", "16", "--micro-batches", "32", "--chunks", "2", "--schedule",
+                  "interleaved", "--limit-mb", "58000"]],
+    "choose": [["choose", LLAMA, *LLAMA_PIPELINE], ["choose", LLAMA, *LLAMA_PIPELINE, "--per-layer"],
+               ["choose", DEEPSEEK, *DEEPSEEK_PIPELINE, "--per-layer"]],
+    "alternatives": [["alternatives", LLAMA, *LLAMA_PIPELINE], ["alternatives", DEEPSEEK, *DEEPSEEK_PIPELINE]],
+    "report": [["report"]],
+    "demo": [["demo", "--no-report"]],
+    "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
+}
+#: The sub-commands that print tables, and so take --format.
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "bench")
+
+
+@pytest.fixture
+def quick(monkeypatch, demo):
+    """The demo computed once, and a report writer that says what it would write without running notebooks."""
+    def write_report(notebooks, out, *, progress=None, **options):
+        for number, path in enumerate(notebooks, start=1):
+            progress(f"notebook {number}/{len(notebooks)}: {Path(path).stem}, cell 1/20")
+        return Path(out) / "index.html"
+
+    monkeypatch.setattr("sappkit.report.write_report", write_report)
+    monkeypatch.setattr("sappkit.commands.demo.run_demo", lambda: demo)
+
+
+def test_the_commands_are_listed_in_the_order_of_the_work(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    listed = [line.split()[0] for line in capsys.readouterr().out.split("commands:")[1].splitlines()[2:]
+              if line.startswith("    ") and not line.startswith("     ")]
+    assert listed == list(RUNS)
+
+
+@pytest.mark.parametrize("command", ["", *RUNS])
+def test_help_explains_every_option_in_plain_words(capsys, command):
+    with pytest.raises(SystemExit):
+        main([command, "--help"] if command else ["--help"])
+    text = capsys.readouterr().out
+    assert "seed" not in text.lower() and "``" not in text
+    lines = text.splitlines() + [""]
+    for number, line in enumerate(lines[:-1]):
+        command_line = line.startswith("    ") and not line.startswith("     ") and line.split()[0] in RUNS
+        if line.startswith("  -") or command_line:
+            # Its help follows on its line, after two spaces, or on the next line, indented past the names.
+            on_its_line = re.split(r"\s{2,}", line.strip(), maxsplit=1)[1:]
+            assert on_its_line or lines[number + 1].startswith(" " * 12) and lines[number + 1].strip(), line
+
+
+@pytest.mark.parametrize("command", list(RUNS))
+def test_the_default_output_on_bundled_data_fits_100_columns(capsys, quick, command):
+    for arguments in RUNS[command]:
+        code = main(arguments)
+        out, err = capsys.readouterr()
+        assert code in (0, 1), err
+        assert out and max(map(len, out.splitlines())) <= 100, arguments
+        if command == "bench":
+            assert err.splitlines() == ["bench 1/2: simulate", "bench 2/2: fit"]
+
+
+def _empty_columns(out: str) -> list[str]:
+    """Headers of the printed tables whose column holds only '-' (nothing)."""
+    lines = out.splitlines()
+    empty = []
+    for start, header in enumerate(lines):
+        if not header.startswith("stage  ") and not header.startswith("name  "):
+            continue
+        rows = []
+        for line in lines[start + 1:]:
+            if not line[:5].strip().isdigit() and not line.startswith(("const", "head", "tail", "param", "activ")):
+                break
+            rows.append(line.split())
+        for column in range(len(rows[0]) if rows else 0):
+            if all(len(row) > column and row[column] == "-" for row in rows):
+                empty.append(header)
+    return empty
+
+
+def test_no_column_is_empty_on_every_row(capsys, quick):
+    for command in ("fit", "balance", "simulate", "choose"):
+        for arguments in RUNS[command]:
+            main(arguments)
+            assert _empty_columns(capsys.readouterr().out) == [], arguments
+
+
+@pytest.mark.parametrize("command", TABLES)
+def test_csv_and_json_parse(capsys, quick, command):
+    import csv
+    import io
+    import json
+
+    arguments = RUNS[command][0]
+    assert main([*arguments, "--format", "csv"]) in (0, 1)
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert rows and all(len(row) == len(rows[0]) for row in rows)
+    assert main([*arguments, "--format", "json"]) in (0, 1)
+    document = json.loads(capsys.readouterr().out)
+    assert isinstance(document, dict) and document
+
+
+@pytest.mark.parametrize("arguments", RUNS["choose"] + RUNS["alternatives"], ids=lambda a: " ".join(a[:1] + a[2:]))
+def test_choose_and_alternatives_print_no_negative_time_saved(capsys, arguments):
+    import json
+
+    assert main(arguments) == 0
+    out = capsys.readouterr().out
+    assert "slower" not in out and "faster than the baseline" in out
+    assert main([*arguments, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["time_saved"] >= 0 and document["step_time_saved"] >= 0
+    assert document["baseline"] == "every layer at full (the configured recompute, every layer none, does not fit)"
+    for stage in document.get("stages", []):
+        assert stage["time_saved"] >= 0
+    saved = [line for line in out.splitlines() if re.match(r"^\s+\d+\s", line)]
+    if arguments[0] == "choose":
+        assert out.split("summed over the stages: ")[1].split("\n")[0].endswith(" saved")
+        assert saved and all(not line.split()[-1].startswith("-") for line in saved)

@@ -93,7 +93,10 @@ def test_demo_simulates_the_tours_two_schedules(demo, llama):
         assert demo.simulations[label].step_time == expected.step_time
     lines = demo.describe().splitlines()
     assert lines[0] == ("data/llama2_70b.json: 16 stages, 32 micro-batches, selective recompute, layers placed "
-                        "evenly, 58000 MB devices (times in ms, memory in MB)")
+                        "evenly, 58,000 MB devices (times in ms, memory in MB)")
+    assert lines[1].split() == ["run", "schedule", "chunks", "step_time", "(ms)", "bubble", "peak_mb", "peak_stage",
+                                "fits"]
+    assert lines[2].split()[3:5] == [f"{demo.summary['step_time'][0]:,.0f}", f"{demo.summary['bubble'][0]:.1%}"]
     gain = 1 - demo.summary["step_time"].iloc[1] / demo.summary["step_time"].iloc[0]
     assert lines[4] == f"interleaved x2 is {gain:.1%} faster than 1f1b" and gain > 0
     assert lines[5] == "" and lines[6:] == demo.loop.describe().splitlines()
@@ -103,23 +106,25 @@ def test_describe_reads_the_headline_numbers_off_the_frames(demo):
     loop = demo.loop
     lines = loop.describe().splitlines()
     assert lines[0] == ("The loop on data/llama2_70b_dryruns.csv and the times of data/llama2_70b.json: 1f1b, "
-                        "16 stages, 32 micro-batches, 58000 MB devices")
+                        "16 stages, 32 micro-batches, 58,000 MB devices")
     assert lines[1] == f"1. memory fit: {loop.fit.describe()}"
     assert lines[2].split() == ["name", "value_mb", "stderr_mb"] and lines[3].split()[0] == "const_mb"
     worst = loop.agreement["difference_mb"].abs().max()
     assert 0 < worst < loop.fit.loo_error_mb
     assert lines[12] == ("   layer table: the fitted memory predicts the even partitions' stage memory within "
-                         f"{worst:.1f} MB of the times table's own (leave-one-out error {loop.fit.loo_error_mb:.1f} MB)")
+                         f"{worst:.1f} MB of the times table's own (leave-one-out error "
+                         f"{loop.fit.loo_error_mb:.1f} MB)")
     step, even = loop.plans["step_time"].iloc[0], loop.even_baseline()["step_time"]
-    assert lines[13] == (f"2. balance: optimal; simulated step time {step:.1f} against {even:.1f} for the even "
-                         f"partition with selective recompute, the fastest even partition that fits: "
+    assert lines[13] == (f"2. balance: optimal; simulated step time {step:,.0f} ms against {even:,.0f} ms for the "
+                         f"even partition with selective recompute, the fastest even partition that fits: "
                          f"{1 - step / even:.1%} faster")
+    assert lines[14].split() == ["plan", "status", "step_time", "(ms)", "peak_mb", "fits"]
     choices = loop.choices.set_index("choice")
     mine, one = choices.loc["a mode per layer"], choices.loc["one mode"]
     assert lines[-2] == (f"3. recompute, a mode per layer (off, selective, full): simulated step time "
-                         f"{mine.step_time:.1f} against {one.step_time:.1f} with one mode (selective) on every layer: "
-                         f"{1 - mine.step_time / one.step_time:.1%} faster; "
-                         f"{mine.time_saved - one.time_saved:.1f} less forward + backward per micro-batch over the "
-                         f"stages")
+                         f"{mine.step_time:,.0f} ms against {one.step_time:,.0f} ms with one mode (selective) on "
+                         f"every layer: {1 - mine.step_time / one.step_time:.1%} faster; "
+                         f"{mine.time_saved - one.time_saved:.1f} ms less forward + backward per micro-batch, summed "
+                         f"over the stages")
     assert lines[-1] == (f"4. one more fully recomputed layer: {len(loop.alternatives.frame)} distinct plans still "
-                         f"fit (stage {loop.alternatives.binding_stage} binds at {loop.choice.memory_mb:.1f} MB)")
+                         f"fit (stage {loop.alternatives.binding_stage} binds at {loop.choice.memory_mb:,.0f} MB)")

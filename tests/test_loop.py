@@ -80,8 +80,8 @@ def test_a_loop_with_no_even_partition_says_so_and_its_plan_fits_the_chooser_too
     loop = run_loop(observed, llama, micro_batches=32, memory_mb=8500)
     assert loop.plan.status == "optimal" and loop.even_baseline() is None
     lines = loop.describe().splitlines()
-    assert lines[13] == f"2. balance: optimal; simulated step time {loop.plans['step_time'].iloc[0]:.1f}; no even " \
-                        "partition with one option fits"
+    assert lines[13] == f"2. balance: optimal; simulated step time {loop.plans['step_time'].iloc[0]:,.0f} ms; no " \
+                        "even partition with one option fits"
     assert loop.choice.chosen and loop.choices["reason"].isna().all()
     assert (loop.choice.stages["memory_mb"] <= 8500 + 1e-6).all()
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..columns import MEMORY_MB
 from ..errors import InputError
+from ..layers.units import format_mb
 from . import exact
 from .evaluate import evaluate
 from .ilp import BalanceModel
@@ -129,8 +130,8 @@ def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache, **
     binding = int(evaluate(setup, counts).stages[MEMORY_MB].to_numpy().argmax())
     plan = make_plan(setup, counts, status="infeasible", gap=None, solve_seconds=solved.seconds,
                      method=solved.method, notes=notes, memory_needed_mb=needed, binding_stage=binding,
-                     message=f"no placement fits {setup.memory_mb:g} MB; the least-memory placement needs "
-                             f"{needed:.1f} MB on stage {binding}")
+                     message=f"no placement fits {format_mb(setup.memory_mb)}; the least-memory placement needs "
+                             f"{format_mb(needed)} on stage {binding}")
     return replace(plan, objective=None)
 
 

@@ -25,6 +25,7 @@ import yaml
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
+from ..layers.units import format_mb, format_time, with_time_unit
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
@@ -50,9 +51,11 @@ class Plan:
         ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb``,
         ``limit_mb``) plus ``layers``, ``forward_time``, ``backward_time``,
         ``recompute_time`` (per micro-batch, head and tail included) and
-        ``time`` (the stage time ``max_c F + max_c B``).
+        ``time`` (the stage time ``max_c F + max_c B``); times in
+        :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
     objective : float or None
-        The plan's value of ``objective_name`` (None without a plan).
+        The plan's value of ``objective_name`` (None without a plan), a time
+        in :attr:`time_unit`.
     objective_name : {"sapp", "step"}
     status : {"optimal", "time_limit", "infeasible", "failed", "evaluated"}
         How the plan was found; ``"evaluated"`` for :func:`plan_from_offsets`.
@@ -99,6 +102,11 @@ class Plan:
         return self.status in ("optimal", "time_limit") or (self.status == "evaluated" and self.fits)
 
     @property
+    def time_unit(self) -> str:
+        """The unit of every time of the plan: its layer table's (:attr:`sappkit.LayerTable.time_unit`)."""
+        return self.setup.layers.time_unit
+
+    @property
     def fits(self) -> bool:
         """Every stage's memory within ``limit_mb``."""
         if self.stages.empty:
@@ -110,10 +118,12 @@ class Plan:
         setup = self.setup
         shape = (f"{setup.schedule}: p={setup.stages}, v={setup.chunks}, m={setup.micro_batches}"
                  + (f" x {setup.seq_split} slices" if setup.seq_split > 1 else ""))
-        value = "no plan" if self.objective is None else f"{self.objective_name} objective {self.objective:.6g}"
-        head = f"{shape}, limit {setup.memory_mb:g} MB: {self.status}, {value}"
+        unit = self.time_unit
+        value = ("no plan" if self.objective is None else
+                 f"{self.objective_name} objective {format_time(self.objective, unit)}")
+        head = f"{shape}, limit {format_mb(setup.memory_mb)}: {self.status}, {value}"
         if self.memory_needed_mb is not None:
-            head += (f"; needs {self.memory_needed_mb:.1f} MB (stage {self.binding_stage} binds)")
+            head += f"; needs {format_mb(self.memory_needed_mb)} (stage {self.binding_stage} binds)"
         if self.chosen:
             head += f"; returned the {self.chosen} plan"
         lines = [head]
@@ -122,8 +132,8 @@ class Plan:
             rows = self.assignment[self.assignment[STAGE] == stage.stage]
             parts = " ".join(f"c{r.chunk}:{f'{r.kind}/' if several else ''}{r.option}x{r.layers}"
                              for r in rows.itertuples(index=False))
-            lines.append(f"stage {stage.stage:>2}: {getattr(stage, MEMORY_MB):9.1f} MB, "
-                         f"time {getattr(stage, TIME):.4g}  {parts}")
+            lines.append(f"stage {stage.stage:>2}: {format_mb(getattr(stage, MEMORY_MB)):>9}, "
+                         f"time {format_time(getattr(stage, TIME), unit)}  {parts}")
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -254,7 +264,8 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
                     objective_name=setup.objective, **fields)
     evaluation = evaluate(setup, counts)
     objective = fields.pop("objective", getattr(evaluation, setup.objective))
-    return Plan(assignment=assignment_frame(setup, counts), stages=evaluation.stages, objective=objective,
+    stages = with_time_unit(evaluation.stages, setup.layers.time_unit)
+    return Plan(assignment=assignment_frame(setup, counts), stages=stages, objective=objective,
                 objective_name=setup.objective, setup=setup, counts=np.asarray(counts, dtype=int), **fields)
 
 

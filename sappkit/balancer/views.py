@@ -25,6 +25,7 @@ import pandas as pd
 from .._check import check_bool, check_numbers, short
 from ..columns import LIMIT_MB, MEMORY_MB, RECOMPUTE_TIME
 from ..errors import InputError
+from ..layers.units import UNSTATED, format_mb, format_time, with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import check_simulated, schedule_chunks
@@ -65,6 +66,8 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
         infeasible limits), ``solve_seconds``, ``method`` (``"reused"`` where
         the ``sapp`` plan of a larger limit fitted and so is optimal here too;
         ``step`` sweeps solve every limit, as their plan is the faster of two).
+        Times (``objective``, ``step_time``) are in the layer table's unit,
+        which the frame carries in ``attrs["time_unit"]``.
 
     Examples
     --------
@@ -101,7 +104,7 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
         rows.append(_sweep_row(limit, plan))
         reporter.update(done)
     reporter.close()
-    return pd.DataFrame(rows[::-1], columns=list(SWEEP_COLUMNS))
+    return with_time_unit(pd.DataFrame(rows[::-1], columns=list(SWEEP_COLUMNS)), setup.layers.time_unit)
 
 
 def _sweep_row(limit: float, plan: Plan) -> dict:
@@ -175,15 +178,18 @@ def compare_plans(plans: Mapping[str, Plan]) -> pd.DataFrame:
         One row per plan: ``plan`` (its label), ``status``, ``objective``
         (the plan's own objective; NaN without a plan), ``step_time``
         (simulated), ``recompute_time`` (all stages, per micro-batch),
-        ``peak_mb`` (largest stage), ``limit_mb``, ``fits``.
+        ``peak_mb`` (largest stage), ``limit_mb``, ``fits``; times in the
+        plans' unit (``attrs["time_unit"]``; plans in different units are
+        refused).
     """
     if not isinstance(plans, Mapping):
         raise InputError(f"plans must be a mapping of label to Plan, e.g. {{'balanced': plan}}; got {short(plans)}")
-    rows = []
+    rows, units = [], set()
     for label, plan in plans.items():
         if not isinstance(plan, Plan):
             raise InputError(f"plans[{short(label)}] must be a Plan (from balance or plan_from_offsets); "
                              f"got {type(plan).__name__}")
+        units.add(plan.time_unit)
         if plan.counts is None:
             rows.append(dict(plan=label, status=plan.status, objective=np.nan, step_time=np.nan,
                              recompute_time=np.nan, peak_mb=np.nan, limit_mb=plan.setup.memory_mb, fits=False))
@@ -194,7 +200,10 @@ def compare_plans(plans: Mapping[str, Plan]) -> pd.DataFrame:
                          recompute_time=float(plan.stages[RECOMPUTE_TIME].sum()),
                          peak_mb=float(plan.stages[MEMORY_MB].max()), limit_mb=plan.setup.memory_mb,
                          fits=plan.fits))
-    return pd.DataFrame(rows, columns=list(COMPARE_COLUMNS))
+    if len(units) > 1:
+        raise InputError(f"plans have times in different units ({', '.join(map(repr, sorted(units)))}); compare "
+                         "plans of layer tables in one unit")
+    return with_time_unit(pd.DataFrame(rows, columns=list(COMPARE_COLUMNS)), units.pop() if units else UNSTATED)
 
 
 def even_plan(layers, *, option: str, stages, micro_batches, memory_mb, chunks=1, schedule=None,
@@ -237,7 +246,7 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     >>> plan, status = dashboard_plan(pd.DataFrame(rows), schedule="1f1b", stages=2, chunks=3,
     ...                               micro_batches=4, memory_mb=400)
     >>> status
-    'infeasible: no placement fits 400 MB; the least-memory placement needs 490.0 MB on stage 0'
+    'infeasible: no placement fits 400 MB; the least-memory placement needs 490 MB on stage 0'
     """
     chunks = schedule_chunks(schedule, chunks)
     key = (schedule, stages, chunks, micro_batches, objective)
@@ -250,8 +259,10 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     if plan.counts is None or plan.status == "infeasible":
         return plan, f"{plan.status}: {plan.message}"
     peak = plan.stages[MEMORY_MB]
-    text = (f"{plan.status}: {plan.objective_name} objective {plan.objective:.6g}, peak {peak.max():,.0f} MB "
-            f"on stage {int(peak.to_numpy().argmax())} of {memory_mb:,.0f} MB, {plan.method}")
+    step_time = plan.step_time if plan.step_time is not None else plan.simulate().step_time
+    text = (f"{plan.status}: simulated step time {format_time(step_time, plan.time_unit)}, peak "
+            f"{format_mb(peak.max())} on stage {int(peak.to_numpy().argmax())} of {format_mb(memory_mb)} "
+            f"({plan.objective_name} objective {format_time(plan.objective, plan.time_unit)}, {plan.method}")
     if plan.chosen:
-        text += f", {plan.chosen} plan simulates faster"
-    return plan, text
+        text += f"; the {plan.chosen} plan simulates faster"
+    return plan, text + ")"

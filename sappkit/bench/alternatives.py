@@ -32,13 +32,13 @@ def measure(quick: bool) -> list[dict]:
     analysis = RecomputeAnalysis.from_pricing(choice.pricing)
     found = alternatives(choice, analysis=analysis)
     repeats = 3 if quick else 9
-    case = f"deepseek_v3, p=16, m=32, {len(found.frame)} plans"
+    where = f"deepseek_v3, p=16, m=32, {len(found.frame)} plans"
     return [
-        row("alternatives", f"{case}: search + frames", median_seconds(lambda: alternatives(choice, analysis=analysis),
-                                                                      repeats=repeats), _TARGET_MS),
-        row("alternatives", f"{case}: every plan built", median_seconds(lambda: analysis.alternatives(choice),
-                                                                       repeats=repeats), _TARGET_MS),
-        row("alternatives", f"{case}: pricing (once per strategy)",
+        row("alternatives", "search + frames", median_seconds(lambda: alternatives(choice, analysis=analysis),
+                                                              repeats=repeats), _TARGET_MS, where),
+        row("alternatives", "every plan built", median_seconds(lambda: analysis.alternatives(choice),
+                                                               repeats=repeats), _TARGET_MS, where),
+        row("alternatives", "pricing (once per strategy)",
             median_seconds(lambda: RecomputeAnalysis(layers, partition, **settings), repeats=repeats), None,
-            "RecomputeAnalysis(...) prices as choose_recompute does"),
+            f"{where}; RecomputeAnalysis(...) prices as choose_recompute does"),
     ]

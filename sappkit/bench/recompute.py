@@ -67,8 +67,8 @@ def _knapsack_rows(name, table, repeats) -> list[dict]:
     equal = np.allclose(front(), dense(), rtol=1e-9)
     largest = max(budget for _, budget in stages)
     detail = f"16 stages, budgets up to {largest} buckets; same least times: {equal}"
-    return [row("recompute knapsack: Pareto front", name, median_seconds(front, repeats=repeats), None, detail),
-            row("recompute knapsack: plain 0/1 DP", name, median_seconds(dense, repeats=max(1, repeats // 2)), None,
+    return [row("knapsack, Pareto front", name, median_seconds(front, repeats=repeats), None, detail),
+            row("knapsack, plain 0/1 DP", name, median_seconds(dense, repeats=max(1, repeats // 2)), None,
                 detail)]
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from .._files import load_yaml
 from ..errors import InputError
 from ..layers import read_layers_csv, read_layers_json
+from ..layers.units import check_time_unit
 from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import SCHEDULES
 from ..recompute.partition import Partition
@@ -22,35 +23,65 @@ _NESTED = {"offset": ("model", "model_config"), "recompute": ("recompute_config"
            "select_recompute": ("recompute_config",), "select_comm_recompute": ("recompute_config",)}
 
 
-def add_pipeline_arguments(parser) -> None:
-    """``LAYERS --stages P --micro-batches M --memory MB [--chunks V] [--schedule S] [--less-memory]``."""
-    parser.add_argument("layers", type=Path, metavar="LAYERS", help="layer table: MindFormers JSON or CSV")
-    parser.add_argument("--stages", type=int, required=True, help="pipeline stages p")
-    parser.add_argument("--micro-batches", type=int, required=True, help="micro-batches per step m")
-    parser.add_argument("--memory", type=float, required=True, metavar="MB", help="device memory per stage, MB")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per stage v")
+def add_layers_argument(parser) -> None:
+    """``LAYERS [--time-unit UNIT]``: the layer table file and the unit of its times."""
+    parser.add_argument("layers", type=Path, metavar="LAYERS",
+                        help="the layer table: what each layer costs in memory and time under each recompute "
+                             "option, as a MindFormers layer description (.json) or a CSV (.csv)")
+    parser.add_argument("--time-unit", default=None, metavar="UNIT",
+                        help="the unit of the file's times when the file does not state it, e.g. ms (a MindFormers "
+                             "file without one is in its own relative units)")
+
+
+def add_shape_arguments(parser) -> None:
+    """``--stages P --micro-batches M [--chunks V] [--schedule S] [--less-memory]``: the pipeline's shape."""
+    parser.add_argument("--stages", type=int, required=True, help="pipeline stages: devices the model is split over")
+    parser.add_argument("--micro-batches", type=int, required=True,
+                        help="micro-batches each training step is split into")
+    parser.add_argument("--chunks", type=int, default=1,
+                        help="model pieces each stage holds (more than 1 for interleaved schedules; default 1)")
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="pipeline schedule (default 1f1b, interleaved for --chunks > 1)")
-    parser.add_argument("--less-memory", action="store_true", help="less-memory interleaved order")
+                        help="the order stages run forward and backward passes (default 1f1b, interleaved with "
+                             "--chunks above 1)")
+    parser.add_argument("--less-memory", action="store_true",
+                        help="the interleaved order that keeps fewer micro-batches in flight on early stages")
+
+
+def add_pipeline_arguments(parser) -> None:
+    """``LAYERS`` and the pipeline's shape (:func:`add_shape_arguments`), and ``--memory MB``."""
+    add_layers_argument(parser)
+    add_shape_arguments(parser)
+    parser.add_argument("--memory", type=float, required=True, metavar="MB",
+                        help="the memory of one device, in MB, that every stage must fit")
+
+
+def schedule(args) -> str:
+    """``--schedule``, or its default: 1f1b for one chunk, interleaved for more."""
+    return args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
 
 
 def add_chooser_arguments(parser, *, modes_help: str) -> None:
     """``[--offsets FILE.yaml] [--modes MODE,...] [--fsdp-holds-grads] [--bucket-mb MB]`` for the recompute chooser."""
     parser.add_argument("--offsets", type=Path, default=None, metavar="FILE.yaml",
-                        help="MindFormers offset and recompute lists (e.g. a plan's to_yaml, or `sappkit balance "
-                             "--yaml`); default: layers placed evenly, configured without recompute")
+                        help="where the layers sit and what they recompute today, as MindFormers offset and "
+                             "recompute lists (e.g. written by 'sappkit balance --yaml'); default: layers spread "
+                             "evenly, recomputing nothing")
     parser.add_argument("--modes", default=None, metavar="MODE,...", help=modes_help)
-    parser.add_argument("--fsdp-holds-grads", action="store_true", help="price the second FSDP peak")
-    parser.add_argument("--bucket-mb", type=float, default=1.0, help="the knapsack's memory granularity (MB)")
+    parser.add_argument("--fsdp-holds-grads", action="store_true",
+                        help="also fit the memory peak FSDP reaches when it holds gradients until the backward ends")
+    parser.add_argument("--bucket-mb", type=float, default=1.0,
+                        help="memory is counted in steps of this many MB (default 1; larger is faster, coarser)")
 
 
-def read_layers(path: Path):
-    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension."""
+def read_layers(path: Path, time_unit: str | None = None):
+    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension, its times in ``time_unit``
+    when the file states none."""
     readers = {".json": read_layers_json, ".csv": read_layers_csv}
     if path.suffix.lower() not in readers:
         raise InputError(f"LAYERS must be a .json (MindFormers layer description) or .csv layer table; "
                          f"got {str(path)!r}")
-    return readers[path.suffix.lower()](path)
+    return readers[path.suffix.lower()](path, time_unit=None if time_unit is None else
+                                        check_time_unit(time_unit, "--time-unit"))
 
 
 def read_offsets(path: Path) -> dict:
@@ -77,8 +108,7 @@ def partition(layers, args) -> Partition:
                  less_memory=args.less_memory)
     if args.offsets is not None:
         return Partition.from_offsets(layers, **read_offsets(args.offsets), **shape)
-    schedule = args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
-    assignment = even_assignment(layers, stages=args.stages, chunks=args.chunks, schedule=schedule)
+    assignment = even_assignment(layers, stages=args.stages, chunks=args.chunks, schedule=schedule(args))
     return Partition.from_assignment(assignment, kind_order=layers.body_kinds, **shape)
 
 

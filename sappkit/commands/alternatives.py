@@ -1,25 +1,57 @@
-"""``sappkit alternatives LAYERS --stages P --micro-batches M --memory MB [--offsets FILE.yaml] [...]``: what one
-more fully recomputed layer buys from the chooser's per-layer plan."""
+"""``sappkit alternatives LAYERS --stages P --micro-batches M --memory MB [--offsets FILE.yaml] [--sort KEY]``:
+what one more fully recomputed layer buys from the chooser's per-layer plan.
+
+Rows that lower the plan's peak (they relieve the stage that binds) are
+marked ``*``; ``--sort`` orders the rows by what the user asks, e.g. the
+memory freed per unit of time it costs.
+"""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from .._check import short
+from ..columns import KIND, MEMORY_MB, STAGE
 from ..errors import InputError
+from ..layers.units import format_mb
 from ..one_more.analysis import alternatives
+from ..one_more.result import ALTERNATIVE, FROM_MODE, LAYERS_CHANGED, MEMORY_FREED_MB, STAGE_MEMORY_MB, TIME_COST
 from ..recompute.chooser import choose_recompute
 from . import _common
+from ._output import Output, add_output_arguments
+
+LOWERS_PEAK = "lowers_peak"
+FREED_PER_COST = "freed_per_cost"
+#: ``--sort`` keys: the columns each sorts by, and whether each ascends.
+SORTS = {
+    "peak": ([MEMORY_MB, TIME_COST], [True, True]),
+    "freed-per-cost": ([FREED_PER_COST, MEMORY_MB], [False, True]),
+    "freed": ([MEMORY_FREED_MB, TIME_COST], [False, True]),
+    "cost": ([TIME_COST, MEMORY_FREED_MB], [True, False]),
+    "stage": ([STAGE, ALTERNATIVE], [True, True]),
+}
+#: The table's key columns (``--wide`` shows all).
+KEY_COLUMNS = ("mark", ALTERNATIVE, STAGE, KIND, FROM_MODE, "layers", MEMORY_MB, MEMORY_FREED_MB, TIME_COST,
+               FREED_PER_COST, STAGE_MEMORY_MB)
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "alternatives", help="the plans one more fully recomputed layer reaches from the per-layer recompute choice")
+        "alternatives", help="list the plans that fully recompute one more layer and still fit, and what each buys",
+        description="Start from the per-layer recompute choice (as 'sappkit choose --per-layer' makes it) and list "
+                    "every distinct plan that fully recomputes one more layer and still fits: the memory each frees "
+                    "on its stage, the time it costs, and whether it lowers the plan's peak (marked *).")
     _common.add_pipeline_arguments(parser)
-    _common.add_chooser_arguments(parser, modes_help="runtime modes the per-layer choice picks among (default "
-                                                     "off,selective,full)")
+    _common.add_chooser_arguments(parser, modes_help="the runtime modes each layer may run (default "
+                                                     "off,selective,full; full must be among them)")
     parser.add_argument("--dimensions", default="", metavar="NAME=DEGREE,...",
-                        help="parallel degrees every plan reports, e.g. dp=8,tp=4")
+                        help="other parallel degrees to record with every plan, e.g. dp=8,tp=4")
+    parser.add_argument("--sort", choices=SORTS, default="peak",
+                        help="order of the rows: peak (the new peak, lowest first; default), freed-per-cost (memory "
+                             "freed per unit of time it costs, most first), freed (most memory freed first), cost "
+                             "(cheapest first) or stage")
+    add_output_arguments(parser, main="alternatives")
     parser.set_defaults(run=_run)
 
 
@@ -38,22 +70,66 @@ def _dimensions(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers)
+    layers = _common.read_layers(args.layers, args.time_unit)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
                               modes=_common.modes(args, per_layer=True), per_layer=True,
                               fsdp_holds_grads=args.fsdp_holds_grads, bucket_mb=args.bucket_mb)
+    out = Output(args, choice.time_unit)
     if not choice.chosen:
-        print(f"no per-layer choice to start from: {choice.reason}")
+        out.line(f"no per-layer choice to start from: {choice.reason}")
+        out.value("reason", choice.reason)
+        out.finish()
         return 1
     found = alternatives(choice, dimensions=_dimensions(args.dimensions))
     mode, overrides = choice.trainer_plan()
-    print(f"current plan: peak {choice.memory_mb:,.1f} MB of {args.memory:,.0f} MB; binding stage "
-          f"{found.binding_stage}; time saved {choice.time_saved:.4g}")
-    print(f"trainer plan: mode {mode!r}, layers {overrides}")
+    out.line(f"the plan to start from (sappkit choose --per-layer): {choice.short_headline()}")
+    out.line(f"baseline: {choice.baseline}")
+    out.line(f"peak {format_mb(choice.memory_mb)} of {format_mb(args.memory)}; stage {found.binding_stage} binds")
+    out.line(f"trainer plan: mode {mode!r}, layers {overrides}")
+    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
+        out.value(name, getattr(choice, name))
+    out.value("binding_stage", found.binding_stage)
+    out.value("trainer_plan", {"mode": mode, "layers": overrides})
     if found.reason:
-        print(f"no alternative: {found.reason}")
+        out.line(f"no alternative: {found.reason}")
+        out.value("reason", found.reason)
+        out.finish()
         return 0
-    print(f"{len(found.frame)} plan(s) with one more layer at 'full':")
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-        print(found.frame.round(2).to_string(index=False))
+    frame = _sorted(found.frame, args.sort, choice.memory_mb)
+    lowering = int(frame[LOWERS_PEAK].sum())
+    out.line(f"{len(frame)} plan(s) with one more layer at 'full', sorted by {args.sort}; * marks the "
+             f"{lowering} that lower the peak; memory freed and time cost (per micro-batch) on the layer's stage")
+    shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""),
+                         layers=[_indices(changed) for changed in frame[LAYERS_CHANGED]])
+    out.table("alternatives", shown, key=KEY_COLUMNS, machine=frame,
+              headers={"mark": "", ALTERNATIVE: "#", FROM_MODE: "from", MEMORY_MB: "peak_mb",
+                       MEMORY_FREED_MB: "freed_mb", TIME_COST: "cost", STAGE_MEMORY_MB: "stage_mb",
+                       FREED_PER_COST: f"MB per {choice.time_unit}"})
+    out.finish()
     return 0
+
+
+def _sorted(frame: pd.DataFrame, key: str, peak_mb: float) -> pd.DataFrame:
+    """The alternatives with ``lowers_peak`` and ``freed_per_cost`` (inf for no cost), sorted by ``key``."""
+    cost = frame[TIME_COST].to_numpy(float)
+    freed = frame[MEMORY_FREED_MB].to_numpy(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(cost > 0, freed / cost, np.where(freed > 0, np.inf, np.nan))
+    frame = frame.assign(**{LOWERS_PEAK: frame[MEMORY_MB] < peak_mb, FREED_PER_COST: rate})
+    columns, ascending = SORTS[key]
+    return frame.sort_values(columns, ascending=ascending, kind="stable").reset_index(drop=True)
+
+
+def _indices(layers) -> str:
+    """Body layer indices as ranges: ``0-1, 5``."""
+    parts, run = [], []
+    for index in sorted(layers):
+        if run and index == run[-1] + 1:
+            run.append(index)
+            continue
+        if run:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [index]
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)

@@ -1,50 +1,78 @@
 """``sappkit choose LAYERS --stages P --micro-batches M --memory MB [--offsets FILE.yaml] [--per-layer]
-[--link-gbps G]``: the fastest recompute option of every body layer that fits, and the trainer plan."""
+[--link-gbps G]``: the fastest recompute option of every body layer that fits, and the trainer plan.
+
+The headline is the simulated step time against a stated baseline that fits:
+the recompute the partition is configured with, or, where that does not fit
+(as without ``--offsets``, which configures no recompute), every layer at
+its most recomputed option.
+"""
 
 from __future__ import annotations
 
-import json
-
-import pandas as pd
-
+from ..columns import MEMORY_MB, STAGE, TIME
+from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
+from ..recompute.pricing import BACKWARD_MB, TIME_SAVED
 from . import _common
+from ._output import Output, add_output_arguments
+
+#: The stage table's key columns (``--wide`` shows all); ``backward_mb`` only with a second peak.
+KEY_COLUMNS = (STAGE, MEMORY_MB, BACKWARD_MB, TIME, TIME_SAVED)
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("choose", help="choose each body layer's recompute option for a fixed partition")
+    parser = subparsers.add_parser(
+        "choose", help="choose each layer's recompute so that every stage fits and the step is fastest, for layers "
+                       "already placed on the stages",
+        description="For layers already placed on the stages, choose the recompute each layer runs so that every "
+                    "stage fits the device and the step is fastest; print the simulated step time against the "
+                    "baseline (the configured recompute where it fits, else every layer fully recomputed), each "
+                    "range of layers and the trainer plan.")
     _common.add_pipeline_arguments(parser)
-    _common.add_chooser_arguments(parser, modes_help="choose among runtime modes (e.g. off,selective,full) instead "
-                                                     "of each kind's options")
-    parser.add_argument("--per-layer", action="store_true", help="a mode per layer (default modes off,selective,full)")
+    _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "
+                                                     "instead of each layer kind's recompute options")
+    parser.add_argument("--per-layer", action="store_true",
+                        help="a mode per layer rather than one for all (modes off,selective,full unless --modes)")
     parser.add_argument("--link-gbps", type=float, default=None, metavar="G",
-                        help="host link in GB/s: let each stage's first layers offload")
-    parser.add_argument("--time-unit-ms", type=float, default=1.0,
-                        help="milliseconds per time unit of the layer table (for --link-gbps; default 1)")
-    parser.add_argument("--json", action="store_true", help="print the ranges as JSON records instead of tables")
+                        help="a host link of G GB/s: each stage's first layers may move what they keep to host "
+                             "memory")
+    parser.add_argument("--time-unit-ms", type=float, default=None,
+                        help="milliseconds per time unit of the layer table, for --link-gbps (default: known from "
+                             "the table's unit, e.g. 1 for ms)")
+    add_output_arguments(parser, main="layer ranges")
     parser.set_defaults(run=_run)
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers)
-    link = None if args.link_gbps is None else HostLink.from_gbps(args.link_gbps, time_unit_ms=args.time_unit_ms)
+    layers = _common.read_layers(args.layers, args.time_unit)
+    link = None
+    if args.link_gbps is not None:
+        unit_ms = ms_per_unit(layers.time_unit, args.time_unit_ms, name="--time-unit-ms")
+        link = HostLink.from_gbps(args.link_gbps, time_unit_ms=unit_ms)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
                               modes=_common.modes(args, per_layer=args.per_layer),
                               per_layer=args.per_layer, link=link, fsdp_holds_grads=args.fsdp_holds_grads,
                               bucket_mb=args.bucket_mb)
-    if args.json:
-        print(json.dumps({"reason": choice.reason, "mode": choice.mode, "ranges": choice.to_records()}, indent=1))
-        return 0 if choice.chosen else 1
-    print(choice.describe())
+    out = Output(args, choice.time_unit)
+    out.value("reason", choice.reason)
+    out.value("mode", choice.mode)
     if not choice.chosen:
+        out.line(choice.describe())
+        out.keep("ranges", choice.ranges)
+        out.finish()
         return 1
-    columns = ["stage", "param_mb", "activation_mb", "overhead_mb", "working_mb", "const_mb", "memory_mb",
-               "limit_mb", "time", "time_saved"]
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-        print(choice.stages[columns].round(1).to_string(index=False))
+    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
+        out.value(name, getattr(choice, name))
+    out.line(choice.describe())
+    out.keep("ranges", choice.ranges)  # one line each in describe
+    out.table("stages", choice.stages, key=KEY_COLUMNS, headers={TIME: "fwd+bwd", TIME_SAVED: "saved"})
+    out.line(f"times per micro-batch; saved against the baseline: {choice.baseline}")
     if choice.layer_options["mode"].notna().all():
         mode, overrides = choice.trainer_plan()
-        print(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")
+        out.line(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")
+        out.value("trainer_plan", {"mode": mode, "layers": overrides})
     for setting in (choice.megatron(), choice.torchtitan()):
-        print(f"{setting.runtime}: {setting.settings if setting.expressible else 'not expressible'} ({setting.note})")
+        out.line(f"{setting.runtime}: {setting.settings if setting.expressible else 'not expressible'} "
+                 f"({setting.note})")
+    out.finish(main="ranges")
     return 0

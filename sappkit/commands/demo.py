@@ -12,14 +12,19 @@ from pathlib import Path
 
 from ..demo import run_demo
 from ._common import load_report
+from ._output import Output
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("demo", help="run the whole loop on bundled data, print the headline numbers "
-                                                "and write the rendered report")
+    parser = subparsers.add_parser(
+        "demo", help="run the whole work on the bundled Llama-2-70B-class model, print the headline numbers and "
+                     "write the report",
+        description="Run the whole work on the bundled Llama-2-70B-class model (dry runs, memory fit, balance, "
+                    "simulate, recompute per layer, one more recomputed layer), print the headline numbers, then "
+                    "execute the notebooks and write the HTML report.")
     parser.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",
-                        help="report folder (default: reports under the current directory)")
-    parser.add_argument("--force", action="store_true", help="replace a previous report in DIR")
+                        help="the report folder (default: reports under the current directory)")
+    parser.add_argument("--force", action="store_true", help="replace a report already in DIR")
     parser.add_argument("--no-report", dest="report", action="store_false",
                         help="print the headline numbers only; execute no notebooks")
     parser.add_argument("--notebooks", nargs="+", type=Path, default=(), metavar="PATH",
@@ -30,7 +35,7 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     report = load_report() if args.report else None  # before the demo: a missing extra is said at once
-    print(run_demo().describe(), flush=True)
+    Output(args).line(run_demo().describe())
     if report is None:
         return 0
     notebooks = list(args.notebooks) or report.default_notebooks()

@@ -8,15 +8,18 @@ from ._common import load_report
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("report", help="execute the notebooks and render them as HTML (code hidden)")
+    parser = subparsers.add_parser(
+        "report", help="run the notebooks and write them as an HTML report to share (code hidden)",
+        description="Run the notebooks top to bottom and write them as an HTML report with an index page, to open "
+                    "in a browser or share; a line per cell shows progress.")
     parser.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",
-                        help="report folder (default: reports)")
+                        help="the report folder (default: reports)")
     parser.add_argument("--notebooks", nargs="+", type=Path, default=(), metavar="PATH",
                         help="notebooks or folders of notebooks (default: every notebooks/*.ipynb of the repository)")
     code = parser.add_mutually_exclusive_group()
     code.add_argument("--no-input", dest="with_input", action="store_false", help="hide the code (default)")
-    code.add_argument("--with-input", dest="with_input", action="store_true", help="show the code cells")
-    parser.add_argument("--force", action="store_true", help="replace a previous report in DIR")
+    code.add_argument("--with-input", dest="with_input", action="store_true", help="show the code cells too")
+    parser.add_argument("--force", action="store_true", help="replace a report already in DIR")
     parser.set_defaults(run=_run, with_input=False)
 
 

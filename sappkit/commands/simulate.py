@@ -4,42 +4,51 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
 from .._files import output_path, write_file
+from ..columns import MEMORY_MB, STAGE
 from ..demo import simulate_layers
 from ..errors import InputError
-from ..pipeline.schedules import SCHEDULES
-from ._common import read_layers
+from ..pipeline.simulator import BUSY_TIME, IDLE_TIME
+from ._common import add_layers_argument, add_shape_arguments, read_layers, schedule
+from ._output import Output, add_output_arguments
+
+#: The stage table's key columns (``--wide`` shows all).
+KEY_COLUMNS = (STAGE, MEMORY_MB, BUSY_TIME, IDLE_TIME)
 
 
 def register(subparsers) -> None:
-    parser = subparsers.add_parser("simulate", help="simulate one training step of an evenly placed layer table")
-    parser.add_argument("layers", type=Path, metavar="LAYERS", help="layer table: MindFormers JSON or CSV")
-    parser.add_argument("--stages", type=int, required=True, help="pipeline stages p")
-    parser.add_argument("--micro-batches", type=int, required=True, help="micro-batches per step m")
-    parser.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    parser.add_argument("--chunks", type=int, default=1, help="chunks per stage v (interleaved: > 1)")
-    parser.add_argument("--less-memory", action="store_true", help="less-memory interleaved order")
-    parser.add_argument("--seq-split", type=int, default=1, metavar="K", help="seqpipe slices per micro-batch")
+    parser = subparsers.add_parser(
+        "simulate", help="simulate one training step of the layers spread evenly over the stages",
+        description="Spread the body layers evenly over the stages, simulate one training step pass by pass, and "
+                    "print its step time, bubble and each stage's peak memory.")
+    add_layers_argument(parser)
+    add_shape_arguments(parser)
+    parser.add_argument("--seq-split", type=int, default=1, metavar="K",
+                        help="slices each micro-batch is cut into along the sequence (seqpipe; default 1)")
     parser.add_argument("--option", default=None,
-                        help="recompute option every body layer runs (default: each kind's least recompute)")
-    parser.add_argument("--p2p-time", type=float, default=0.0, help="time added to each stage-to-stage transfer")
-    parser.add_argument("--limit-mb", type=float, default=None, help="device memory, for the stage frame and plot")
+                        help="the recompute option every body layer runs, e.g. selective (default: each kind's "
+                             "least recompute)")
+    parser.add_argument("--p2p-time", type=float, default=0.0,
+                        help="time one stage-to-stage transfer takes, in the layer table's time unit (default 0)")
+    parser.add_argument("--limit-mb", type=float, default=None,
+                        help="device memory in MB, to compare each stage's peak with")
     parser.add_argument("--save", type=Path, default=None, metavar="FIG.png",
-                        help="save the schedule and memory figure")
+                        help="also save the schedule and memory figure (the extension picks the format)")
+    add_output_arguments(parser, main="per-stage")
     parser.set_defaults(run=_run)
 
 
 def _run(args) -> int:
     figure_format = None if args.save is None else _figure_format(args.save)
-    sim = simulate_layers(read_layers(args.layers), stages=args.stages, micro_batches=args.micro_batches,
-                          schedule=args.schedule, chunks=args.chunks, option=args.option,
-                          less_memory=args.less_memory, seq_split=args.seq_split, p2p_time=args.p2p_time,
-                          limit_mb=args.limit_mb)
-    print(sim.describe())
-    with pd.option_context("display.width", 200, "display.max_columns", None, "display.max_rows", None):
-        print(sim.stages.round(1).to_string(index=False))
+    sim = simulate_layers(read_layers(args.layers, args.time_unit), stages=args.stages,
+                          micro_batches=args.micro_batches, schedule=schedule(args), chunks=args.chunks,
+                          option=args.option, less_memory=args.less_memory, seq_split=args.seq_split,
+                          p2p_time=args.p2p_time, limit_mb=args.limit_mb)
+    out = Output(args, sim.time_unit)
+    out.line(sim.describe())
+    out.value("step_time", sim.step_time)
+    out.value("bubbles", {name: float(value) for name, value in sim.bubbles.items()})
+    out.table("stages", sim.stages, key=KEY_COLUMNS, headers={BUSY_TIME: "busy", IDLE_TIME: "idle"})
     if args.save is not None:
         import matplotlib.pyplot as plt
 
@@ -51,7 +60,9 @@ def _run(args) -> int:
                                                                    bbox_inches="tight"), name="--save")
         finally:
             plt.close(figure)
-        print(f"figure saved to {args.save}")
+        out.line(f"figure saved to {args.save}")
+        out.value("figure", str(args.save))
+    out.finish()
     return 0
 
 

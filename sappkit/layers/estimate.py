@@ -98,6 +98,7 @@ from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
 from .configs import _BYTES, DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig
 from .table import LayerTable
+from .units import MS
 
 __all__ = ["estimate_layers", "param_bytes"]
 
@@ -159,7 +160,8 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
             shape = _layer_shape(model, moe, _BYTES[parallel.dtype], kernels)
             rows += _rows([shape], model.module, parallel, device, BODY, kind, count=count, options=options)
     rows += _rows(_tail_shape(models[-1], parallel), models[-1].module, parallel, device, TAIL, "lm_head")
-    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB))
+    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
+                      time_unit=MS)
 
 
 @dataclass(frozen=True)

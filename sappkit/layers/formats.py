@@ -1,7 +1,8 @@
 """Layer tables on disk as CSV, and the file helpers every layer file format shares.
 
 The CSV holds the layer table's columns plus a ``const_mb`` column carrying
-the table's constant on every row. The MindFormers/SAPP layer description
+the table's constant and a ``time_unit`` column carrying the unit of its
+times, each the same on every row. The MindFormers/SAPP layer description
 JSON lives in :mod:`sappkit.layers.mindformers` and reads and writes through
 the helpers here.
 """
@@ -17,17 +18,22 @@ from .._files import as_path, read_csv, write_text
 from ..columns import CONST_MB, LAYER_NUMERIC, LAYER_OPTIONAL, LAYER_REQUIRED, MODULE
 from ..errors import InputError
 from .table import LayerTable, as_layer_table
+from .units import TIME_UNIT, check_time_unit
 
 __all__ = ["read_layers_csv", "write_layers_csv"]
 
-_CSV_COLUMNS = (*LAYER_REQUIRED, *LAYER_OPTIONAL, CONST_MB)
+_CSV_COLUMNS = (*LAYER_REQUIRED, *LAYER_OPTIONAL, CONST_MB, TIME_UNIT)
 
 
-def read_layers_csv(path) -> LayerTable:
-    """Read a layer table CSV (the columns of DESIGN.md, optional ones allowed, plus ``const_mb``).
+def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
+    """Read a layer table CSV (the columns of DESIGN.md, optional ones allowed, plus ``const_mb`` and
+    ``time_unit``).
 
     Empty cells of optional columns take their defaults; ``const_mb``, when
-    present, must hold one value on every row (default 0).
+    present, must hold one value on every row (default 0), and so must
+    ``time_unit``. ``time_unit`` (the argument) states the unit of the
+    file's times; default the file's ``time_unit`` column, else ``"time
+    units"``; stating one the file contradicts is refused.
 
     Examples
     --------
@@ -38,8 +44,12 @@ def read_layers_csv(path) -> LayerTable:
     >>> read_layers_csv(path).frame[["kind", "module", "working_mb"]]
         kind module  working_mb
     0  block  model         0.0
+    >>> read_layers_csv(path, time_unit="ms").time_unit
+    'ms'
     """
     path = as_path("path", path)
+    if time_unit is not None:
+        time_unit = check_time_unit(time_unit)
     frame = read_csv(path, "a layer table file", "a header row and one row per (kind, option)", dtype=str,
                      keep_default_na=False)
     unknown = [column for column in frame.columns if column not in _CSV_COLUMNS]
@@ -57,11 +67,21 @@ def read_layers_csv(path) -> LayerTable:
         if len(values) != 1 or math.isnan(values[0]):
             raise InputError(f"{path}: column 'const_mb' holds {values}; expected one number on every row")
         const = values[0]
-    return _table(path, frame, const)
+    unit = time_unit
+    if TIME_UNIT in frame.columns:
+        stated = frame.pop(TIME_UNIT).unique().tolist()
+        if len(stated) != 1:
+            raise InputError(f"{path}: column 'time_unit' holds {stated}; expected one unit on every row")
+        unit = check_time_unit(stated[0], f"{path}: column 'time_unit'")
+        if time_unit is not None and time_unit != unit:
+            raise InputError(f"{path}: the file states time_unit {unit!r} but time_unit={time_unit!r} was given; "
+                             "drop the argument or correct the file")
+    return _table(path, frame, const, unit)
 
 
 def write_layers_csv(layers, path) -> None:
-    """Write a layer table as CSV: every layer column, optional ones filled, and ``const_mb`` on each row.
+    """Write a layer table as CSV: every layer column, optional ones filled, and ``const_mb`` and ``time_unit``
+    on each row.
 
     Examples
     --------
@@ -74,13 +94,14 @@ def write_layers_csv(layers, path) -> None:
     2000.0
     """
     table = as_layer_table(layers)
-    frame = table.frame[[*LAYER_REQUIRED, *LAYER_OPTIONAL]].assign(**{CONST_MB: table.const_mb})
+    frame = table.frame[[*LAYER_REQUIRED, *LAYER_OPTIONAL]].assign(**{CONST_MB: table.const_mb,
+                                                                      TIME_UNIT: table.time_unit})
     write_text(path, frame.to_csv(index=False))
 
 
-def _table(path: Path, frame: pd.DataFrame, const: float) -> LayerTable:
+def _table(path: Path, frame: pd.DataFrame, const: float, time_unit: str | None) -> LayerTable:
     try:
-        return LayerTable(frame, const_mb=const)
+        return LayerTable(frame, const_mb=const, time_unit=time_unit)
     except InputError as error:
         raise InputError(f"{path}: {error}") from None
 

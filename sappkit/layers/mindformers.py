@@ -32,7 +32,11 @@ explicit 0 is a time of 0, where the original falls back to the coefficient). Re
 ``time`` as forward ``time / 3`` and base ``2 * time / 3``:
 ``time_semantics="legacy"``. Head and tail have one option, ``none``.
 
-sappkit extensions (the original ignores them): ``model_name`` (the
+sappkit extensions (the original ignores them): the top-level
+``time_unit`` names the unit of every time in the file (e.g. ``"ms"``, as
+the writer writes the table's :attr:`~sappkit.LayerTable.time_unit`);
+without it the times are the original's relative ones, read in
+``"MindFormers units"`` unless the reader is told the unit. ``model_name`` (the
 original's own key for the submodule) is the ``module`` column;
 ``memory_activation``, ``backward_time`` and ``backward_coef`` also apply
 to head and tail; ``memory_once_mb``, ``working_mb``, ``first_working_mb``
@@ -66,6 +70,7 @@ from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
 from .formats import _table
 from .table import LayerTable, as_layer_table
+from .units import MAX_UNIT_LENGTH, MINDFORMERS_UNIT, TIME_UNIT, check_time_unit
 
 __all__ = ["read_layers_json", "write_layers_json"]
 
@@ -81,12 +86,13 @@ _OPTION_KEYS = {
 _MISSPELT = {"recompute_time ": "recompute_time"}
 _TYPES = {"HEAD": HEAD, "BODY": BODY, "TAIL": TAIL}
 _EXTENSIONS = (MEMORY_ONCE_MB, WORKING_MB, FIRST_WORKING_MB, GRAD_MB)
-_TOP_KEYS = ("layers_description", "stage_const_mem", "name", "pre_defined_layer", "auto_partition_layer")
+_TOP_KEYS = ("layers_description", "stage_const_mem", TIME_UNIT, "name", "pre_defined_layer", "auto_partition_layer")
 _LAYER_KEYS = ("name", "type", "nb_layer", "time", "forward_time", "memory_parameter", "model_name",
                *(key for keys in _OPTION_KEYS.values() for key in keys[:3]), *_MISSPELT, *_EXTENSIONS)
 
 
-def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "current") -> LayerTable:
+def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "current",
+                     time_unit: str | None = None) -> LayerTable:
     """Read a MindFormers/SAPP layer description JSON into a :class:`LayerTable`.
 
     Parameters
@@ -98,6 +104,10 @@ def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "cu
         ``2 * time``; ``"legacy"`` (before February 2025): ``time / 3`` and
         ``2 * time / 3``. Explicit ``forward_time`` and per-option times win
         under both.
+    time_unit : str, optional
+        The unit of the file's times (e.g. ``"ms"``). Default: the file's own
+        ``time_unit`` key, else ``"MindFormers units"`` (the original's
+        relative time). Stating one the file contradicts is refused.
 
     Examples
     --------
@@ -111,10 +121,12 @@ def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "cu
       option  forward_time  backward_time  activation_mb
     0   none          10.0           20.0          300.0
     1   full          10.0           30.0           20.0
-    >>> table.const_mb
-    2000.0
+    >>> table.const_mb, table.time_unit, read_layers_json(path, time_unit="ms").time_unit
+    (2000.0, 'MindFormers units', 'ms')
     """
     time_semantics = check_choice("time_semantics", time_semantics, ("current", "legacy"))
+    if time_unit is not None:
+        time_unit = check_time_unit(time_unit)
     path = as_path("path", path)
     document = load_json(path, "a MindFormers layer description object")
     if not isinstance(document, dict):
@@ -128,6 +140,7 @@ def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "cu
         _fail(path, "", "layers_description", described, "a non-empty list of layer objects")
     const = document.get("stage_const_mem")
     const = 0.0 if const is None else _number(path, "", "stage_const_mem", const)
+    unit = _unit(path, document.get(TIME_UNIT), time_unit)
     rows, seen = [], {}
     for index, layer in enumerate(described):
         where = f"layers_description[{index}]"
@@ -141,7 +154,21 @@ def read_layers_json(path, *, time_semantics: Literal["current", "legacy"] = "cu
             raise InputError(f"{path}: {where} repeats the name of layers_description[{seen[rows[-1][KIND]]}]; "
                              "each layer kind appears once")
         seen[rows[-1][KIND]] = index
-    return _table(path, pd.DataFrame(rows), const)
+    return _table(path, pd.DataFrame(rows), const, unit)
+
+
+def _unit(path: Path, stated, given: str | None) -> str:
+    """The file's time unit: what the reader was told, else the file's own key, else the relative unit."""
+    if stated is not None:
+        try:
+            stated = check_time_unit(stated)
+        except InputError:
+            _fail(path, "", TIME_UNIT, stated, f"a short unit name (a non-empty string of at most "
+                                               f"{MAX_UNIT_LENGTH} characters)")
+    if given is not None and stated is not None and given != stated:
+        raise InputError(f"{path}: the file states time_unit {stated!r} but time_unit={given!r} was given; "
+                         "drop the argument or correct the file")
+    return given or stated or MINDFORMERS_UNIT
 
 
 def write_layers_json(layers, path) -> None:
@@ -150,7 +177,8 @@ def write_layers_json(layers, path) -> None:
     Every body kind's options must be SAPP options (``none``, ``selective``,
     ``comm``, ``both``, ``full``) sharing one forward time; the head and tail
     are written without their option name and read back as ``none``.
-    ``stage_const_mem`` is the table's ``const_mb``.
+    ``stage_const_mem`` is the table's ``const_mb`` and ``time_unit`` its
+    :attr:`~sappkit.LayerTable.time_unit`.
 
     Examples
     --------
@@ -190,7 +218,8 @@ def write_layers_json(layers, path) -> None:
             layer[time_key] = _plain(row[BACKWARD_TIME])
         layer.update(_extensions_out(options))
         described.append(layer)
-    text = json.dumps({"stage_const_mem": _plain(table.const_mb), "layers_description": described}, indent=2)
+    text = json.dumps({"stage_const_mem": _plain(table.const_mb), TIME_UNIT: table.time_unit,
+                       "layers_description": described}, indent=2)
     write_text(path, text + "\n")
 
 

@@ -22,6 +22,7 @@ from ..columns import (
 )
 from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
+from .units import check_time_unit, time_unit_of, with_time_unit
 
 __all__ = ["LayerTable", "as_layer_table"]
 
@@ -45,6 +46,12 @@ class LayerTable:
     device : str, optional
         The device the table was measured on (:func:`sappkit.torch.measure_layers`
         writes e.g. ``"cpu"``); None for estimated or given costs.
+    time_unit : str, optional
+        The unit of ``forward_time`` and ``backward_time`` (a short name such
+        as ``"ms"``); default the frame's ``attrs["time_unit"]``, else
+        ``"time units"`` (nobody stated one). Every result built from the
+        table shows its times in this unit, and :attr:`frame` carries it in
+        its ``attrs`` (:mod:`sappkit.layers.units`).
 
     Examples
     --------
@@ -59,17 +66,22 @@ class LayerTable:
     >>> table = LayerTable(pd.DataFrame(rows))
     >>> table.body_kinds, table.options("block")
     (('block',), ('none', 'full'))
+    >>> table.time_unit, LayerTable(pd.DataFrame(rows), time_unit="ms").frame.attrs["time_unit"]
+    ('time units', 'ms')
     """
 
     frame: pd.DataFrame
     const_mb: float = 0.0
     device: str | None = None
+    time_unit: str | None = None
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        frame = _validated(self.frame)
+        unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
+        frame = with_time_unit(_validated(self.frame), unit)
         object.__setattr__(self, "frame", frame)
+        object.__setattr__(self, "time_unit", unit)
         object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0, maximum=MAX_MEMORY_MB))
         if self.device is not None and not (isinstance(self.device, str) and self.device):
             raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
@@ -217,8 +229,8 @@ class LayerTable:
         return self._records[self._known(kind)]
 
     def with_frame(self, frame: pd.DataFrame) -> LayerTable:
-        """A new table with ``frame`` and this table's constant and device."""
-        return LayerTable(frame, const_mb=self.const_mb, device=self.device)
+        """A new table with ``frame`` and this table's constant, device and time unit."""
+        return LayerTable(frame, const_mb=self.const_mb, device=self.device, time_unit=self.time_unit)
 
     def _known(self, kind: str) -> str:
         if kind not in self._kinds.index:
@@ -228,7 +240,11 @@ class LayerTable:
 
 
 def as_layer_table(layers, *, name: str = "layers") -> LayerTable:
-    """Accept a :class:`LayerTable` or a DataFrame with the layer columns; return a validated table."""
+    """Accept a :class:`LayerTable` or a DataFrame with the layer columns; return a validated table.
+
+    A DataFrame's times are in its ``attrs["time_unit"]``, else in ``"time units"``
+    (see :class:`LayerTable`).
+    """
     if isinstance(layers, LayerTable):
         return layers
     if isinstance(layers, pd.DataFrame):

@@ -177,7 +177,9 @@ class MemoryFit:
 
         The head's and tail's ``param_mb`` are ``head_mb`` and ``tail_mb``
         with no activation (as the seed writes them): right for the pipeline
-        shape the dry runs had. ``const_mb`` is the table's constant.
+        shape the dry runs had. ``const_mb`` is the table's constant; the
+        times keep their unit (``times.time_unit``, or a frame's
+        ``attrs["time_unit"]``).
 
         Examples
         --------
@@ -400,8 +402,8 @@ def _warnings(frame, stages, peaks, residual, condition, tolerance) -> list[str]
     worst = int(np.argmax(np.abs(residual) / peaks))
     if abs(residual[worst]) > tolerance * peaks[worst]:
         run, stage = stages.iloc[worst]
-        out.append(f"the largest residual is {residual[worst]:+.1f} MB at run {run!r} stage {stage} "
-                   f"({abs(residual[worst]) / peaks[worst]:.1%} of its {peaks[worst]:.0f} MB peak, above the "
+        out.append(f"the largest residual is {residual[worst]:+,.1f} MB at run {run!r} stage {stage} "
+                   f"({abs(residual[worst]) / peaks[worst]:.1%} of its {peaks[worst]:,.0f} MB peak, above the "
                    f"{tolerance:.0%} tolerance): the linear model does not explain these peaks well; check the "
                    "configuration stated for that run")
     if condition > _ILL_CONDITIONED:

@@ -34,6 +34,7 @@ from ..columns import TAIL as TAIL_ROLE
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
+from ..layers.units import time_unit_of
 from ..pipeline.schedules import in_flight_counts
 from .dryruns import MICRO_BATCHES, as_observations, count_columns
 from .stage_config import RUN, STAGES, count_column
@@ -312,7 +313,7 @@ def params_to_layers(params: pd.DataFrame, observations: pd.DataFrame, times, *,
             if option not in have:
                 raise InputError(f"times has no row for option {option!r} of kind {name!r}, which the fit has; "
                                  "add its forward_time and backward_time")
-    return LayerTable(out, const_mb=values.get(CONST, 0.0))
+    return LayerTable(out, const_mb=values.get(CONST, 0.0), time_unit=time_unit_of(frame))
 
 
 def _times_frame(times) -> pd.DataFrame:

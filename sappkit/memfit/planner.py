@@ -114,8 +114,8 @@ class DryRunPlan:
         body = [[s for s in range(p) if r or s not in (0, p - 1)] for r in range(len(rounds))]
         memories = [[peaks.get((run, s)) for s in stages] for (run, _), stages in zip(rounds, body)]
         first = rounds[0][0]
-        lines = [f"# sappkit.plan_dryruns: {len(rounds)} dry run(s) of {p} stages, {self.layers} layers, options "
-                 f"{', '.join(self.options)}; condition number {self.condition_number:.3g}",
+        lines = [f"# sappkit.plan_dryruns: {len(rounds)} dry run(s) of {p} stages, {self.layers} layers,",
+                 f"# options {', '.join(self.options)}; condition number {self.condition_number:.3g}",
                  "pipeline_config:", f"  pipeline_num: {p}", f"  num_layer: {self.layers}",
                  f"  offset: {field('offset')}",
                  "recompute_config:", *(f"  {key}: {field(key)}" for key in

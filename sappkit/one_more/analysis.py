@@ -32,6 +32,7 @@ from ..columns import (
     WORKING_MB,
 )
 from ..errors import InputError
+from ..layers.units import with_time_unit
 from ..recompute.choice import RecomputeChoice
 from ..recompute.knapsack import Group, canonical
 from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
@@ -166,7 +167,13 @@ class RecomputeAnalysis:
         return list(self._explore(current).plans)
 
     def _explore(self, current) -> Alternatives:
-        """The alternatives from ``current`` as frames and plans (:func:`alternatives`)."""
+        """The alternatives from ``current`` as frames and plans (:func:`alternatives`), times in the table's unit."""
+        found = self._search(current)
+        for frame in (found.frame, found.stages):
+            with_time_unit(frame, self.pricing.layers.time_unit)
+        return found
+
+    def _search(self, current) -> Alternatives:
         check_dimensions(current, self.dimensions)
         if self.reason is not None:
             return no_alternatives(current, self.reason)
@@ -181,7 +188,7 @@ class RecomputeAnalysis:
         over = np.flatnonzero(memory[0] > limit)
         if over.size:
             return no_alternatives(current, f"current does not fit: stage {over[0]} needs "
-                                            f"{memory[0, over[0]]:.1f} MB against a limit of {limit:.1f} MB")
+                                            f"{memory[0, over[0]]:,.1f} MB against a limit of {limit:,.1f} MB")
         kept = self._distinct(rows, values, starts)
         if not kept:
             return no_alternatives(current, "no plan with one more layer at 'full' fits" if starts
@@ -282,7 +289,8 @@ def alternatives(choice, *, analysis: RecomputeAnalysis | None = None, dimension
     -------
     Alternatives
         ``frame`` (one row per plan), ``stages`` (per-stage memory per plan,
-        long), ``plans``, ``current`` and ``reason`` (why none, when none).
+        long), ``plans``, ``current`` and ``reason`` (why none, when none);
+        the frames carry the layer table's time unit in ``attrs["time_unit"]``.
 
     Examples
     --------
@@ -340,7 +348,7 @@ def _layer_prices(pricing: Pricing) -> dict[str, np.ndarray]:
             prices[TIME][layers] = g.time
     stage = body[STAGE].to_numpy()
     kinds = body[KIND].to_numpy()
-    baseline = pricing.evaluate(body["configured"].tolist())[TIME].to_numpy()
+    baseline = pricing.baseline_time
     fixed = {column: pricing.stages[column].to_numpy(float)
              for column in (PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, LIMIT_MB, _BACKWARD_FIXED_MB)}
     return {**prices, "onehot": np.eye(pricing.partition.stages)[stage], STAGE: stage, KIND: kinds,

@@ -71,7 +71,8 @@ class Alternatives:
         reassigned in canonical order), ``memory_mb`` (the plan's peak: its
         heaviest stage), ``memory_freed_mb`` and ``time_cost`` (on its stage:
         the memory it no longer holds, negative when it holds more, and the
-        forward + backward time per micro-batch it adds),
+        forward + backward time per micro-batch it adds, in the frame's
+        ``attrs["time_unit"]``),
         ``stage_memory_mb`` (the stage's new memory), and the group's
         ``in_flight``, ``ends_warm_up`` and ``first_layer``.
     stages : DataFrame

@@ -31,6 +31,7 @@ from ..columns import (
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB, MAX_STAGES
 from ..layers.table import LayerTable, as_layer_table
+from ..layers.units import with_time_unit
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
 
@@ -181,7 +182,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     sums[WORKING_MB] = _working_sets(table, placed, cell, tail_cell(schedule, p, v), p, v)
     chunks_of = np.repeat(np.arange(v), p)
     const_column = np.where(chunks_of == 0, const, 0.0)
-    return pd.DataFrame({
+    costs = pd.DataFrame({
         STAGE: np.tile(np.arange(p), v),
         CHUNK: chunks_of,
         LAYERS: np.bincount(cell, weights=count, minlength=p * v).astype(int),
@@ -189,6 +190,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
         CONST_MB: const_column,
         STATIC_MB: sums[PARAM_MB] + sums[MEMORY_ONCE_MB] + const_column,
     })[[*COSTS, *(SPLIT_COLUMNS if split else ())]]
+    return with_time_unit(costs, table.time_unit)
 
 
 def _split_backward(rows: pd.DataFrame, backward, recompute, activation) -> dict[str, np.ndarray]:

@@ -64,6 +64,7 @@ from ..columns import (
     WORKING_MB,
 )
 from ..errors import InputError
+from ..layers.units import UNSTATED, check_time_unit, format_mb, format_time, time_unit_of, with_time_unit
 from ..limits import MAX_CHUNKS, MAX_MEMORY_MB, MAX_STAGES, MAX_TIME
 from .events import StepPlan, op_starts, plan_from_orders, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
@@ -97,7 +98,7 @@ class Simulation:
     schedule, micro_batches, chunks, seq_split, less_memory
         The pipeline that ran.
     step_time : float
-        When the last op ends (time unit of the costs).
+        When the last op ends, in ``time_unit``.
     bubbles : Series
         ``real``, ``ideal``, ``imbalance``, ``recompute``: idle and recompute
         time as fractions of the compute without recompute, ``real = ideal +
@@ -124,6 +125,9 @@ class Simulation:
     in_flight : DataFrame
         ``stage``, ``chunk``, ``in_flight``: the most units each cell held at
         once, in :func:`sappkit.in_flight`'s row order.
+    time_unit : str
+        The unit of every time here (the costs'), which the frames also carry
+        in ``attrs["time_unit"]``.
     """
 
     schedule: str
@@ -137,24 +141,28 @@ class Simulation:
     memory: pd.DataFrame = field(repr=False)
     stages: pd.DataFrame = field(repr=False)
     in_flight: pd.DataFrame = field(repr=False)
+    time_unit: str = UNSTATED
 
     def describe(self) -> str:
-        """A few lines: the pipeline, step time, bubble split and the highest stage peak."""
+        """A few lines: the pipeline, step time, bubble split and the highest stage peak (against the limit)."""
         b = self.bubbles
         peak = self.stages.loc[self.stages[MEMORY_MB].idxmax()]
+        limit = peak[LIMIT_MB]
+        against = "" if np.isnan(limit) else f" of {format_mb(limit)}" + ("" if peak[MEMORY_MB] <= limit else
+                                                                           ", over the limit")
         return "\n".join([
             f"{self.schedule}: {len(self.stages)} stages, {self.chunks} chunk(s), "
             f"{self.micro_batches} micro-batches" + (f" x {self.seq_split} slices" if self.seq_split > 1 else ""),
-            f"step time {self.step_time:.6g}",
-            f"bubble {b['real']:.4f} = ideal {b['ideal']:.4f} + imbalance {b['imbalance']:.4f} "
-            f"+ recompute {b['recompute']:.4f}",
-            f"peak memory {peak[MEMORY_MB]:.1f} MB on stage {int(peak[STAGE])}",
+            f"step time {format_time(self.step_time, self.time_unit)}",
+            f"bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
+            f"+ recompute {b['recompute']:.1%}",
+            f"peak memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])}{against}",
         ])
 
 
 def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int, less_memory: bool = False,
              seq_split: int = 1, static_mb=None, p2p_time: float = 0.0, limit_mb: float | None = None,
-             orders=None) -> Simulation:
+             orders=None, time_unit: str | None = None) -> Simulation:
     """Simulate one training step of ``schedule`` over per-cell costs.
 
     Parameters
@@ -190,6 +198,10 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         Each stage's ops to run instead of the schedule's own order, e.g.
         :func:`sappkit.torch.schedule_orders`; the schedule still fixes the
         cells' model order.
+    time_unit : str, optional
+        The unit of the costs' times (and of ``p2p_time``); default the
+        costs' ``attrs["time_unit"]`` (:func:`sappkit.cell_costs` sets it from
+        the layer table), else ``"time units"``.
 
     Returns
     -------
@@ -202,9 +214,15 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     >>> sim = simulate(costs, schedule="1f1b", micro_batches=8, static_mb=100)
     >>> sim.step_time, sim.stages["memory_mb"].tolist()
     (33.0, [140.0, 130.0, 120.0, 110.0])
+    >>> print(simulate(costs, micro_batches=8, static_mb=100, time_unit="ms").describe())
+    1f1b: 4 stages, 1 chunk(s), 8 micro-batches
+    step time 33 ms
+    bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%
+    peak memory 140 MB on stage 0
     >>> sim.bubbles.round(4).to_dict()
     {'real': 0.375, 'ideal': 0.375, 'imbalance': 0.0, 'recompute': 0.0}
     """
+    unit = time_unit_of(costs) if time_unit is None else check_time_unit(time_unit)
     cost, p, v = _checked_costs(costs)
     schedule, p, m, v, k = check_pipeline(schedule, p, micro_batches, v, less_memory, seq_split)
     check_simulated(p, m, v, k)
@@ -246,10 +264,11 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     return Simulation(
         schedule=schedule, micro_batches=m, chunks=v, seq_split=k, less_memory=bool(less_memory),
         step_time=step_time, bubbles=bubbles,
-        timeline=_timeline(plan, start, end, recompute, k),
-        memory=_memory(static, event_time, [h + r for h, r in zip(held, running)]),
-        stages=_stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time),
-        in_flight=_in_flight(plan, v, p),
+        timeline=with_time_unit(_timeline(plan, start, end, recompute, k), unit),
+        memory=with_time_unit(_memory(static, event_time, [h + r for h, r in zip(held, running)]), unit),
+        stages=with_time_unit(_stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time),
+                              unit),
+        in_flight=_in_flight(plan, v, p), time_unit=unit,
     )
 
 

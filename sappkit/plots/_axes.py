@@ -1,4 +1,4 @@
-"""The Axes a drawing goes on: the caller's, checked, or a new figure's."""
+"""The Axes a drawing goes on (the caller's, checked, or a new figure's), and how a time axis is labelled."""
 
 from __future__ import annotations
 
@@ -23,6 +23,15 @@ def axes_for(ax, figsize: tuple[float, float]) -> Axes:
     return ax
 
 
+def time_label(what: str, unit: str) -> str:
+    """The label of an axis of times, with their unit: ``time_label("step time", "ms")`` is ``"step time (ms)"``.
+
+    Every time axis is labelled through here, so each shows the unit its
+    frame or simulation carries (:mod:`sappkit.layers.units`).
+    """
+    return f"{what} ({unit})"
+
+
 def optional_number(name: str, value) -> float | None:
     """A finite number, or None when not given (a drawing's optional line or marker)."""
     return None if value is None else check_number(name, value)
@@ -37,11 +46,6 @@ def axes_list(name: str, axes, count: int) -> list[Axes]:
     if items is None or len(items) != count or not all(isinstance(ax, Axes) for ax in items):
         raise InputError(f"{name} must be {count} matplotlib Axes; got {short(axes)}")
     return items
-
-
-def time_label(what: str, unit: str) -> str:
-    """An axis label for a time with its unit, e.g. ``time_label("step time", "ms")`` is ``"step time (ms)"``."""
-    return f"{what} ({unit})"
 
 
 def stage_scale(first: int, last: int) -> dict:

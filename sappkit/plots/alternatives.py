@@ -11,6 +11,7 @@ from matplotlib.transforms import Bbox
 from .._check import check_int
 from .._frames import check_frame
 from ..columns import KIND, MEMORY_MB, STAGE
+from ..layers.units import time_unit_of
 from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
 
 __all__ = ["plot_alternatives"]
@@ -34,7 +35,8 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     frame : DataFrame
         The frame :func:`sappkit.alternatives` returns: one row per plan,
         with ``stage``, ``kind``, ``from_mode``, ``memory_freed_mb`` and
-        ``time_cost`` (and ``memory_mb`` when ``peak_mb`` is given).
+        ``time_cost`` (and ``memory_mb`` when ``peak_mb`` is given); the
+        time axis shows the frame's ``attrs["time_unit"]``.
     ax : Axes, optional
         Where to draw; a new figure when omitted.
     peak_mb : float, optional
@@ -66,6 +68,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     >>> ax.get_xlabel()
     'time cost on its stage, forward + backward per micro-batch (ms)'
     """
+    unit = time_unit_of(frame)
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())
     frame = check_frame(frame, "frame", needed, "a sappkit.alternatives frame", numeric=(_FREED, _COST, MEMORY_MB),
                         whole=(STAGE,))
@@ -77,7 +80,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     ax.annotate("current", (0.0, 0.0), xytext=(6, -12), textcoords="offset points", fontsize=8)
     ax.axhline(0.0, color="grey", linewidth=0.6)
     ax.axvline(0.0, color="grey", linewidth=0.6)
-    ax.set_xlabel(time_label("time cost on its stage, forward + backward per micro-batch", "ms"))
+    ax.set_xlabel(time_label("time cost on its stage, forward + backward per micro-batch", unit))
     ax.set_ylabel("memory freed on its stage (MB)")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     if frame.empty:

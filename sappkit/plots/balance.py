@@ -15,6 +15,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from .._frames import check_frame
 from ..columns import BACKWARD_TIME, FORWARD_TIME, MEMORY_MB, RECOMPUTE_TIME, STAGE, TIME
+from ..layers.units import time_unit_of
 from ._axes import axes_for, time_label
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
@@ -29,6 +30,8 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
 
     ``stages`` is a plan's ``stages`` frame; the marker is ``time`` (the
     seed's stage time ``max_c F + max_c B``, equal to the bar for one chunk).
+    The time axis shows the frame's ``attrs["time_unit"]``, as do the other
+    drawings here.
 
     Examples
     --------
@@ -37,6 +40,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> [t.get_text() for t in plot_stage_times(frame).get_legend().get_texts()]
     ['stage time', 'forward', 'backward', 'recompute']
     """
+    unit = time_unit_of(stages)
     columns = (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
     stages = check_frame(stages, "stages", columns, "a plan's stages frame", numeric=columns[1:], whole=(STAGE,),
                          rows=True)
@@ -54,7 +58,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.set_ylim(0, 1.06 * top)
     ax.set_xticks(x)
     ax.set_xlabel("stage")
-    ax.set_ylabel("time per micro-batch")
+    ax.set_ylabel(time_label("time per micro-batch", unit))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax
 
@@ -78,6 +82,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     >>> [t.get_text() for t in ax.get_legend().get_texts()]
     ['simulated step time', 'no plan fits below 530 MB']
     """
+    unit = time_unit_of(sweep)
     sweep = check_frame(sweep, "sweep", (MEMORY_MB, _STEP_TIME), "a memory sweep", numeric=(MEMORY_MB,),
                         gaps=(_STEP_TIME, _NEEDED))
     ax = axes_for(ax, (7, 3.5))
@@ -87,7 +92,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.plot(placed[MEMORY_MB], placed[_STEP_TIME], marker="o", color="#3182bd", drawstyle="steps-post", zorder=3,
             label="simulated step time")
     ax.set_xlabel("memory limit (MB)")
-    ax.set_ylabel(time_label("simulated step time", "ms"))
+    ax.set_ylabel(time_label("simulated step time", unit))
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     below = lost[lost[MEMORY_MB] < placed[MEMORY_MB].min()] if len(placed) else lost
@@ -118,6 +123,7 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
     >>> [t.get_text() for t in plot_plan_comparison(frame).texts]
     ['90 MB', '120 MB > 100']
     """
+    unit = time_unit_of(comparison)
     comparison = check_frame(comparison, "comparison", ("plan", "step_time", "peak_mb", "limit_mb", "fits"),
                              "a plan comparison", numeric=("limit_mb",), gaps=("step_time", "peak_mb"))
     ax = axes_for(ax, (max(4.0, 1.4 * len(comparison) + 1), 3.5))
@@ -130,6 +136,6 @@ def plot_plan_comparison(comparison: pd.DataFrame, *, ax: Axes | None = None) ->
         ax.text(i, row.step_time, label, ha="center", va="bottom", fontsize=8,
                 color="black" if row.fits else "red")
     ax.set_xticks(x, [textwrap.fill(str(label), 14) for label in comparison["plan"]])
-    ax.set_ylabel("simulated step time")
+    ax.set_ylabel(time_label("simulated step time", unit))
     ax.set_title("peak stage memory above each bar")
     return ax

@@ -19,6 +19,7 @@ from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
+from ..layers.units import format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
 from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
 
@@ -89,7 +90,7 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
         if size > 0:
             ax.add_artist(_OpLabel(x0, x1, y, number))
     ax.set_yticks(range(p))
-    ax.set_xlabel(time_label("time", "ms"))
+    ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("stage")
     handles = []
     split = (phase == "backward_weight").any()
@@ -111,8 +112,7 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
 
 
 def _headline(sim: Simulation) -> str:
-    return f"{sim.schedule}: step time {sim.step_time:,.0f} ms" if sim.step_time >= 100 else \
-        f"{sim.schedule}: step time {sim.step_time:.3g} ms"
+    return f"{sim.schedule}: step time {format_time(sim.step_time, sim.time_unit)}"
 
 
 def _label_size(width, height, digits):
@@ -189,7 +189,7 @@ def plot_memory_timeline(sim: Simulation, *, ax: Axes | None = None) -> Axes:
         low, high = ax.get_ylim()
         ax.set_ylim(low, max(high, limit + 0.1 * (limit - low)))  # room for the limit's label inside the Axes
     ax.set_xlim(0, sim.step_time)
-    ax.set_xlabel(time_label("time", "ms"))
+    ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("memory (MB)")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     stage_colorbar(ax, ScalarMappable(**scale))

@@ -13,6 +13,7 @@ from .._check import check_choice
 from .._frames import check_frame
 from ..columns import MEMORY_MB, STAGE
 from ..errors import InputError
+from ..layers.units import time_unit_of
 from ..recompute.chooser import SWEEP_COLUMNS, RecomputeChoice
 from ._axes import axes_for, axes_list, optional_number, time_label
 from .pipeline import MEMORY_PARTS, plot_stage_memory
@@ -30,7 +31,7 @@ _CHAR_EM = 0.6
 #: The time-saved lines: solid with dots, then dashed with crosses on top, so neither hides the other.
 _CURVE_STYLES = (dict(color="#3182bd", marker="o", markersize=3, linestyle="-", zorder=2),
                  dict(color="#e6550d", marker="x", markersize=5, linestyle="--", zorder=3))
-_AGAINST = {"configured": ("time_saved", "against the configured recompute"),
+_AGAINST = {"configured": ("time_saved", "against the baseline (configured where it fits, else the most recomputed)"),
             "full": ("time_saved_vs_full", "against full recompute everywhere")}
 
 
@@ -39,24 +40,28 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
     """Time saved against the device capacity (:func:`sappkit.sweep_recompute`'s frame).
 
     Time saved is the body layers' forward + backward time for one
-    micro-batch, summed over the stages (not a step time).
+    micro-batch, summed over the stages (not a step time), in the frame's
+    ``attrs["time_unit"]``.
 
-    ``against`` is ``"configured"`` or ``"full"`` (or ``"both"`` for two
-    lines, solid and dashed with their own markers; two that agree
-    everywhere are one line naming both baselines); capacities where nothing
-    fits are shaded; ``current_mb`` marks the budget in use.
+    ``against`` is ``"configured"`` (the ``time_saved`` column: against the
+    baseline the chooser states, the configured recompute where it fits,
+    else every layer at its most recomputed option) or ``"full"`` (or
+    ``"both"`` for two lines, solid and dashed with their own markers; two
+    that agree everywhere are one line naming both baselines); capacities
+    where nothing fits are shaded; ``current_mb`` marks the budget in use.
 
     Examples
     --------
     >>> frame = pd.DataFrame(dict(memory_mb=[100, 200, 300], feasible=[False, True, True], mode=None,
     ...                           time=[np.nan, 5.0, 4.0], time_saved=[np.nan, 0.0, 1.0],
-    ...                           time_saved_vs_full=[np.nan, 2.0, 3.0]))
+    ...                           time_saved_vs_full=[np.nan, 2.0, 3.0], baseline=[None, "configured", "configured"]))
     >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()]
-    ['against the configured recompute', 'against full recompute everywhere', 'budget 250 MB', 'nothing fits']
+    ['against the baseline (configured where it fits, else the most recomputed)', 'against full recompute everywhere', 'budget 250 MB', 'nothing fits']
     >>> same = frame.assign(time_saved=frame["time_saved_vs_full"])
     >>> [line.get_label() for line in plot_time_saved(same, against="both").get_lines()[:1]]
-    ['against the configured recompute = full recompute everywhere']
+    ['against the baseline (configured where it fits, else the most recomputed) = full recompute everywhere']
     """
+    unit = time_unit_of(sweep)
     sweep = check_frame(sweep, "sweep", SWEEP_COLUMNS, "sweep_recompute's frame",
                         numeric=("memory_mb",), gaps=("time", "time_saved", "time_saved_vs_full"))
     check_choice("against", against, (*_AGAINST, "both"))
@@ -84,7 +89,7 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
         ax.set_xlim(left, right)
     ax.axhline(0, color="0.6", linewidth=0.8)
     ax.set_xlabel("device memory (MB)")
-    ax.set_ylabel(time_label("time saved", "ms") + "\n(fwd + bwd per micro-batch, all stages)")
+    ax.set_ylabel(time_label("time saved", unit) + "\nfwd + bwd per micro-batch, summed over the stages")
     ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.legend(loc="lower right", fontsize=8, frameon=False)
     return ax
@@ -92,7 +97,8 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
 
 def plot_before_after(choice: RecomputeChoice, *, baseline: RecomputeChoice | None = None,
                       axes=None) -> tuple[Axes, Axes]:
-    """Stage memory before and after a choice, side by side on one scale, the change written on each stage.
+    """Stage memory before and after a choice, side by side on one scale, the change written on each stage; the
+    choice's title is its simulated step time against the baseline (:meth:`RecomputeChoice.short_headline`).
 
     "Before" is ``baseline``'s stages when given (say the plan an
     alternative of :func:`sappkit.alternatives` starts from), else the
@@ -111,10 +117,11 @@ def plot_before_after(choice: RecomputeChoice, *, baseline: RecomputeChoice | No
     before, after = axes_list("axes", axes, 2)
     frames = (choice.configured_stages() if baseline is None else baseline.stages, choice.stages)
     plot_stage_memory(frames[0], ax=before)
-    before.set_title("configured recompute" if baseline is None else "before", fontsize=10)
+    configured = "configured recompute" + ("" if choice.pricing.baseline.name == "configured" else " (does not fit)")
+    before.set_title(configured if baseline is None else "before", fontsize=10)
     before.get_legend().remove()
     plot_stage_memory(frames[1], ax=after)
-    after.set_title(f"chosen: time saved {choice.time_saved:.4g}" if choice.chosen else
+    after.set_title(f"chosen: {choice.short_headline()}" if choice.chosen else
                     "lightest options (nothing fits)", fontsize=10)
     _mark_changes((before, after), frames)
     return before, after
@@ -199,8 +206,7 @@ def plot_layer_options(choice: RecomputeChoice, *, ax: Axes | None = None, label
     ax.set_yticks([])
     ax.set_xlim(-0.5, max(len(layers), 1) - 0.5)
     ax.set_xlabel("body layer (stage boundaries in black)")
-    title = label if label is not None else ("no choice" if not choice.chosen else
-                                             f"time saved {choice.time_saved:.4g}")
+    title = label if label is not None else choice.short_headline()
     ax.set_title(title, fontsize=10, loc="left")
     return ax
 

@@ -10,11 +10,16 @@ trainer (:meth:`RecomputeChoice.trainer_plan`), Megatron-LM
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
-from ..columns import CHUNK, KIND, MEMORY_MB, OPTION, STAGE
+from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
+from ..errors import InputError
+from ..layers.units import format_mb, format_time, with_time_unit
+from ..pipeline.costs import cell_costs
+from ..pipeline.simulator import Simulation, simulate
 from .export import RuntimeSetting, megatron_setting, recompute_lists, torchtitan_setting, trainer_plan
 from .pricing import TIME_SAVED, Pricing
 
@@ -43,9 +48,11 @@ class RecomputeChoice:
         Per stage the shared memory schema (``stage``, ``param_mb``,
         ``activation_mb``, ``overhead_mb``, ``working_mb``, ``const_mb``,
         ``memory_mb`` = the higher peak, ``limit_mb``) plus ``backward_mb``
-        (second peak, NaN without), ``transit_mb``, ``time`` and
-        ``time_saved`` (against the configured options). When no choice was
-        made: the stages with every layer at its lightest option.
+        (second peak, NaN without), ``transit_mb``, ``time`` (the body
+        layers' forward + backward per micro-batch) and ``time_saved``
+        (against :attr:`baseline`), times in :attr:`time_unit` (the frame's
+        ``attrs["time_unit"]``). When no choice was made: the stages with
+        every layer at its lightest option.
     mode : str or None
         The mode every layer runs, for a one-mode choice.
     reason : str or None
@@ -67,19 +74,68 @@ class RecomputeChoice:
     pricing: Pricing
     layer_options: pd.DataFrame
 
+    def __post_init__(self):
+        with_time_unit(self.stages, self.time_unit)
+
     @property
     def chosen(self) -> bool:
         """True when a choice was made (``reason`` is None)."""
         return self.reason is None
 
     @property
-    def time_saved(self) -> float:
-        """Time saved against the configured options, summed over stages (NaN without a choice).
+    def time_unit(self) -> str:
+        """The unit of every time of the choice: its layer table's."""
+        return self.pricing.layers.time_unit
 
-        Rounded to 1e-9 time units, so a choice that keeps the configured
-        options saves exactly 0 rather than the float noise of the sums.
+    @property
+    def baseline(self) -> str:
+        """What time saved is measured against, in words: the configured recompute where it fits every stage,
+        else every layer at its most recomputed option (:attr:`sappkit.recompute.pricing.Pricing.baseline`)."""
+        return self.pricing.baseline.text
+
+    @property
+    def time_saved(self) -> float:
+        """Forward + backward time per micro-batch saved against :attr:`baseline`, summed over the stages'
+        body layers (NaN without a choice): a sum of per-stage times, not a step time (:attr:`step_time_saved`).
+
+        Never negative when the chooser's own choice is asked about: the
+        baseline fits, so each stage's knapsack could pick it. Rounded to
+        1e-9 time units, so a choice that keeps the baseline saves exactly 0
+        rather than the float noise of the sums.
         """
         return round(float(self.stages[TIME_SAVED].sum()), 9) + 0.0 if self.chosen else float("nan")
+
+    @cached_property
+    def step_time(self) -> float:
+        """The simulated step time of the choice (:meth:`simulate`); NaN without a choice or with offload."""
+        if not self.chosen or (self.layer_options[OFFLOADED_MB] > 0).any():
+            return float("nan")
+        return self.simulate().step_time
+
+    @cached_property
+    def baseline_step_time(self) -> float:
+        """The simulated step time of :attr:`baseline` on the same partition (NaN without a choice)."""
+        if not self.chosen:
+            return float("nan")
+        return _simulate_options(self.pricing, self.pricing.baseline.options).step_time
+
+    @property
+    def step_time_saved(self) -> float:
+        """How much shorter the simulated step is than the baseline's: the headline (negative when longer)."""
+        return self.baseline_step_time - self.step_time
+
+    def simulate(self, **options) -> Simulation:
+        """Simulate one step of the choice on its partition (``options`` as :func:`sappkit.simulate`'s).
+
+        Refuses a choice that was not made, and one that offloads to the
+        host (the simulator runs no host copies).
+        """
+        if not self.chosen:
+            raise InputError(f"choice made no choice to simulate: {self.reason}")
+        if (self.layer_options[OFFLOADED_MB] > 0).any():
+            raise InputError("choice offloads activations to the host, which the simulator does not model; "
+                             "simulate a choice made without a link")
+        return _simulate_options(self.pricing, self.layer_options[OPTION].tolist(), **options)
 
     @property
     def memory_mb(self) -> float:
@@ -90,19 +146,56 @@ class RecomputeChoice:
         """The stage frame under the partition's configured options: the "before" of a before/after."""
         return self.pricing.evaluate(self.pricing.body["configured"].tolist())
 
+    def baseline_stages(self) -> pd.DataFrame:
+        """The stage frame under :attr:`baseline`'s options (the configured ones where they fit)."""
+        return self.pricing.evaluate(list(self.pricing.baseline.options))
+
+    def short_headline(self) -> str:
+        """One line for a title or a status: the simulated step time and its change against the baseline (with
+        offload, which is not simulated, the summed time saved, said to be a sum)."""
+        unit = self.time_unit
+        if not self.chosen:
+            return "no choice"
+        if np.isnan(self.step_time):
+            return (f"{format_time(self.time_saved, unit)} saved, forward + backward summed over the stages (offload "
+                    "is not simulated)")
+        return f"simulated step time {format_time(self.step_time, unit)}, {self._change()} than the baseline"
+
+    def headline(self) -> list[str]:
+        """The choice's headline in words: its simulated step time against the baseline's, the baseline, the
+        peak against the device, and the summed time saved (said to be a sum)."""
+        unit = self.time_unit
+        if np.isnan(self.step_time):
+            step = "simulated step time: not simulated (the simulator runs no host copies)"
+        else:
+            step = (f"simulated step time {format_time(self.step_time, unit)}: {self._change()} than the baseline's "
+                    f"{format_time(self.baseline_step_time, unit)}")
+        peak_stage = int(self.stages[STAGE].iloc[int(np.argmax(self.stages[MEMORY_MB].to_numpy()))])
+        summed = self.time_saved
+        return [step, f"baseline: {self.baseline}",
+                f"peak {format_mb(self.memory_mb)} of {format_mb(self.pricing.memory_mb)} (stage {peak_stage})",
+                f"forward + backward per micro-batch, summed over the stages: {format_time(abs(summed), unit)} "
+                f"{'saved' if summed >= 0 else 'more'}"]
+
+    def _change(self) -> str:
+        """The simulated step against the baseline's: ``1,848 ms (24.3%) faster``, ``no faster``, ``... slower``."""
+        saved, before = self.step_time_saved, self.baseline_step_time
+        if abs(saved) < 5e-4 * before:
+            return "no faster"
+        return (f"{format_time(abs(saved), self.time_unit)} ({abs(saved) / before:.1%}) "
+                f"{'faster' if saved > 0 else 'slower'}")
+
     def describe(self) -> str:
-        """The choice in words: a summary line, then one line per range."""
+        """The choice in words: its headline (:meth:`headline`), then one line per range."""
         if not self.chosen:
             return f"no choice: {self.reason}"
-        head = f"every layer: {self.mode}; " if self.mode is not None else ""
-        lines = [f"{head}time saved {self.time_saved:.4g} against the configured recompute; "
-                 f"peak {self.memory_mb:.1f} MB of {self.pricing.memory_mb:.1f} MB"]
+        lines = ([f"every layer: {self.mode}"] if self.mode is not None else []) + self.headline()
         for item in self.ranges.itertuples(index=False):
             last = item.first + item.count - 1
             where = f"layer {item.first}" if item.count == 1 else f"layers {item.first}-{last}"
             what = item.option if item.mode is None else f"{item.mode} ({item.option})"
             if item.offloaded_mb > 0:
-                what += f", {item.offloaded_mb:.1f} MB per micro-batch offloaded to the host"
+                what += f", {format_mb(item.offloaded_mb)} per micro-batch offloaded to the host"
             lines.append(f"{where} ({item.kind}): {what}")
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
@@ -138,6 +231,16 @@ class RecomputeChoice:
     def torchtitan(self) -> RuntimeSetting:
         """The choice as torchtitan's ``[activation_checkpoint]`` section, where it can express it."""
         return torchtitan_setting(self)
+
+
+def _simulate_options(pricing: Pricing, options, **settings) -> Simulation:
+    """One step of the pricing's partition with body layer ``l`` running ``options[l]``, simulated."""
+    part = pricing.partition
+    body = pricing.body[[KIND, CHUNK, STAGE]].assign(**{OPTION: list(options)})
+    assignment = body.groupby([KIND, CHUNK, STAGE, OPTION], sort=False).size().rename(LAYERS).reset_index()
+    costs = cell_costs(pricing.layers, assignment, stages=part.stages, chunks=part.chunks, schedule=part.schedule)
+    return simulate(costs, schedule=part.schedule, micro_batches=part.micro_batches, less_memory=part.less_memory,
+                    seq_split=part.seq_split, limit_mb=pricing.memory_mb, **settings)
 
 
 def _ranges(layer_options: pd.DataFrame) -> pd.DataFrame:

@@ -31,6 +31,7 @@ import pandas as pd
 from .._check import check_bool, check_numbers
 from ..columns import GRAD_MB, LIMIT_MB, MEMORY_MB, TIME
 from ..errors import InputError
+from ..layers.units import with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from .choice import RecomputeChoice, build_choice, refused_choice
 from .knapsack import budget_buckets, build_front, canonical
@@ -41,7 +42,7 @@ __all__ = ["choose_recompute", "choose_priced", "sweep_recompute", "HostLink", "
            "SWEEP_COLUMNS"]
 
 #: Columns of :func:`sweep_recompute`'s frame.
-SWEEP_COLUMNS = ("memory_mb", "feasible", "mode", "time", "time_saved", "time_saved_vs_full")
+SWEEP_COLUMNS = ("memory_mb", "feasible", "mode", "time", "time_saved", "time_saved_vs_full", "baseline")
 
 
 def _assign(groups, counts) -> dict[int, str]:
@@ -138,8 +139,8 @@ def _no_fit(pricing: Pricing, failed: Sequence[int], notes) -> RecomputeChoice:
     for s in failed:
         need, limit = stages.at[s, MEMORY_MB], stages.at[s, LIMIT_MB]
         grain = "" if need > limit else f" in whole {pricing.bucket_mb:g} MB buckets"
-        parts.append(f"stage {s} cannot fit{grain}: at its lightest options it needs {need:.1f} MB "
-                     f"against a limit of {limit:.1f} MB")
+        parts.append(f"stage {s} cannot fit{grain}: at its lightest options it needs {need:,.1f} MB "
+                     f"against a limit of {limit:,.1f} MB")
     return refused_choice(pricing, "; ".join(parts), notes=notes, stages=stages)
 
 
@@ -166,8 +167,8 @@ def _one_mode(pricing: Pricing, notes) -> RecomputeChoice:
         mode, _, stages = min(candidates, key=lambda item: item[2][MEMORY_MB].max())
         stage = int(stages[MEMORY_MB].idxmax())
         return refused_choice(pricing, f"no mode fits every stage: the lightest, {mode!r}, needs "
-                                       f"{stages.at[stage, MEMORY_MB]:.1f} MB on stage {stage} against a limit of "
-                                       f"{pricing.memory_mb:.1f} MB", notes=notes, stages=stages)
+                                       f"{stages.at[stage, MEMORY_MB]:,.1f} MB on stage {stage} against a limit of "
+                                       f"{pricing.memory_mb:,.1f} MB", notes=notes, stages=stages)
     return build_choice(pricing, [best[1]] * len(pricing.body), mode=best[0], notes=notes)
 
 
@@ -299,9 +300,13 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
         One row per capacity, in the order given: ``memory_mb``,
         ``feasible``, ``mode`` (one-mode choices), ``time`` (body layers'
         forward + backward per micro-batch, summed over stages),
-        ``time_saved`` (against the configured options) and
-        ``time_saved_vs_full`` (against every layer fully recomputed); NaN
-        times where nothing fits.
+        ``time_saved`` (against the baseline :func:`choose_recompute` states
+        at that capacity: the configured options where they fit, else every
+        layer at its most recomputed option), ``time_saved_vs_full``
+        (against every layer fully recomputed) and ``baseline``
+        (``"configured"`` or ``"most recomputed"``); NaN times where nothing
+        fits. Times are sums over the stages, not step times, in the layer
+        table's unit (the frame's ``attrs["time_unit"]``).
 
     Examples
     --------
@@ -318,15 +323,16 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
     pricing = price(layers, partition, memory_mb=float(limits.max()), modes=modes,
                     fsdp_holds_grads=fsdp_holds_grads, bucket_mb=bucket_mb)
     offload, _ = _offload_notes(pricing, per_layer, link)
-    frame = pd.DataFrame({"memory_mb": limits, "feasible": False, "mode": None, "time": np.nan})
+    frame = pd.DataFrame({"memory_mb": limits, "feasible": False, "mode": None, "time": np.nan, "baseline": None})
     if pricing.reason is None:
         _sweep_times(pricing, frame, limits, per_layer, link if offload else None)
-        configured = pricing.evaluate(pricing.body["configured"].tolist())[TIME].sum()
-        frame["time_saved"] = configured - frame["time"]
+        at = [pricing.with_memory(limit) for limit in limits]
+        frame["baseline"] = [priced.baseline.name for priced in at]
+        frame["time_saved"] = [priced.baseline_time.sum() for priced in at] - frame["time"]
         frame["time_saved_vs_full"] = _full_time(pricing) - frame["time"]
     else:
         frame["time_saved"] = frame["time_saved_vs_full"] = np.nan
-    return frame[list(SWEEP_COLUMNS)]
+    return with_time_unit(frame[list(SWEEP_COLUMNS)], pricing.layers.time_unit)
 
 
 def _sweep_times(pricing: Pricing, frame: pd.DataFrame, limits: np.ndarray, per_layer: bool, link) -> None:

@@ -33,7 +33,16 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
   ``(v-2-i, i)`` (less-memory: ``(r - s)`` over ``(v-1-i, i)``, ``s`` over
   ``(v-2-i, i)``), and 0; held fixed whatever the choice.
 
-The stage's memory is the higher of the two peaks. A stage's layers form
+The stage's memory is the higher of the two peaks.
+
+**Time saved** is measured against a stated baseline that fits
+(:attr:`Pricing.baseline`): the partition's configured options where they
+fit every stage at the device capacity, as the original tool measures it,
+else every layer at its most recomputed option on offer (the least
+activation memory, e.g. ``full``). It is the forward + backward time of one
+micro-batch through the body layers, per stage: a sum, not a step time.
+
+A stage's layers form
 :class:`LayerGroup` s of interchangeable layers (same kind and in-flight
 count; the layer that ends warm-up, and with a second peak the stage's first
 layer, each stand apart) with per-option memory at both peaks and time.
@@ -61,7 +70,7 @@ from .layer_prices import LayerPrices, layer_prices, resolve_modes
 from .partition import CONFIGURED, LAYER, Partition
 from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, fixed_memory
 
-__all__ = ["LayerGroup", "Pricing", "price", "SUPPORTED_SCHEDULES",
+__all__ = ["LayerGroup", "Baseline", "Pricing", "price", "SUPPORTED_SCHEDULES",
            "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
 
 #: Schedules whose in-flight counts and working set the chooser prices (seed 000).
@@ -121,6 +130,28 @@ class LayerGroup:
         return (self.in_flight - 1) / self.in_flight
 
 
+@dataclass(frozen=True)
+class Baseline:
+    """What time saved is measured against: each body layer's option, and that in words.
+
+    Attributes
+    ----------
+    name : {"configured", "most recomputed"}
+        The partition's configured options (they fit), or every layer at its
+        most recomputed option on offer (the configured ones do not fit).
+    options : tuple of str
+        Each body layer's option, model order.
+    text : str
+        The baseline in words, to follow "against ... with": ``the configured
+        recompute (every layer full)``, ``every layer at full (the configured
+        none does not fit)``.
+    """
+
+    name: str
+    options: tuple[str, ...]
+    text: str
+
+
 @dataclass(frozen=True, eq=False)
 class Pricing:
     """A partition priced for the chooser (build it with :func:`price`).
@@ -171,6 +202,31 @@ class Pricing:
     prices: LayerPrices | None = field(default=None, repr=False)
 
     @cached_property
+    def baseline(self) -> Baseline:
+        """What time saved is measured against at this capacity (module docstring)."""
+        configured = tuple(self.body[CONFIGURED])
+        as_configured = "the configured recompute" + (f", every layer {_uniform(configured)}," if _uniform(configured)
+                                                      else "")
+        if (self._stage_values(configured)[MEMORY_MB] <= self.memory_mb).all():
+            return Baseline("configured", configured, as_configured.rstrip(","))
+        most = tuple(self.most_recomputed[kind] for kind in self.body[KIND])
+        every = _uniform(most)
+        return Baseline("most recomputed", most, (f"every layer at {every}" if every else
+                                                  "every layer at its most recomputed option")
+                        + f" ({as_configured} does not fit)")
+
+    @cached_property
+    def baseline_time(self) -> np.ndarray:
+        """Per stage, the body layers' forward + backward time per micro-batch under :attr:`baseline`."""
+        return self._stage_values(self.baseline.options)[TIME].to_numpy()
+
+    @property
+    def most_recomputed(self) -> dict[str, str]:
+        """Kind -> its most recomputed option on offer: the least activation memory (the slower on a tie)."""
+        return {kind: min(options, key=lambda o: (self.cost(kind, o)[ACTIVATION_MB], -self.cost(kind, o)[TIME]))
+                for kind, options in self.offered.items()}
+
+    @cached_property
     def budgets(self) -> tuple[np.ndarray, np.ndarray]:
         """Per stage ``limit - F1`` and ``limit - F2`` as arrays (NaN without a second peak)."""
         return self.stages[BUDGET_MB].to_numpy(float), self.stages[BACKWARD_BUDGET_MB].to_numpy(float)
@@ -215,9 +271,16 @@ class Pricing:
             ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb`` (the
             higher peak), ``limit_mb``, ``backward_mb`` (second peak, NaN
             without), ``transit_mb``, ``time`` (body layers' forward +
-            backward + copies) and ``time_saved`` (against the configured
-            options).
+            backward + copies) and ``time_saved`` (against :attr:`baseline`).
         """
+        frame = self._stage_values(options, offloaded_mb=offloaded_mb, copy_time=copy_time, transit_mb=transit_mb)
+        # Rounded to 1e-9 time units: a stage that keeps the baseline saves 0, not the float noise of two sums.
+        frame[TIME_SAVED] = np.round(self.baseline_time - frame[TIME].to_numpy(), 9) + 0.0
+        return frame
+
+    def _stage_values(self, options: Sequence[str], *, offloaded_mb=None, copy_time=None,
+                      transit_mb=None) -> pd.DataFrame:
+        """:meth:`evaluate` without ``time_saved``."""
         body, p = self.body, self.partition.stages
         if len(options) != len(body):
             raise InputError(f"options has {len(options)} entries; the partition has {len(body)} body layers")
@@ -226,7 +289,6 @@ class Pricing:
         copies = zeros if copy_time is None else np.asarray(copy_time, dtype=float)
         transit = np.zeros(p) if transit_mb is None else np.asarray(transit_mb, dtype=float)
         cost = self._layer_costs(options)
-        base = self._layer_costs(body[CONFIGURED].tolist())
         n = body[IN_FLIGHT].to_numpy(float)
         stage = body[STAGE].to_numpy()
         kept = (cost[ACTIVATION_MB] - offloaded) * n + cost[MEMORY_ONCE_MB]
@@ -243,7 +305,7 @@ class Pricing:
             STAGE: np.arange(p), PARAM_MB: frame[PARAM_MB], ACTIVATION_MB: activation,
             OVERHEAD_MB: frame[OVERHEAD_MB], WORKING_MB: working, CONST_MB: frame[CONST_MB],
             MEMORY_MB: np.fmax(warm_up, backward), LIMIT_MB: frame[LIMIT_MB], BACKWARD_MB: backward,
-            TRANSIT_MB: transit, TIME: time, TIME_SAVED: np.bincount(stage, base[TIME], p) - time,
+            TRANSIT_MB: transit, TIME: time,
         })
 
     def _layer_costs(self, options: Sequence[str]) -> dict[str, np.ndarray]:
@@ -255,6 +317,12 @@ class Pricing:
                 table[kind][option] = [self.cost(kind, option)[c] for c in columns]
             values[row] = table[kind][option]
         return {column: values[:, i] for i, column in enumerate(columns)}
+
+
+def _uniform(options: Sequence[str]) -> str | None:
+    """The option every layer runs, or None when they differ."""
+    distinct = set(options)
+    return distinct.pop() if len(distinct) == 1 else None
 
 
 def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:

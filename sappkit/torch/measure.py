@@ -45,6 +45,7 @@ from ..errors import InputError
 from ..layers.configs import ParallelConfig
 from ..layers.estimate import param_bytes
 from ..layers.table import LayerTable
+from ..layers.units import MS
 from .options import DEFAULT_OPTIONS, option_specs, run_forward
 from .probe import KeptStorages, backward_peak, elapsed_ms, tensors
 
@@ -123,7 +124,7 @@ def measure_layers(block: torch.nn.Module, example, *, kwargs: dict | None = Non
                          PARAM_MB: held / _MB, OPTION: option, **measured, MODULE: module_name,
                          WORKING_MB: measured[WORKING_MB] + gathered / _MB})
     frame = _full_working(pd.DataFrame(rows), specs)
-    return LayerTable(frame, device=_device_name(_device(block, parts[0][1][1])))
+    return LayerTable(frame, device=_device_name(_device(block, parts[0][1][1])), time_unit=MS)
 
 
 def _part(name: str, given) -> tuple[torch.nn.Module, tuple, dict]:

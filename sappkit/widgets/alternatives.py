@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from ..columns import LIMIT_MB, MEMORY_MB, STAGE
 from ..errors import InputError
+from ..layers.units import format_mb, format_time
 from ..one_more.analysis import RecomputeAnalysis, alternatives
 from ..one_more.result import Alternatives
 from ..plots.pipeline import plot_stage_memory
@@ -53,9 +54,11 @@ class WalkStep:
     def labels(self) -> list[tuple[str, int | None]]:
         """Dropdown entries ``(label, pick)``: the path's last plan, then one per alternative."""
         entries = [("(the plan the alternatives start from)", None)]
+        unit = self.analysis.pricing.layers.time_unit
         for row in self.found.frame.itertuples(index=False):
             entries.append((f"#{row.alternative}: stage {row.stage} {row.kind}, {row.from_mode} -> full: frees "
-                            f"{row.memory_freed_mb:,.0f} MB for {row.time_cost:.3g} time", row.alternative))
+                            f"{format_mb(row.memory_freed_mb)} for {format_time(row.time_cost, unit)}",
+                            row.alternative))
         return entries
 
     def summary(self) -> str:
@@ -66,8 +69,9 @@ class WalkStep:
         lines = [f"step {len(self.path) - 1} of the walk; {len(self.found.frame)} alternative(s) from its plan"
                  + (f" ({self.found.reason})" if self.found.reason else ""),
                  f"on show: {'the plan' if self.pick is None else f'alternative #{self.pick}'}, peak "
-                 f"{stages[MEMORY_MB].max():,.1f} MB on stage {binding} (limit {self.analysis.pricing.memory_mb:,.0f}"
-                 f" MB), time saved {self.shown.time_saved:.4g}",
+                 f"{format_mb(stages[MEMORY_MB].max())} on stage {binding} (limit "
+                 f"{format_mb(self.analysis.pricing.memory_mb)}); {self.shown.short_headline()}",
+                 f"baseline: {self.shown.baseline}",
                  f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {layers}"]
         return "\n".join(lines)
 
@@ -82,10 +86,13 @@ def walk_step(analysis: RecomputeAnalysis, path, *, pick: int | None = None) -> 
     >>> choice = choose_recompute(llama, Partition.from_offsets(llama, stages=4, micro_batches=8), memory_mb=40_000,
     ...                           modes=("off", "selective", "full"), per_layer=True)
     >>> step = walk_step(RecomputeAnalysis.from_pricing(choice.pricing), [choice], pick=0)
-    >>> for line in step.summary().splitlines()[:2]:
-    ...     print(line)
-    step 0 of the walk; 10 alternative(s) from its plan
-    on show: alternative #0, peak 39,482.3 MB on stage 2 (limit 40,000 MB), time saved -29.64
+    >>> for part in "; ".join(step.summary().splitlines()[:3]).split("; "):
+    ...     print(part)
+    step 0 of the walk
+    10 alternative(s) from its plan
+    on show: alternative #0, peak 39,482 MB on stage 2 (limit 40,000 MB)
+    simulated step time 5,321 ms, 1,662 ms (23.8%) faster than the baseline
+    baseline: every layer at full (the configured recompute, every layer none, does not fit)
     >>> print(one_more(step).summary().splitlines()[0])
     step 1 of the walk; 10 alternative(s) from its plan
     """

@@ -17,6 +17,7 @@ import pandas as pd
 from .._check import check_number
 from ..errors import InputError
 from ..layers.table import as_layer_table
+from ..layers.units import ms_per_unit
 from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
 from ..recompute.chooser import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
 from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
@@ -38,14 +39,15 @@ class RecomputeView:
 
 
 def recompute_view(layers, partition, *, memory_mb: float, modes: str = "front options", per_layer: bool = False,
-                   link_gbps: float = 0.0, time_unit_ms: float = 1.0, fsdp_holds_grads: bool = False,
+                   link_gbps: float = 0.0, time_unit_ms: float | None = None, fsdp_holds_grads: bool = False,
                    curve: pd.DataFrame | None = None) -> RecomputeView:
     """Choose at ``memory_mb`` with the dashboard's settings, and sweep 25 budgets from half to 5/4 of it.
 
     ``modes`` is a key of :data:`MODE_SETS`; ``per_layer`` applies to modes
     only (front options are chosen per layer anyway); ``link_gbps`` > 0 adds
     a host link of that many GB/s (the layer table's time unit being
-    ``time_unit_ms`` ms). The text is the choice's description and, where
+    ``time_unit_ms`` ms; default known from its ``time_unit``, e.g. 1 for
+    ``ms``). The text is the choice's description and, where
     it has one, its trainer plan. A ``curve`` given (an earlier view's, for
     the same settings but the budget) is kept instead of sweeping again.
     """
@@ -53,7 +55,10 @@ def recompute_view(layers, partition, *, memory_mb: float, modes: str = "front o
         raise InputError(f"modes must be one of {', '.join(map(repr, MODE_SETS))}; got {modes!r}")
     mode_set = MODE_SETS[modes]
     link_gbps = check_number("link_gbps", link_gbps, minimum=0)
-    link = HostLink.from_gbps(link_gbps, time_unit_ms=time_unit_ms) if link_gbps > 0 else None
+    link = None
+    if link_gbps > 0:
+        unit_ms = ms_per_unit(as_layer_table(layers).time_unit, time_unit_ms)
+        link = HostLink.from_gbps(link_gbps, time_unit_ms=unit_ms)
     settings = dict(modes=mode_set, per_layer=bool(per_layer and mode_set is not None), link=link,
                     fsdp_holds_grads=fsdp_holds_grads)
     choice = choose_recompute(layers, partition, memory_mb=memory_mb, **settings)
@@ -77,7 +82,7 @@ class RecomputeDashboard:
     over the budget slider's range (and its value) behind a slider of its own.
     """
 
-    def __init__(self, layers, partition, *, memory_mb: float, time_unit_ms: float = 1.0,
+    def __init__(self, layers, partition, *, memory_mb: float, time_unit_ms: float | None = None,
                  fsdp_holds_grads: bool = False, max_gbps: float = 100.0, report_budgets: int = 16):
         import ipywidgets as w
 

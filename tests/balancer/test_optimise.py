@@ -458,7 +458,7 @@ def test_infeasible_reports_the_least_memory():
     plan = balance(frame, stages=2, micro_batches=4, memory_mb=400)
     assert plan.status == "infeasible" and plan.objective is None and not plan.has_plan
     assert (plan.memory_needed_mb, plan.binding_stage) == (440.0, 0)
-    assert plan.message == "no placement fits 400 MB; the least-memory placement needs 440.0 MB on stage 0"
+    assert plan.message == "no placement fits 400 MB; the least-memory placement needs 440 MB on stage 0"
     assert balance(frame, stages=2, micro_batches=4, memory_mb=440.0).status == "optimal"
     assert balance(frame, stages=2, micro_batches=4, memory_mb=439.0).status == "infeasible"
     # With the working set the last full layer ends warm-up holding the plain layer it rebuilds at one

@@ -179,8 +179,12 @@ def test_exports(tmp_path):
     assert "memory_cap_3" in text and "stage_time" in text
     lines = plan.describe().splitlines()
     assert len(lines) == 5
-    assert lines[0] == ("interleaved: p=4, v=2, m=8, limit 2500 MB: optimal, sapp objective "
-                        f"{plan.objective:.6g}")
+    assert plan.objective == 18.0 and plan.time_unit == "time units"
+    assert lines[0] == "interleaved: p=4, v=2, m=8, limit 2,500 MB: optimal, sapp objective 18 time units"
+    timed = sappkit.balance(sappkit.LayerTable(TABLE.frame, time_unit="ms"), stages=4, micro_batches=8, chunks=2,
+                            memory_mb=2500)
+    assert timed.describe().splitlines()[0].endswith("objective 18 ms")
+    assert timed.stages.attrs["time_unit"] == timed.simulate().time_unit == "ms"
     simulation = plan.simulate(p2p_time=0.5)
     assert simulation.step_time > plan.simulate().step_time
 

@@ -70,7 +70,7 @@ def test_where_torchtitan_runs_another_schedule_the_notes_say_so():
     assert less.notes[1].startswith("torchtitan's Interleaved1F1B has no less-memory variant")
     tight = torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=10))
     assert tight.notes[1] == ("the plan does not fit memory_mb=10 (status 'infeasible': no placement fits 10 MB; "
-                              "the least-memory placement needs 472.0 MB on stage 0)")
+                              "the least-memory placement needs 472 MB on stage 0)")
 
 
 @pytest.mark.parametrize("make, message", [

@@ -31,6 +31,7 @@ def test_sweep_reuses_plans_and_matches_single_solves():
             assert np.isnan(row.objective) and row.memory_needed_mb == single.memory_needed_mb
     assert "reused" in set(sweep.method)
     assert (np.diff(sweep.objective.dropna()) <= 1e-9).all()
+    assert sweep.attrs["time_unit"] == "time units"
 
 
 def test_sweep_refuses_bad_limits():
@@ -87,6 +88,12 @@ def test_compare_balanced_with_even_partitions():
     assert frame.step_time[0] < frame.step_time[2]
     assert frame.recompute_time[1] == 0 and frame.recompute_time[2] == pytest.approx(12 * 1.0)
     assert plot_plan_comparison(frame).texts[1].get_text() == "1,050 MB > 900"
+    assert frame.attrs["time_unit"] == "time units"
+    in_ms = even_plan(sappkit.LayerTable(TABLE, time_unit="ms"), option="full", memory_mb=limit, **PIPELINE)
+    assert compare_plans({"ms": in_ms}).attrs["time_unit"] == "ms"
+    with pytest.raises(sappkit.InputError, match="^plans have times in different units \\('ms', 'time units'\\); "
+                                                 "compare plans of layer tables in one unit$"):
+        compare_plans({**plans, "ms": in_ms})
 
 
 def test_plots_draw_plan_frames():
@@ -110,7 +117,9 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert status.startswith(f"optimal: sapp objective {plan.objective:.6g}, peak ")
+    assert plan.simulate().step_time == 96
+    assert status == ("optimal: simulated step time 96 time units, peak 1,050 MB on stage 0 of 1,500 MB (sapp "
+                      "objective 12 time units, exact search)")
     assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
     plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
                                   memory_mb=1500)
@@ -135,18 +144,25 @@ def test_dashboard_redraws_when_the_slider_moves():
 
 def test_cli_balance(tmp_path, capsys):
     path = tmp_path / "layers.csv"
-    sappkit.write_layers_csv(sappkit.LayerTable(TABLE), path)
+    sappkit.write_layers_csv(sappkit.LayerTable(TABLE, time_unit="ms"), path)
     out = tmp_path / "plan.yaml"
     assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "1500",
                  "--yaml", str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
     plan = sappkit.balance(TABLE, memory_mb=1500, **PIPELINE)
-    assert printed[0] == plan.describe().splitlines()[0]
+    simulated = plan.simulate()
+    assert printed[:3] == ["1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 1,500 MB devices: optimal",
+                           f"simulated step time {simulated.step_time:.0f} ms, bubble "
+                           f"{simulated.bubbles['real']:.1%} of the compute",
+                           "peak stage memory 1,050 MB on stage 0 of 1,500 MB"]
+    assert printed[3].split() == ["stage", "layers", "layers", "per", "option", "memory_mb", "time", "per",
+                                  "micro-batch", "(ms)"]
     assert printed[-1] == f"MindFormers config written to {out}"
     assert out.read_text() == plan.to_yaml(strict=False)
     assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "300"]) == 1
     infeasible = sappkit.balance(TABLE, memory_mb=300, **PIPELINE)
-    assert capsys.readouterr().out.splitlines()[:2] == [infeasible.describe().splitlines()[0], infeasible.message]
+    assert capsys.readouterr().out.splitlines()[:2] == [
+        "1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 300 MB devices: infeasible", infeasible.message]
     assert main(["balance", str(path), "--stages", "1", "--micro-batches", "6", "--memory", "500"]) == 2
     assert capsys.readouterr().err == ("sappkit balance: stages must be an int >= 2; got 1 (a pipeline needs at "
                                        "least two stages)\n")

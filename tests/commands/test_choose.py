@@ -16,7 +16,9 @@ def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
                  "--memory", "60000", "--per-layer"])
     out = capsys.readouterr().out
     assert code == 0
-    assert out.splitlines()[0].startswith("time saved ")
+    assert out.splitlines()[0].startswith("simulated step time ")
+    assert out.splitlines()[1] == ("baseline: every layer at full (the configured recompute, every layer none, does "
+                                   "not fit)")
     assert "trainer plan: activation_checkpoint.mode = " in out
     assert "megatron: " in out and "torchtitan: " in out
 
@@ -30,12 +32,15 @@ def test_cli_reads_offsets_yaml_nested_or_flat(tmp_path, capsys, llama):
     outputs = []
     for path in (nested, flat):
         code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8",
-                     "--memory", "60000", "--offsets", str(path), "--json"])
+                     "--memory", "60000", "--offsets", str(path), "--format", "json"])
         assert code == 0
         outputs.append(json.loads(capsys.readouterr().out))
     assert outputs[0] == outputs[1]
     part = Partition.from_offsets(llama, stages=4, micro_batches=8, offset=[1, 0, 0, -1], recompute=[True, 4, 2, 0])
-    assert outputs[0]["ranges"] == choose_recompute(llama, part, memory_mb=60000).to_records()
+    expected = choose_recompute(llama, part, memory_mb=60000)
+    assert outputs[0]["ranges"] == [dict(record, mode=None, offloaded_mb=0.0) for record in expected.to_records()]
+    assert outputs[0]["baseline"] == expected.baseline and outputs[0]["time_unit"] == "ms"
+    assert outputs[0]["step_time"] == pytest.approx(expected.step_time)
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -42,7 +42,8 @@ PLOTS = {
                                                            peak_mb=[90.0, 120.0], limit_mb=100.0, fits=[True, False]))),
     "saved": (plot_time_saved, pd.DataFrame(dict(memory_mb=[100, 200], feasible=[False, True], mode=None,
                                                  time=[np.nan, 5.0], time_saved=[np.nan, 0.0],
-                                                 time_saved_vs_full=[np.nan, 2.0]))),
+                                                 time_saved_vs_full=[np.nan, 2.0],
+                                                 baseline=[None, "configured"]))),
 }
 
 

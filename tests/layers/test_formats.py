@@ -31,6 +31,7 @@ def raises_exactly(message: str):
 def assert_same_table(got: LayerTable, expected: LayerTable):
     pd.testing.assert_frame_equal(got.frame, expected.frame, check_like=True)  # column order is not content
     assert got.const_mb == expected.const_mb
+    assert got.time_unit == expected.time_unit
 
 
 @pytest.fixture
@@ -85,7 +86,7 @@ BAD_CSV = [
     ("", "not a readable CSV (No columns to parse from file); expected a header row and one row per (kind, option)"),
     (f"{HEADER},colour\n{ROW},red\n", "unknown column(s) 'colour'; expected columns among kind, role, count, "
                                       "param_mb, option, forward_time, backward_time, activation_mb, module, "
-                                      "memory_once_mb, working_mb, first_working_mb, grad_mb, const_mb"),
+                                      "memory_once_mb, working_mb, first_working_mb, grad_mb, const_mb, time_unit"),
     (f"{HEADER}\nb,body,4,900,none,10,20,lots\n", "row 0 column 'activation_mb' is 'lots'; expected a number"),
     (f"{HEADER}\nb,body,4,900,none,10,20,\n", "row 0 column 'activation_mb' is ''; expected a number"),
     (f"{HEADER}\nb,body,4,900,none,10,20,-3\n", "layers row 0 (kind 'b') column 'activation_mb' is -3.0; expected "

@@ -348,7 +348,7 @@ def test_a_large_residual_warns_in_the_result():
     fit = fit_memory(bad)
     residual = fit.observations.set_index(["run", "stage"]).loc[("round2", 7), "residual_mb"]
     assert fit.warnings[0] == (
-        f"the largest residual is {residual:+.1f} MB at run 'round2' stage 7 ({residual / 41896:.1%} of its 41896 MB "
+        f"the largest residual is {residual:+,.1f} MB at run 'round2' stage 7 ({residual / 41896:.1%} of its 41,896 MB "
         "peak, above the 2% tolerance): the linear model does not explain these peaks well; check the configuration "
         "stated for that run")
     assert not any(w.startswith("the largest residual") for w in fit_memory(bad, tolerance=0.5).warnings)

@@ -111,10 +111,17 @@ def _key(body, modes, stages):
                  for s in range(stages))
 
 
+def _baseline_time(evaluate, count, limit):
+    """Per stage, what time saved is measured against: the unconfigured partition (every layer off) where it
+    fits, else every layer full."""
+    memory, time = evaluate(["off"] * count)
+    return time if (memory <= limit).all() else evaluate(["full"] * count)[1]
+
+
 def _brute_force(partition, evaluate, current, limit):
     """Every single layer turned up to full that fits, grouped into distinct plans."""
     body = partition.body
-    _, base = evaluate(["off"] * len(body))
+    base = _baseline_time(evaluate, len(body), limit)
     classes = []
     for layer in range(len(body)):
         if current[layer] == "full":
@@ -164,7 +171,7 @@ def test_alternatives_equal_brute_force(seed):
     expected = _brute_force(partition, evaluate, current, limit)
     body = partition.body
     before, _ = evaluate(current)
-    _, base = evaluate(["off"] * len(body))
+    base = _baseline_time(evaluate, len(body), limit)
     assert len(found.plans) == len(expected) == len(found.frame)
     matched = []
     for plan, row in zip(found.plans, found.frame.itertuples()):
@@ -296,7 +303,7 @@ def test_empty_when_nothing_can_be_turned_up_or_fit(small):
     assert not found.plans and found.reason == "no plan with one more layer at 'full' fits"
     low = RecomputeAnalysis(table, part, memory_mb=peak - 1, modes=MODES)
     found = alternatives(_ranges(part, current), analysis=low)
-    assert found.reason == f"current does not fit: stage 0 needs {peak:.1f} MB against a limit of {peak - 1:.1f} MB"
+    assert found.reason == f"current does not fit: stage 0 needs {peak:,.1f} MB against a limit of {peak - 1:,.1f} MB"
 
 
 # --- refused settings (refused currents: test_current.py) --------------------------------------------------------
@@ -378,8 +385,10 @@ def test_walk_steps_and_dashboard(walk_start):
     assert start.shown is choice and start.labels[0][1] is None and len(start.labels) == len(start.found.plans) + 1
     picked = walk_step(analysis, [choice], pick=1)
     assert picked.shown is picked.found.plans[1]
-    assert picked.summary().splitlines()[2] == f"trainer plan: activation_checkpoint.mode = " \
-        f"{picked.shown.trainer_plan()[0]!r}, layers = {picked.shown.trainer_plan()[1]}"
+    assert picked.summary().splitlines()[2:] == [
+        f"baseline: {choice.baseline}",
+        f"trainer plan: activation_checkpoint.mode = {picked.shown.trainer_plan()[0]!r}, layers = "
+        f"{picked.shown.trainer_plan()[1]}"]
     on = one_more(picked)
     assert on.path == (choice, picked.found.plans[1]) and on.pick is None
     assert on.found.current is picked.found.plans[1]
@@ -407,10 +416,10 @@ def test_command_line(capsys):
     assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16",
                  "--memory", "60000", "--dimensions", "dp=4,tp=8"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("current plan: peak ") and out[1].startswith("trainer plan: mode ")
-    assert out[2].endswith("plan(s) with one more layer at 'full':") and out[3].split()[:4] == \
-        ["alternative", "stage", "kind", "from_mode"]
-    assert len(out) == 4 + int(out[2].split()[0])
+    assert out[0].startswith("the plan to start from (sappkit choose --per-layer): simulated step time ")
+    count = int(next(line for line in out if "plan(s) with one more layer at 'full'" in line).split()[0])
+    header = next(number for number, line in enumerate(out) if line.split()[:3] == ["#", "stage", "kind"])
+    assert len(out) == header + 1 + count and max(map(len, out)) <= 100
     assert main(["alternatives", "data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
                  "--dimensions", "tp"]) == 2
     assert capsys.readouterr().err == "sappkit alternatives: --dimensions entry 'tp' is not NAME=DEGREE (e.g. tp=4)\n"
@@ -429,21 +438,21 @@ def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):
                     "recompute_config:\n  recompute: [4, 4, 4, 4, 4, 4, 4, 4]\n")
     shape = ["data/llama2_70b.json", "--stages", "8", "--micro-batches", "16", "--memory", "60000",
              "--offsets", str(path)]
-    assert main(["choose", *shape, "--per-layer", "--json"]) == 0
+    assert main(["choose", *shape, "--per-layer", "--format", "json"]) == 0
     chosen = json.loads(capsys.readouterr().out)
     table = sappkit.read_layers_json("data/llama2_70b.json")
     part = Partition.from_offsets(table, stages=8, micro_batches=16, offset=[1, 0, 0, 0, 0, 0, 0, -1],
                                   recompute=[4] * 8)
     choice = choose_recompute(table, part, memory_mb=60000, modes=MODES, per_layer=True)
-    assert chosen["ranges"] == choice.to_records()
-    assert main(["alternatives", *shape]) == 0
-    out = capsys.readouterr().out.splitlines()
+    assert chosen["ranges"] == [dict(record, offloaded_mb=0.0) for record in choice.to_records()]
+    assert main(["alternatives", *shape, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
     mode, overrides = choice.trainer_plan()
     found = alternatives(choice)
-    assert out[:3] == [f"current plan: peak {choice.memory_mb:,.1f} MB of 60,000 MB; binding stage "
-                       f"{found.binding_stage}; time saved {choice.time_saved:.4g}",
-                       f"trainer plan: mode {mode!r}, layers {overrides}",
-                       f"{len(found.frame)} plan(s) with one more layer at 'full':"]
+    assert document["trainer_plan"] == {"mode": mode, "layers": overrides}
+    assert (document["binding_stage"], len(document["alternatives"])) == (found.binding_stage, len(found.frame))
+    assert document["time_saved"] == pytest.approx(choice.time_saved)
+    assert document["baseline"] == choice.baseline == "the configured recompute"
     assert main(["alternatives", *shape, "--modes", "off,selective"]) == 0
-    assert capsys.readouterr().out.splitlines()[-1] == ("no alternative: 'full' is not among the modes ('off', "
-                                                        "'selective'), so no layer can be turned up to it")
+    assert " ".join(capsys.readouterr().out.split()).endswith(
+        "no alternative: 'full' is not among the modes ('off', 'selective'), so no layer can be turned up to it")

@@ -247,3 +247,13 @@ def test_simulator_measures_what_stage_memory_predicts(schedule, v, m):
                                                working_set=False))
     assert (sim.stages.memory_mb >= predicted.memory_mb - 1e-9).all()
     assert (sim.stages.memory_mb > predicted.memory_mb + 1).any()
+
+
+def test_cell_costs_carry_the_tables_time_unit_to_the_simulator():
+    table = toy_table()
+    assert simulate(cell_costs(table, even_assignment(table, stages=2), stages=2), micro_batches=2).time_unit == \
+        "time units"
+    timed = LayerTable(toy_table().frame, time_unit="us")
+    costs = cell_costs(timed, even_assignment(timed, stages=2), stages=2)
+    assert costs.attrs["time_unit"] == "us"
+    assert simulate(costs, micro_batches=2).describe().splitlines()[1].endswith(" us")

@@ -351,11 +351,26 @@ def test_static_mb_as_a_series_by_stage():
     assert sim.stages["memory_mb"].tolist() == [8.0 + 3, 9.0 + 2, 7.0 + 1]
 
 
-def test_describe_names_the_pipeline_and_the_peak():
+def test_describe_names_the_pipeline_the_unit_and_the_peak():
     sim = simulate(uniform_costs(4, activation=10.0), schedule="1f1b", micro_batches=8, static_mb=100)
-    assert sim.describe() == ("1f1b: 4 stages, 1 chunk(s), 8 micro-batches\nstep time 33\n"
-                              "bubble 0.3750 = ideal 0.3750 + imbalance 0.0000 + recompute 0.0000\n"
-                              "peak memory 140.0 MB on stage 0")
+    assert sim.describe() == ("1f1b: 4 stages, 1 chunk(s), 8 micro-batches\nstep time 33 time units\n"
+                              "bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%\n"
+                              "peak memory 140 MB on stage 0")
+    over = simulate(uniform_costs(4, activation=10.0), schedule="1f1b", micro_batches=8, static_mb=100,
+                    limit_mb=1234, time_unit="us")
+    assert over.describe().splitlines()[1:4:2] == ["step time 33 us", "peak memory 140 MB on stage 0 of 1,234 MB"]
+    assert simulate(uniform_costs(4), micro_batches=8, static_mb=200, limit_mb=100).describe().endswith(
+        "of 100 MB, over the limit")
+
+
+def test_the_time_unit_comes_from_the_argument_or_the_costs_and_marks_every_frame():
+    costs = uniform_costs(2)
+    assert simulate(costs, micro_batches=2).time_unit == "time units"
+    costs.attrs["time_unit"] = "ms"
+    sim = simulate(costs, micro_batches=2)
+    assert sim.time_unit == "ms"
+    assert {frame.attrs["time_unit"] for frame in (sim.timeline, sim.memory, sim.stages)} == {"ms"}
+    assert simulate(costs, micro_batches=2, time_unit="us").time_unit == "us"
 
 
 # --- bad input ---------------------------------------------------------------------------------

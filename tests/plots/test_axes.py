@@ -23,7 +23,7 @@ PARAMS = pd.DataFrame({"name": ["const_mb", "param_mb"], "value_mb": [3000.0, 76
 OBSERVED = pd.DataFrame(dict(run="r", stage=[0, 1], memory_mb=[10.0, 9.0], predicted_mb=[10.5, 8.5],
                              residual_mb=[-0.5, 0.5]))
 SAVED = pd.DataFrame(dict(memory_mb=[100, 200], feasible=[False, True], mode=None, time=[np.nan, 5.0],
-                          time_saved=[np.nan, 0.0], time_saved_vs_full=[np.nan, 2.0]))
+                          time_saved=[np.nan, 0.0], time_saved_vs_full=[np.nan, 2.0], baseline=[None, "configured"]))
 FOUND = pd.DataFrame(dict(stage=[0, 2], kind="block", from_mode=["off", "selective"], memory_freed_mb=[1200.0, 400.0],
                           time_cost=[6.0, 2.5], memory_mb=[5000.0, 5400.0]))
 #: Each drawing, a frame it draws and a number column it reads.

@@ -119,7 +119,7 @@ def test_a_full_layer_ending_warm_up_holds_the_plain_layers_activations():
     assert choice.stages.at[1, "memory_mb"] == 2 + 2
 
 
-def test_time_saved_is_against_the_configured_options():
+def test_time_saved_is_against_the_configured_options_where_they_fit():
     table, part = _two_layer_case(0, 0, 0)
     configured = Partition(stages=2, micro_batches=2, cells=part.cells, configured=["full", "selective", "none",
                                                                                    "full"])
@@ -127,8 +127,64 @@ def test_time_saved_is_against_the_configured_options():
     assert choice.layer_options["option"].tolist() == ["none"] * 4
     assert choice.stages["time_saved"].tolist() == pytest.approx([1.0 + 0.2, 1.0])
     assert choice.configured_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
+    assert choice.baseline_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
+    assert choice.baseline == "the configured recompute"
     default = choose_recompute(table, part, memory_mb=1000)
-    assert default.time_saved == 0.0
+    assert default.time_saved == 0.0 and default.baseline == "the configured recompute, every layer none"
+
+
+def test_time_saved_is_against_the_most_recomputed_options_where_the_configured_do_not_fit():
+    # Unconfigured layers run plain: stage 0 then needs 4 * 30 + 30 = 150 MB, over the 120 MB device.
+    table, part = _two_layer_case(0, 0, 0)
+    choice = choose_recompute(table, part, memory_mb=120)
+    assert choice.configured_stages()["memory_mb"].max() > 120
+    assert choice.baseline == "every layer at full (the configured recompute, every layer none, does not fit)"
+    assert choice.baseline_stages()["time"].tolist() == pytest.approx([8.0, 8.0])
+    # [none, selective] on stage 0 and [none, none] on stage 1 against four full layers.
+    assert choice.stages["time_saved"].tolist() == pytest.approx([8.0 - 6.2, 8.0 - 6.0])
+    modes = choose_recompute(table, part, memory_mb=120, modes=("off", "selective"), per_layer=True)
+    assert modes.baseline == "every layer at selective (the configured recompute, every layer none, does not fit)"
+    assert modes.time_saved >= 0
+
+
+@pytest.mark.parametrize("options", [dict(), dict(modes=MODES, per_layer=True)])
+def test_time_saved_is_never_negative_against_a_baseline_on_offer(rng, options):
+    # A choice per layer can always pick the baseline's options where they fit, so no stage loses time. (One mode
+    # for every layer can be slower than a configured mix of options: that is not a choice per layer.)
+    checked = 0
+    for _ in range(12):
+        frame = random_table(rng, kinds=int(rng.integers(1, 3)), once=True)
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)))
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        choice = choose_recompute(table, part, memory_mb=limit_between(table, part, offered, rng), **options)
+        if not choice.chosen:
+            continue
+        pricing = choice.pricing
+        fits = (choice.baseline_stages()["memory_mb"] <= pricing.memory_mb).all()
+        assert fits or pricing.baseline.name == "most recomputed"
+        if all(option in pricing.offered[kind] for kind, option in zip(pricing.body["kind"],
+                                                                        pricing.baseline.options)):
+            assert (choice.stages["time_saved"] >= -1e-9).all(), choice.stages["time_saved"].tolist()
+            checked += 1
+    assert checked
+
+
+def test_the_headline_is_the_simulated_step_against_the_baseline():
+    table, part = _two_layer_case(0, 0, 0)
+    choice = choose_recompute(table, part, memory_mb=120)
+    baseline = choose_recompute(table, part, memory_mb=1000, modes=("full",))
+    assert choice.baseline_step_time == pytest.approx(baseline.step_time)
+    assert choice.step_time == pytest.approx(choice.simulate().step_time)
+    assert choice.step_time_saved == pytest.approx(choice.baseline_step_time - choice.step_time)
+    assert choice.step_time_saved > 0
+    lines = choice.describe().splitlines()
+    assert (choice.step_time, choice.baseline_step_time) == pytest.approx((22.2, 28.0))
+    assert lines[:4] == [
+        "simulated step time 22.2 time units: 5.80 time units (20.7%) faster than the baseline's 28 time units",
+        "baseline: every layer at full (the configured recompute, every layer none, does not fit)",
+        "peak 120 MB of 120 MB (stage 0)",
+        "forward + backward per micro-batch, summed over the stages: 3.80 time units saved"]
+    assert choice.stages.attrs["time_unit"] == choice.time_unit == "time units"
 
 
 def test_sweep_is_monotone_and_equals_choose_at_every_budget(rng):
@@ -140,16 +196,16 @@ def test_sweep_is_monotone_and_equals_choose_at_every_budget(rng):
         budgets = np.arange(low - 40, low + 120, 7.5)
         for options in (dict(), dict(modes=MODES), dict(modes=MODES, per_layer=True)):
             curve = sweep_recompute(table, part, memory_mb=budgets, **options)
-            saved = curve["time_saved"].to_numpy()
             feasible = curve["feasible"].to_numpy()
             assert np.all(np.diff(feasible.astype(int)) >= 0)
-            assert np.all(np.diff(saved[feasible]) >= -1e-9)
+            assert np.all(np.diff(curve["time"].to_numpy()[feasible]) <= 1e-9)
+            assert np.all(np.diff(curve["time_saved_vs_full"].to_numpy()[feasible]) >= -1e-9)
             for budget, row in zip(budgets[::5], curve.iloc[::5].itertuples()):
                 choice = choose_recompute(table, part, memory_mb=budget, **options)
                 assert choice.chosen == row.feasible
                 if choice.chosen:
                     assert row.time_saved == pytest.approx(choice.time_saved, abs=1e-9)
-                    assert row.mode == choice.mode
+                    assert (row.mode, row.baseline) == (choice.mode, choice.pricing.baseline.name)
 
 
 def test_sweep_time_saved_against_full_recompute():
@@ -159,7 +215,9 @@ def test_sweep_time_saved_against_full_recompute():
     assert math.isnan(curve.at[0, "time_saved_vs_full"])
     # Every layer full takes 4.0, plain 3.0: four layers save 4.0.
     assert curve.at[1, "time_saved_vs_full"] == pytest.approx(4.0)
-    assert list(curve.columns) == ["memory_mb", "feasible", "mode", "time", "time_saved", "time_saved_vs_full"]
+    assert list(curve.columns) == ["memory_mb", "feasible", "mode", "time", "time_saved", "time_saved_vs_full",
+                                   "baseline"]
+    assert curve.attrs["time_unit"] == "time units"
 
 
 def test_no_choice_when_a_stage_cannot_fit():
@@ -218,8 +276,12 @@ def test_describe_and_records():
         {"first": 1, "count": 1, "kind": "b", "option": "selective", "mode": "selective"},
         {"first": 2, "count": 2, "kind": "b", "option": "none", "mode": "off"},
     ]
+    # The configured recompute (none) does not fit at 159 MB, so time saved is against every layer at full.
     assert choice.describe().splitlines() == [
-        "time saved -0.2 against the configured recompute; peak 130.0 MB of 159.0 MB",
+        "simulated step time 22.2 time units: 5.80 time units (20.7%) faster than the baseline's 28 time units",
+        "baseline: every layer at full (the configured recompute, every layer none, does not fit)",
+        "peak 130 MB of 159 MB (stage 0)",
+        "forward + backward per micro-batch, summed over the stages: 3.80 time units saved",
         "layer 0 (b): off (none)",
         "layer 1 (b): selective (selective)",
         "layers 2-3 (b): off (none)",
