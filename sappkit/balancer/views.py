@@ -33,6 +33,7 @@ from .evaluate import counts_from_assignment
 from .optimise import balance
 from .plan import Plan, make_plan
 from .setup import make_setup
+from .steptime import step_timer
 
 __all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
 
@@ -224,6 +225,9 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
                    objective: str = "sapp", cache: dict | None = None) -> tuple[Plan | None, str]:
     """The balance dashboard's computation: the plan for its controls and a one-line status.
 
+    The status leads with the plan's simulated step time (what the plan
+    costs), then its objective (or, for ``step``, its proven lower bound and
+    the gap), its peak memory against the limit and how it was found.
     ``chunks`` applies to ``interleaved`` and ``seqpipe``; ``1f1b`` runs one
     chunk and ``dualpipev`` two. Refused settings give ``(None, message)``.
     ``cache`` (a dict the dashboard keeps) holds the search's enumerations per
@@ -250,8 +254,11 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     if plan.counts is None or plan.status == "infeasible":
         return plan, f"{plan.status}: {plan.message}"
     peak = plan.stages[MEMORY_MB]
-    text = (f"{plan.status}: {plan.objective_name} objective {plan.objective:.6g}, peak {peak.max():,.0f} MB "
+    step_time = plan.step_time if plan.step_time is not None else step_timer(plan.setup).time(plan.counts)
+    if plan.objective_name == "step" and plan.lower_bound is not None:
+        value = f"proven lower bound {plan.lower_bound:.6g}, gap {plan.gap:.1%}"
+    else:
+        value = f"{plan.objective_name} objective {plan.objective:.6g}"
+    text = (f"{plan.status}: simulated step time {step_time:.6g} ({value}), peak {peak.max():,.0f} MB "
             f"on stage {int(peak.to_numpy().argmax())} of {memory_mb:,.0f} MB, {plan.method}")
-    if plan.chosen:
-        text += f", {plan.chosen} plan simulates faster"
     return plan, text

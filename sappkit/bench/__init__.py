@@ -25,6 +25,7 @@ MODULES = (
     "notebooks",
     "fit",
     "balance",
+    "step",
 )
 
 

@@ -17,7 +17,7 @@ def register(subparsers) -> None:
                                                    "minimise time (ILP balancer)")
     add_pipeline_arguments(parser)
     parser.add_argument("--objective", choices=("sapp", "step"), default="sapp",
-                        help="sapp: seed 003's time model; step: sappkit's step-time estimate")
+                        help="sapp: seed 003's time model; step: the simulated step time")
     parser.add_argument("--level", type=int, default=1, help="seed 003's optimization_level")
     parser.add_argument("--const-mb", type=float, default=None, help="per-stage constant memory (default: the table's)")
     parser.add_argument("--solver", choices=("highs", "cbc"), default="highs")

@@ -109,8 +109,14 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert status.startswith(f"optimal: sapp objective {plan.objective:.6g}, peak ")
-    assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
+    assert status == (f"optimal: simulated step time {plan.simulate().step_time:.6g} (sapp objective "
+                      f"{plan.objective:.6g}), peak 1,050 MB on stage 0 of 1,500 MB, exact search")
+    plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=1, micro_batches=6, memory_mb=1500,
+                                  objective="step", cache=cache)
+    assert status.startswith(f"{plan.status}: simulated step time {plan.step_time:.6g} (proven lower bound "
+                             f"{plan.lower_bound:.6g}, gap {plan.gap:.1%}), peak ")
+    assert status.endswith(f"of 1,500 MB, {plan.method}")
+    assert list(cache) == [("1f1b", 3, 1, 6, "sapp"), ("1f1b", 3, 1, 6, "step")]
     plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
                                   memory_mb=1500)
     assert plan is None
