@@ -226,8 +226,9 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     """The balance dashboard's computation: the plan for its controls and a one-line status.
 
     The status leads with the plan's simulated step time (what the plan
-    costs), then its objective (or, for ``step``, its proven lower bound and
-    the gap), its peak memory against the limit and how it was found.
+    costs; also the returned plan's ``step_time``), then its objective (or,
+    for ``step``, its proven lower bound and the gap), its peak memory
+    against the limit and how it was found.
     ``chunks`` applies to ``interleaved`` and ``seqpipe``; ``1f1b`` runs one
     chunk and ``dualpipev`` two. Refused settings give ``(None, message)``.
     ``cache`` (a dict the dashboard keeps) holds the search's enumerations per
@@ -254,7 +255,9 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     if plan.counts is None or plan.status == "infeasible":
         return plan, f"{plan.status}: {plan.message}"
     peak = plan.stages[MEMORY_MB]
-    step_time = plan.step_time if plan.step_time is not None else step_timer(plan.setup).time(plan.counts)
+    if plan.step_time is None:
+        plan = replace(plan, step_time=step_timer(plan.setup).time(plan.counts))
+    step_time = plan.step_time
     if plan.objective_name == "step" and plan.lower_bound is not None:
         value = f"proven lower bound {plan.lower_bound:.6g}, gap {plan.gap:.1%}"
     else:

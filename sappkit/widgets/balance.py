@@ -1,5 +1,6 @@
 """Dashboard of ``notebooks/02_balance.ipynb``: memory limit, stages, chunks, micro-batches, schedule and
-objective in; the re-solved plan's status line, stage-memory bars and per-stage time bars out.
+objective in; the re-solved plan's simulated step time (the headline), status line, stage-memory bars and
+per-stage time bars out.
 
 Thin wiring of :func:`sappkit.balancer.views.dashboard_plan` (which keeps the
 exact search's enumerations per pipeline, so dragging the memory slider
@@ -23,7 +24,8 @@ __all__ = ["BalanceDashboard"]
 class BalanceDashboard:
     """Controls over a layer table; ``.widget`` to display, ``.last`` the latest plan, ``.status`` its line.
 
-    ``.status_html`` (an ``ipywidgets.HTML``) shows the status line and
+    ``.status_html`` (an ``ipywidgets.HTML``) shows the plan's simulated step
+    time as the headline, then the status line, and
     ``.output`` (an ``ipywidgets.Output``) the figures; both change whenever a
     control does.
     """
@@ -65,7 +67,9 @@ class BalanceDashboard:
         self.last, self.status = dashboard_plan(self.layers, cache=self.cache, **settings)
         fits = self.last is not None and self.last.has_plan
         color = "green" if fits else "red"
-        self.status_html.value = f'<b style="color:{color}">{html.escape(self.status)}</b>'
+        headline = (f'<div style="font-size:1.3em"><b>simulated step time {self.last.step_time:,.1f}</b></div>'
+                    if fits else "")
+        self.status_html.value = f'{headline}<b style="color:{color}">{html.escape(self.status)}</b>'
         with self.output:
             self.output.clear_output(wait=True)
             if self.last is None or self.last.counts is None:

@@ -109,7 +109,8 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert status == (f"optimal: simulated step time {plan.simulate().step_time:.6g} (sapp objective "
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12)
+    assert status == (f"optimal: simulated step time {plan.step_time:.6g} (sapp objective "
                       f"{plan.objective:.6g}), peak 1,050 MB on stage 0 of 1,500 MB, exact search")
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=1, micro_batches=6, memory_mb=1500,
                                   objective="step", cache=cache)
@@ -130,6 +131,8 @@ def test_dashboard_redraws_when_the_slider_moves():
     dashboard = BalanceDashboard(TABLE, memory_mb=1500, stages=3, micro_batches=6, memory_range=(200, 3000))
     first, html = dashboard.status, dashboard.status_html.value
     assert dashboard.last.status == "optimal" and "green" in html
+    assert html.startswith(f'<div style="font-size:1.3em"><b>simulated step time '
+                           f'{dashboard.last.simulate().step_time:,.1f}</b></div>')
     dashboard.controls["memory_mb"].value = 300
     assert dashboard.last.status == "infeasible" and dashboard.status != first
     assert "red" in dashboard.status_html.value
