@@ -25,7 +25,7 @@ from .setup import BalanceSetup
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
            "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "min_sum", "monotone_chunks",
-           "overhead_weights", "pareto_fronts", "placement", "split_values", "stage_value", "subset",
+           "pareto_fronts", "placement", "split_values", "stage_value", "subset",
            "working_fronts"]
 
 #: Stage enumerations larger than this hand the instance to the integer program.
@@ -66,17 +66,8 @@ def monotone_chunks(setup: BalanceSetup, s: int) -> np.ndarray:
     ``if_c + d_c`` is negative (DualPipeV's second chunk under the seed's
     overhead) can lower it by holding more.
     """
-    weights = overhead_weights(setup, s) if setup.overhead_active else 0.0
+    weights = setup.overhead_weights(s) if setup.overhead_active else 0.0
     return setup.in_flight[:, s] + np.minimum(weights, 0.0) >= 0
-
-
-def overhead_weights(setup: BalanceSetup, s: int) -> np.ndarray:
-    """``d_c``: the overhead expression of stage ``s`` is ``Σ_c d_c A_c``."""
-    weights = np.zeros(setup.chunks)
-    for factor, a, b in setup.overhead_terms(s):
-        weights[a] += factor
-        weights[b] -= factor
-    return weights
 
 
 # ------------------------------------------------------------------ fronts
@@ -299,7 +290,7 @@ def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
               + activation @ setup.in_flight[:, s] + working.sum(axis=1))
     if not overhead or not setup.overhead_active or not setup.overhead_terms(s):
         return memory, memory
-    expr = activation @ overhead_weights(setup, s)
+    expr = activation @ setup.overhead_weights(s)
     return memory + np.maximum(expr, 0.0), memory + np.maximum(np.ceil(expr - OVERHEAD_TOLERANCE), 0.0)
 
 

@@ -16,7 +16,7 @@ Memory (DESIGN.md "Per-stage memory", ``sapp`` terms): parameters, activation
 ``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
 chunks (as seed 003; the simulator also counts head and tail activations
 there, so the two agree where those keep none), the working set when asked
-(:func:`working_set_mb`: the recompute chooser's rule and numbers), and the
+(the recompute chooser's rule and numbers; :func:`stage_memory`), and the
 constant.
 
 Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
@@ -32,16 +32,18 @@ Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
   + stage term * (m - 2)`` with the seed's bubble terms at their least
   feasible values (see :func:`_approach_a`).
 
-Objective ``step`` (sappkit's own estimate of the simulated step):
-``(m - 1/v) W + Σ_cells (F + B) / v`` with ``W = max_s Σ_c (F + B)(c, s)``
-the busiest stage's work per micro-batch; for ``v = 1`` this is the 1F1B
-formula ``(m - 1) W + Σ_s (F + B)``, for uniform stages Megatron's
+The *step estimate*, what the exact search and the integer program minimise
+for objective ``step`` (a closed form they can optimise; the objective
+itself is the simulated step time, :mod:`sappkit.balancer.steptime`, which
+the local search of :mod:`sappkit.balancer.improve` minimises from their
+plans): ``(m - 1/v) W + Σ_cells (F + B) / v`` with ``W = max_s Σ_c (F +
+B)(c, s)`` the busiest stage's work per micro-batch; for ``v = 1`` this is
+the 1F1B formula ``(m - 1) W + Σ_s (F + B)``, for uniform stages Megatron's
 ``(m v + p - 1)`` chunk times.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,7 +55,7 @@ from ..columns import (
 )
 from .setup import BalanceSetup
 
-__all__ = ["Evaluation", "evaluate", "working_set_mb", "assignment_frame", "counts_from_assignment",
+__all__ = ["Evaluation", "StageMemory", "evaluate", "stage_memory", "assignment_frame", "counts_from_assignment",
            "STAGE_COLUMNS", "OVERHEAD_TOLERANCE"]
 
 #: Columns of a plan's ``stages`` frame: the shared memory schema, then layers and times.
@@ -74,7 +76,12 @@ class Evaluation:
     backward: np.ndarray
     """``B(c, s)``, head and tail included."""
     sapp: float
-    step: float
+    step_estimate: float
+
+    def solver_value(self, objective: str) -> float:
+        """What the exact search and the integer program minimise for ``objective``: the ``sapp`` objective or
+        the step estimate."""
+        return self.sapp if objective == "sapp" else self.step_estimate
 
     @property
     def fits(self) -> bool:
@@ -87,37 +94,68 @@ def _cell_sums(setup: BalanceSetup, counts: np.ndarray, per_item: np.ndarray) ->
     return np.tensordot(per_item, counts, axes=(0, 0))
 
 
-def overhead_mb(setup: BalanceSetup, body_activation: np.ndarray) -> np.ndarray:
-    """Per-stage interleaved overhead ``max(0, ceil(Σ factor ΔA))`` (0 when it does not apply)."""
-    result = np.zeros(setup.stages)
-    if not setup.overhead_active:
-        return result
-    for s in range(setup.stages):
-        expr = sum(f * (body_activation[a, s] - body_activation[b, s]) for f, a, b in setup.overhead_terms(s))
-        result[s] = max(0, math.ceil(expr - OVERHEAD_TOLERANCE))
-    return result
+@dataclass(frozen=True)
+class StageMemory:
+    """Memory of stages by term (arrays of one shape), as the shared schema splits it."""
+
+    param: np.ndarray
+    activation: np.ndarray
+    overhead: np.ndarray
+    working: np.ndarray
+    const: float
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.param + self.activation + self.overhead + self.working + self.const
 
 
-def working_set_mb(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """Per-stage working set of the layer that ends warm-up (:meth:`~sappkit.LayerTable.working_set_mb`).
+def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) -> StageMemory:
+    """Memory of stages ``stages`` (any shape) holding ``contents`` (that shape + ``[item, chunk]`` layers).
 
-    That layer is the last body layer of the stage's last-chunk cell in the
-    order the cell's layers run (:attr:`BalanceSetup.cell_order`); the tail
-    where that cell ends with it; nothing when the cell holds neither.
+    Parameters, activation × in-flight (+ memory kept once), the interleaved
+    overhead ``max(0, ceil(Σ factor ΔA))`` over the body activations of the
+    stage's chunks, the working set when ``setup.working_set`` (the last body
+    layer of the last-chunk cell in :attr:`BalanceSetup.cell_order` ends
+    warm-up; the tail where that cell ends with it), head and tail where they
+    sit, and the constant. Vectorised: the search prices many stages at once.
     """
-    working, order = np.zeros(setup.stages), setup.cell_order
-    for s in range(setup.stages):
-        if s == setup.tail_ends_warm_up:
-            working[s] = setup.tail.working_mb
-            continue
-        present = [i for i in order if counts[i, -1, s] > 0]
-        if present:
-            working[s] = setup.working[present[-1]]
-    return working
+    contents = np.asarray(contents, dtype=float)
+    stages = np.asarray(stages)
+    per_item = contents.sum(axis=-1)
+    body_activation = contents.swapaxes(-1, -2) @ setup.activation
+    flight = np.moveaxis(setup.in_flight[:, stages], 0, -1)
+    fixed_param, fixed_activation, weights = _stage_constants(setup)
+    activation = (flight * body_activation).sum(axis=-1) + per_item @ setup.once + fixed_activation[stages]
+    overhead = np.zeros(stages.shape)
+    if setup.overhead_active:
+        expr = (np.moveaxis(weights[:, stages], 0, -1) * body_activation).sum(axis=-1)
+        overhead = np.maximum(0.0, np.ceil(expr - OVERHEAD_TOLERANCE))
+    working = np.zeros(stages.shape)
+    if setup.working_set:
+        order = setup.cell_order
+        present = contents[..., order, -1] > 0
+        last = len(order) - 1 - np.argmax(present[..., ::-1], axis=-1)
+        working = np.where(present.any(axis=-1), setup.working[order][last], 0.0)
+        if setup.tail_ends_warm_up is not None:
+            working = np.where(stages == setup.tail_ends_warm_up, setup.tail.working_mb, working)
+    return StageMemory(param=per_item @ setup.param + fixed_param[stages], activation=activation,
+                       overhead=overhead, working=working, const=setup.const_mb)
+
+
+def _stage_constants(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per stage: head and tail parameters, their activation × in-flight + memory kept once; the overhead
+    weights ``[chunk, stage]``."""
+    param, activation = np.zeros(setup.stages), np.zeros(setup.stages)
+    for fixed in setup.fixed:
+        param[fixed.stage] += fixed.param_mb
+        activation[fixed.stage] += (fixed.activation_mb * setup.in_flight[fixed.chunk, fixed.stage]
+                                    + fixed.memory_once_mb)
+    weights = np.stack([setup.overhead_weights(s) for s in range(setup.stages)], axis=1)
+    return param, activation, weights
 
 
 def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
-    """Per-stage memory and time of ``counts`` and its ``sapp`` and ``step`` objectives.
+    """Per-stage memory and time of ``counts``, its ``sapp`` objective and its step estimate.
 
     Examples
     --------
@@ -126,27 +164,18 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     ...              backward_time=bt, activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))]
     >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
     >>> result = evaluate(setup, np.array([[[0, 2]], [[2, 0]]]))
-    >>> result.stages["memory_mb"].tolist(), result.sapp, result.step
+    >>> result.stages["memory_mb"].tolist(), result.sapp, result.step_estimate
     ([270.0, 350.0], 8.0, 38.0)
     """
     counts = np.asarray(counts, dtype=float)
     forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward
     backward = _cell_sums(setup, counts, setup.backward) + setup.fixed_backward
-    body_activation = _cell_sums(setup, counts, setup.activation)
-    param = _cell_sums(setup, counts, setup.param).sum(axis=0)
-    activation = (setup.in_flight * body_activation).sum(axis=0) + _cell_sums(setup, counts, setup.once).sum(axis=0)
-    for fixed in setup.fixed:
-        param[fixed.stage] += fixed.param_mb
-        activation[fixed.stage] += (fixed.activation_mb * setup.in_flight[fixed.chunk, fixed.stage]
-                                    + fixed.memory_once_mb)
-    overhead = overhead_mb(setup, body_activation)
-    working = working_set_mb(setup, counts) if setup.working_set else np.zeros(setup.stages)
-    memory = param + activation + overhead + working + setup.const_mb
+    memory = stage_memory(setup, np.moveaxis(counts, -1, 0), np.arange(setup.stages))
     stages = pd.DataFrame({
         STAGE: np.arange(setup.stages),
         LAYERS: counts.sum(axis=(0, 1)).astype(int),
-        PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: overhead, WORKING_MB: working,
-        CONST_MB: setup.const_mb, MEMORY_MB: memory, LIMIT_MB: setup.memory_mb,
+        PARAM_MB: memory.param, ACTIVATION_MB: memory.activation, OVERHEAD_MB: memory.overhead,
+        WORKING_MB: memory.working, CONST_MB: setup.const_mb, MEMORY_MB: memory.total, LIMIT_MB: setup.memory_mb,
         FORWARD_TIME: forward.sum(axis=0), BACKWARD_TIME: backward.sum(axis=0),
         RECOMPUTE_TIME: _cell_sums(setup, counts, setup.recompute).sum(axis=0),
         TIME: forward.max(axis=0) + backward.max(axis=0),
@@ -154,11 +183,11 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     body_forward = forward - setup.fixed_forward
     return Evaluation(stages=stages, forward=forward, backward=backward,
                       sapp=sapp_objective(setup, forward, backward, body_forward),
-                      step=step_objective(setup, forward, backward))
+                      step_estimate=step_estimate(setup, forward, backward))
 
 
-def step_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray) -> float:
-    """sappkit's step-time estimate ``(m - 1/v) W + Σ (F + B) / v`` (module docstring)."""
+def step_estimate(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray) -> float:
+    """The step estimate ``(m - 1/v) W + Σ (F + B) / v`` (module docstring)."""
     work = forward + backward
     v = setup.chunks
     return float((setup.slices - 1 / v) * work.sum(axis=0).max() + work.sum() / v)

@@ -2,10 +2,11 @@
 
 Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
-optimisation levels 0 and 1 (every objective of the ``sapp`` table but approach A, and
-``step``); several body kinds on one chunk go to :mod:`.segments` (a DP on
-the model position); otherwise :func:`search` returns None and the integer
-program runs alone. Every schedule is covered.
+optimisation levels 0 and 1 (every objective of the ``sapp`` table but
+approach A, and the step estimate of objective ``step``,
+:mod:`sappkit.balancer.evaluate`); several body kinds on one chunk go to
+:mod:`.segments` (a DP on the model position); otherwise :func:`search`
+returns None and the integer program runs alone. Every schedule is covered.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes
@@ -22,7 +23,7 @@ program runs alone. Every schedule is covered.
 3. **Stages together.** A dynamic program over stages with ``Σ n_s = L``:
    min-max for the stage time and for memory, ``σ + max(λ, σ)`` over a sweep
    of ``σ`` for the split objective, min-sum below each candidate bottleneck
-   for ``step``.
+   for the step estimate.
 
 The relaxed tables give a proven lower bound, the exact tables a real
 placement; equal values prove it optimal. When the caps exclude every
@@ -303,7 +304,7 @@ def _result(setup: BalanceSetup, counts: np.ndarray, lower: float) -> SearchResu
     evaluation = evaluate(setup, counts)
     if not evaluation.fits:
         return SearchResult(False, None, None, lower)
-    upper = float(getattr(evaluation, setup.objective))
+    upper = evaluation.solver_value(setup.objective)
     return SearchResult(bool(upper <= lower + 1e-9 * max(1.0, abs(lower))), counts, upper, float(lower))
 
 

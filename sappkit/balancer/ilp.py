@@ -39,10 +39,12 @@ minimises :math:`T \ge \max_c F_{cs} + \max_c B_{cs}` (with
 ``bottleneck_split`` :math:`S + L` (level 1) with :math:`S \ge B_{cs}`,
 :math:`c < v-1`, :math:`L \ge B_{v-1,s} + F^{ht}_{v-1,s} + \phi_s/m\,
 F^{body}_{v-1,s}`, :math:`L \ge S`; level >= 2 adds seed 003's approach A
-bubble variables. ``step`` minimises
+bubble variables. ``step`` minimises the step estimate
 :math:`(m - 1/v) W + \sum_{c,s}(F_{cs} + B_{cs})/v` with
-:math:`W \ge \sum_c (F_{cs} + B_{cs})`. ``memory="minimise"`` drops the
-limit and minimises :math:`M` instead (how much memory would fit).
+:math:`W \ge \sum_c (F_{cs} + B_{cs})` (the objective ``step`` itself, the
+simulated step time, is the local search's: :mod:`sappkit.balancer.improve`).
+``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
+much memory would fit).
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class BalanceModel:
     ----------
     setup : BalanceSetup
     objective : {"sapp", "step"}
+        ``"step"``: the step estimate.
     memory : {"limit", "minimise"}
         Cap every stage at ``setup.memory_mb``, or minimise the largest stage memory.
 
@@ -168,17 +171,6 @@ class BalanceModel:
             if (c, s) not in self.setup.reserved:
                 self._add(self._cell(np.ones(len(self.setup.items)), c, s) >= 1, f"cell_min_{c}_{s}")
 
-    def _earlier_cells(self, c: int, s: int) -> list[tuple[int, int]]:
-        """Cells whose layers precede cell (c, s) for the frontier (DualPipeV's chunk 1 includes the cell)."""
-        setup = self.setup
-        if setup.schedule in V_SHAPED:
-            if c == 0:
-                return [(0, t) for t in range(s)]
-            if c == 1:
-                return [(0, t) for t in range(setup.stages)] + [(1, t) for t in range(s, setup.stages)]
-            return []
-        return [(d, t) for d in range(c) for t in range(setup.stages)] + [(c, t) for t in range(s)]
-
     def _add_frontier(self) -> None:
         # A body kind's layers never follow, in model order, the first cell of the next kind.
         setup = self.setup
@@ -186,7 +178,7 @@ class BalanceModel:
         for k in range(1, len(setup.kinds)):
             later, earlier = setup.item_indices(setup.kinds[k]), setup.item_indices(setup.kinds[k - 1])
             for c, s in setup.cells:
-                before = self._earlier_cells(c, s)
+                before = setup.earlier_cells(c, s)
                 if not before and not (setup.schedule in V_SHAPED and c == 1):
                     continue
                 started = self._var(f"frontier_{k}_{c}_{s}", 0, 1, "Binary")

@@ -16,6 +16,12 @@ proven optimum:
 - the **integer program** (``ilp``; HiGHS or CBC through PuLP) for
   everything else.
 
+Objective ``step`` is the simulated step time, which no closed form gives:
+those plans (the ``sapp`` optimum, and the step estimate's where the exact
+search finds it) start a local search on the exact step time
+(:mod:`sappkit.balancer.improve`), and a linear relaxation over the
+schedule's paths proves a lower bound (:mod:`sappkit.balancer.bound`).
+
 Infeasible instances come back as a :class:`~sappkit.Plan` with status
 ``"infeasible"``, the least ``memory_mb`` that would fit and the stage that
 sets it. ``views`` builds the notebook's views on top (memory sweeps, plan
@@ -33,11 +39,14 @@ from ..columns import MEMORY_MB
 from ..errors import InputError
 from ..layers.units import format_mb
 from . import exact
+from .bound import step_lower_bound
 from .evaluate import evaluate
 from .ilp import BalanceModel
+from .improve import improve
 from .plan import Plan, make_plan
 from .setup import BalanceSetup, make_setup
 from .solver import SolverOptions, solve
+from .steptime import step_timer
 
 __all__ = ["balance", "optimise", "least_memory", "Solved"]
 
@@ -162,9 +171,13 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         Per-stage constant memory; default the table's (``stage_const_mem``).
     objective : {"sapp", "step"}
         ``"sapp"``: seed 003's time model at ``optimization_level`` (DESIGN.md's
-        table). ``"step"``: sappkit's step-time estimate ``(m - 1/v) W +
-        Σ(F + B)/v``; the ``sapp`` optimum is also found, both are simulated
-        and the faster is returned (``plan.chosen`` says which).
+        table). ``"step"``: the simulated step time itself
+        (:meth:`Plan.simulate`'s ``step_time``, computed exactly as a longest
+        path through the schedule): a local search on it from the ``sapp``
+        optimum (and the optimum of the step estimate ``(m - 1/v) W + Σ(F +
+        B)/v`` where the exact search finds it), so never slower than the
+        ``sapp`` optimum; ``plan.lower_bound`` is a proven bound, ``plan.gap``
+        the gap to it, ``plan.method`` how the plan was reached.
     optimization_level : int
         0, 1 (default) or >= 2, as seed 003.
     consistent_recompute : bool
@@ -202,24 +215,27 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
                        consistent_recompute=consistent_recompute, working_set=working_set)
     if setup.objective == "sapp":
         return _plan(setup, optimise(setup, options, cache=_cache), options, _cache)
-    return _best_simulated(setup, options, _cache)
+    return _fastest(setup, options, _cache)
 
 
-def _best_simulated(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
-    """Objective ``step``: solve it and the ``sapp`` objective, return the plan that simulates faster."""
-    solved = optimise(setup, options, cache=cache)
+def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
+    """Objective ``step``: the ``sapp`` optimum (and, where the exact search finds it, the step estimate's
+    optimum), improved by the local search on the simulated step time; with a proven lower bound."""
+    start = time.perf_counter()
+    solved = optimise(replace(setup, objective="sapp"), options, cache=cache)
     if solved.counts is None or solved.status == "infeasible":
-        return _plan(setup, solved, options, cache)
-    sapp_setup = replace(setup, objective="sapp")
-    rival = optimise(sapp_setup, options, cache=cache)
-    plan = _plan(setup, solved, options, cache, chosen="step")
-    step_time = plan.simulate().step_time
-    if rival.counts is not None:
-        rival_plan = make_plan(setup, rival.counts, status=solved.status, gap=solved.gap,
-                               solve_seconds=solved.seconds + rival.seconds, method=solved.method,
-                               message=solved.message, notes=setup.notes, chosen="sapp")
-        rival_time = rival_plan.simulate().step_time
-        if rival_time < step_time:
-            return replace(rival_plan, step_time=rival_time)
-    return replace(plan, step_time=step_time, solve_seconds=solved.seconds + rival.seconds)
-
+        return _plan(setup, replace(solved, seconds=time.perf_counter() - start), options, cache)
+    starts = {"sapp optimum" if solved.status == "optimal" else "sapp incumbent": solved.counts}
+    timer = step_timer(setup)
+    found = improve(setup, timer, starts)
+    bound = step_lower_bound(setup, timer, options)
+    bound = None if bound is None else min(bound, found.step_time)
+    gap = None if bound is None else (found.step_time - bound) / found.step_time
+    proven = gap is not None and gap <= options.gap
+    origin = f"{found.start} ({solved.method})" if found.start.startswith("sapp") else found.start
+    kicks = f", {found.kicks} after random kicks" if found.kicks else ""
+    method = (f"{origin} improved by {found.moves} local move{'s' * (found.moves != 1)}{kicks}" if found.moves
+              else f"{origin}; no local move improves it")
+    return make_plan(setup, found.counts, status="optimal" if proven else "feasible", gap=gap,
+                     lower_bound=bound, objective=found.step_time, step_time=found.step_time,
+                     solve_seconds=time.perf_counter() - start, method=method, notes=setup.notes)

@@ -30,6 +30,7 @@ from ..recompute.partition import Partition
 from .evaluate import assignment_frame, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
 from .solver import Status
+from .steptime import step_timer
 
 __all__ = ["Plan", "plan_from_offsets", "OFFSET_KEYS"]
 
@@ -54,19 +55,25 @@ class Plan:
         ``time`` (the stage time ``max_c F + max_c B``); times in
         :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
     objective : float or None
-        The plan's value of ``objective_name`` (None without a plan), a time
-        in :attr:`time_unit`.
+        The plan's value of ``objective_name`` (None without a plan): seed
+        003's objective for ``"sapp"``, the simulated step time for
+        ``"step"``; a time in :attr:`time_unit`.
     objective_name : {"sapp", "step"}
-    status : {"optimal", "time_limit", "infeasible", "failed", "evaluated"}
-        How the plan was found; ``"evaluated"`` for :func:`plan_from_offsets`.
+    status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}
+        How the plan was found: ``"optimal"`` proven; ``"feasible"`` a plan
+        that fits from a search that proves no optimum (``objective="step"``'s
+        local search; ``gap`` to its ``lower_bound``); ``"time_limit"`` a
+        solver's incumbent; ``"evaluated"`` for :func:`plan_from_offsets`.
     gap : float or None
         Relative gap to the proven bound (0 when optimal, None when unknown).
+    lower_bound : float or None
+        For ``objective="step"``: a proven lower bound on the simulated step
+        time of any placement that fits (:mod:`sappkit.balancer.bound`).
     solve_seconds : float
     method : str
-        What found the plan (``"exact search"``, ``"ilp (highs)"``, ...).
-    chosen : str
-        For ``objective="step"``: ``"step"`` or ``"sapp"``, whichever plan
-        simulated faster (the one returned).
+        What found the plan (``"exact search"``, ``"ilp (highs)"``; for
+        ``objective="step"`` the start and the local moves, e.g. ``"sapp
+        optimum (exact search) improved by 12 local moves"``).
     step_time : float or None
         The simulated step time, where computed.
     memory_needed_mb, binding_stage
@@ -87,7 +94,7 @@ class Plan:
     gap: float | None
     solve_seconds: float
     method: str
-    chosen: str = ""
+    lower_bound: float | None = None
     step_time: float | None = None
     memory_needed_mb: float | None = None
     binding_stage: int | None = None
@@ -99,7 +106,7 @@ class Plan:
     @property
     def has_plan(self) -> bool:
         """True when the plan places the layers within the limit (not infeasible or failed)."""
-        return self.status in ("optimal", "time_limit") or (self.status == "evaluated" and self.fits)
+        return self.status in ("optimal", "feasible", "time_limit") or (self.status == "evaluated" and self.fits)
 
     @property
     def time_unit(self) -> str:
@@ -124,8 +131,9 @@ class Plan:
         head = f"{shape}, limit {format_mb(setup.memory_mb)}: {self.status}, {value}"
         if self.memory_needed_mb is not None:
             head += f"; needs {format_mb(self.memory_needed_mb)} (stage {self.binding_stage} binds)"
-        if self.chosen:
-            head += f"; returned the {self.chosen} plan"
+        if self.lower_bound is not None and self.gap is not None:
+            head += (f" (simulated step time; proven lower bound {format_time(self.lower_bound, unit)}, "
+                     f"gap {self.gap:.1%})")
         lines = [head]
         several = len(setup.kinds) > 1
         for stage in self.stages.itertuples(index=False):
@@ -263,9 +271,13 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
         return Plan(assignment=empty, stages=pd.DataFrame(), objective=None, setup=setup, counts=None,
                     objective_name=setup.objective, **fields)
     evaluation = evaluate(setup, counts)
-    objective = fields.pop("objective", getattr(evaluation, setup.objective))
-    stages = with_time_unit(evaluation.stages, setup.layers.time_unit)
-    return Plan(assignment=assignment_frame(setup, counts), stages=stages, objective=objective,
+    if "objective" in fields:
+        objective = fields.pop("objective")
+    elif setup.objective == "step":
+        objective = step_timer(setup).time(counts)
+    else:
+        objective = evaluation.sapp
+    return Plan(assignment=assignment_frame(setup, counts), stages=with_time_unit(evaluation.stages, setup.layers.time_unit), objective=objective,
                 objective_name=setup.objective, setup=setup, counts=np.asarray(counts, dtype=int), **fields)
 
 

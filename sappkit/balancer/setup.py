@@ -147,6 +147,24 @@ class BalanceSetup:
             advance_front = not advance_front
         return [t for t in terms if t[0] != 0 and t[1] != t[2]]
 
+    def overhead_weights(self, stage: int) -> np.ndarray:
+        """``d_c``: the overhead expression of ``stage`` is ``Σ_c d_c A_c`` (:meth:`overhead_terms` per chunk)."""
+        weights = np.zeros(self.chunks)
+        for factor, a, b in self.overhead_terms(stage):
+            weights[a] += factor
+            weights[b] -= factor
+        return weights
+
+    def earlier_cells(self, chunk: int, stage: int) -> list[tuple[int, int]]:
+        """Cells whose layers precede cell (chunk, stage) for the multimodal frontier (DualPipeV's chunk 1
+        includes the cell itself, as seed 003 has it)."""
+        c, s = chunk, stage
+        if self.schedule in V_SHAPED:
+            if c == 0:
+                return [(0, t) for t in range(s)]
+            return [(0, t) for t in range(self.stages)] + [(1, t) for t in range(s, self.stages)]
+        return [(d, t) for d in range(c) for t in range(self.stages)] + [(c, t) for t in range(s)]
+
     @property
     def last_chunk_factors(self) -> np.ndarray:
         """Forwards of the last chunk after a backward, per stage (seed 003's level-1 time factors)."""
@@ -264,8 +282,8 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     )
     if schedule not in SEED_SCHEDULES:
         notes.append(f"{schedule}: memory = Σ activation × in-flight (each cell's peak, a bound on the stage's); "
-                     "time: the objective's closed form stands in for the schedule, and the step objective picks "
-                     "its plan by simulating it")
+                     "time: the sapp objective's closed form stands in for the schedule, the step objective is "
+                     "its simulated step")
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "

@@ -34,6 +34,7 @@ from .evaluate import counts_from_assignment
 from .optimise import balance
 from .plan import Plan, make_plan
 from .setup import make_setup
+from .steptime import step_timer
 
 __all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
 
@@ -233,6 +234,10 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
                    objective: str = "sapp", cache: dict | None = None) -> tuple[Plan | None, str]:
     """The balance dashboard's computation: the plan for its controls and a one-line status.
 
+    The status leads with the plan's simulated step time (what the plan
+    costs; also the returned plan's ``step_time``), then its objective (or,
+    for ``step``, its proven lower bound and the gap), its peak memory
+    against the limit and how it was found.
     ``chunks`` applies to ``interleaved`` and ``seqpipe``; ``1f1b`` runs one
     chunk and ``dualpipev`` two. Refused settings give ``(None, message)``.
     ``cache`` (a dict the dashboard keeps) holds the search's enumerations per
@@ -259,10 +264,14 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     if plan.counts is None or plan.status == "infeasible":
         return plan, f"{plan.status}: {plan.message}"
     peak = plan.stages[MEMORY_MB]
-    step_time = plan.step_time if plan.step_time is not None else plan.simulate().step_time
-    text = (f"{plan.status}: simulated step time {format_time(step_time, plan.time_unit)}, peak "
-            f"{format_mb(peak.max())} on stage {int(peak.to_numpy().argmax())} of {format_mb(memory_mb)} "
-            f"({plan.objective_name} objective {format_time(plan.objective, plan.time_unit)}, {plan.method}")
-    if plan.chosen:
-        text += f"; the {plan.chosen} plan simulates faster"
-    return plan, text + ")"
+    if plan.step_time is None:
+        plan = replace(plan, step_time=step_timer(plan.setup).time(plan.counts))
+    unit = plan.time_unit
+    if plan.objective_name == "step" and plan.lower_bound is not None:
+        value = f"proven lower bound {format_time(plan.lower_bound, unit)}, gap {plan.gap:.1%}"
+    else:
+        value = f"{plan.objective_name} objective {format_time(plan.objective, unit)}"
+    text = (f"{plan.status}: simulated step time {format_time(plan.step_time, unit)} ({value}), peak "
+            f"{format_mb(peak.max())} on stage {int(peak.to_numpy().argmax())} of {format_mb(memory_mb)}, "
+            f"{plan.method}")
+    return plan, text

@@ -27,6 +27,7 @@ MODULES = (
     "notebooks",
     "fit",
     "balance",
+    "step",
 )
 #: Modules that take minutes however few their cases (every notebook executed): left out of a quick run.
 SLOW = ("notebooks",)

@@ -1,40 +1,56 @@
-"""``sappkit bench`` rows for the ILP balancer: DESIGN.md's grid, sappkit against seed 003's formulation.
+"""``sappkit bench`` rows for the ILP balancer: DESIGN.md's grid against seed 003's formulation, and the
+bundled models' ``sapp`` and ``step`` plans.
 
 The grid: a 96-layer, 5-option decoder (a GPT-3-175B-class table from
 :func:`sappkit.estimate_layers`: hidden 12288, 96 heads, FFN 49152,
 sequence 2048, TP 8 with sequence parallelism, ZeRO-1 over DP 8, bf16,
 3000 MB per-stage constant), ``p = 16``, ``v`` in {1, 2, 3}, ``m`` in
-{16, 64}, a 32000 MB device (an even placement without recompute needs
-about 46 GB on stage 0, with full recompute about 14 GB), objectives
-``sapp`` (level 1) and ``step``. Target: every sappkit case proven optimal
-in under a second (:func:`sappkit.balance`, the whole call).
+{16, 64} (with ``--quick`` two of them), a 32000 MB device (an even
+placement without recompute needs about 46 GB on stage 0, with full
+recompute about 14 GB), objective ``sapp`` (level 1). Target: every sappkit
+case proven optimal in under a second (:func:`sappkit.balance`, the whole
+call).
 
 The baseline is seed 003's integer program re-expressed here: integer
 layer counts per (option, chunk, stage) without upper bounds, the seed's
 ``v^2`` stage-time constraints per stage (``F(f) + B(b) + head/tail``),
 its ``MAX_STAGE``/``MAX_LAST`` pair when ``m = p``, an unbounded integer
-overhead per stage, and its memory rows; for ``step`` the same constraints
-with sappkit's step objective. (With one body kind the seed adds no
-frontier or consistency rows.) It is solved by CBC with a time limit (90 s,
-2 s with ``--quick``, which runs three cases of the grid), as the seed solves it.
+overhead per stage, and its memory rows. (With one body kind the seed adds
+no frontier or consistency rows.) It is solved by CBC with a time limit
+(90 s, 2 s with ``--quick``), as the seed solves it.
+
+The bundled models (:data:`BUNDLED`: Llama-2-70B-class, DeepSeek-V3-class,
+the vision-language model) on their intended stages, ``v`` in {1, 2, 3},
+``m`` in {p, 2p, 4p} (with ``--quick``: Llama, ``m = 2p``, ``v`` in {1, 2}):
+per case the ``sapp`` plan (solve time against the 1 s target, status,
+simulated step time) and the ``step`` plan (solve time, status, simulated
+step time and its difference from the ``sapp`` plan's, the proven lower
+bound and its gap, how it was found). Each solve is timed once.
 """
 
 from __future__ import annotations
 
+import time
+
 import pulp
 
-from ..balancer.optimise import balance, optimise
+from ..balancer.optimise import balance
 from ..balancer.setup import BalanceSetup, make_setup
 from ..balancer.solver import SolverOptions, solve
+from ..demo import bundled
+from ..layers import read_layers_json
 from ..layers.configs import DeviceConfig, ParallelConfig, TransformerConfig
 from ..layers.estimate import estimate_layers
 from ..layers.units import format_time
 from . import median_seconds, row
 
-__all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB"]
+__all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB", "BUNDLED"]
 
 LIMIT_MB = 32000.0
 _TARGET_MS = 1000.0
+#: The bundled models of the second grid: (label, file, stages, device memory in MB).
+BUNDLED = (("llama2_70b", "llama2_70b.json", 16, 58000.0), ("deepseek_v3", "deepseek_v3.json", 16, 60000.0),
+           ("vlm", "vlm.json", 8, 60000.0))
 
 
 def bench_layers():
@@ -48,7 +64,8 @@ def bench_layers():
 
 
 def seed_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
-    """Seed 003's formulation of a one-body-kind instance (module docstring), and its layer variables."""
+    """Seed 003's formulation of a one-body-kind instance, objective ``sapp`` (module docstring), and its layer
+    variables."""
     p, v, m = setup.stages, setup.chunks, setup.slices
     problem = pulp.LpProblem("seed_003", pulp.LpMinimize)
     items = range(len(setup.items))
@@ -78,14 +95,7 @@ def seed_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
             + overhead + float(fixed) + setup.const_mb
     goal = problem.add_variable("pipeline_total_time", 0, None)
     problem += goal
-    if setup.objective == "step":
-        busiest = problem.add_variable("busiest", 0, None)
-        for s in range(p):
-            problem += busiest >= pulp.lpSum(cell(setup.forward + setup.backward, c, s)
-                                             + float(fixed_f[c, s] + fixed_b[c, s]) for c in range(v))
-        work = pulp.lpSum(cell(setup.forward + setup.backward, c, s) for c in range(v) for s in range(p))
-        problem += goal >= (m - 1 / v) * busiest + (work + float(fixed_f.sum() + fixed_b.sum())) / v
-    elif setup.bottleneck_split:
+    if setup.bottleneck_split:
         first = problem.add_variable("max_stage", 0, None)
         last = problem.add_variable("max_last_chunk", 0, None)
         for s in range(p):
@@ -106,21 +116,26 @@ def seed_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
     return problem, x
 
 
-#: The cases ``--quick`` runs: one per objective and chunk count of the grid's corners.
-_QUICK = (("sapp", 1, 16), ("sapp", 3, 64), ("step", 2, 16))
-
-
 def _grid(quick: bool):
-    if quick:
-        yield from _QUICK
-        return
-    for objective in ("sapp", "step"):
-        for chunks in (1, 2, 3):
-            for micro_batches in (16, 64):
-                yield objective, chunks, micro_batches
+    for chunks, micro_batches in ((1, 16), (3, 64)) if quick else ((v, m) for v in (1, 2, 3) for m in (16, 64)):
+        yield "sapp", chunks, micro_batches
+
+
+def _bundled_cases(quick: bool):
+    """(label, file, stages, memory limit, chunks, micro-batches) of the bundled-model grid."""
+    for label, name, p, limit in BUNDLED:
+        for v in (1, 2, 3):
+            for m in (p, 2 * p, 4 * p):
+                if not quick or (label == "llama2_70b" and m == 2 * p and v < 3):
+                    yield label, name, p, limit, v, m
 
 
 def measure(quick: bool) -> list[dict]:
+    """The seed-003 grid (module docstring), then ``sapp`` against ``step`` on every bundled model."""
+    return _seed_grid(quick) + _bundled(quick)
+
+
+def _seed_grid(quick: bool) -> list[dict]:
     """One row per grid case for sappkit, one for the seed's formulation under CBC."""
     layers = bench_layers()
     limit = 2.0 if quick else 90.0
@@ -132,13 +147,12 @@ def measure(quick: bool) -> list[dict]:
         plan = balance(layers, **pipeline)
         seconds = median_seconds(lambda: balance(layers, **pipeline), repeats=1 if quick else 3)
         setup = make_setup(layers, **pipeline)
-        optimum = _optimum(setup, plan)
-        rows.append(row("balance", case, seconds, _TARGET_MS,
-                        f"{plan.status}, objective {format_time(optimum, layers.time_unit)}, {plan.method}"
-                        + (f"; the {plan.chosen} plan simulates faster" if plan.chosen else "")))
+        rows.append(row("balance", case, seconds, _TARGET_MS, f"{plan.status}, objective "
+                                                              f"{format_time(plan.objective, layers.time_unit)}, "
+                                                              f"{plan.method}"))
         problem, _ = seed_problem(setup)
         result = solve(problem, SolverOptions(solver="cbc", time_limit=limit))
-        worse = "" if result.objective is None else f", {result.objective / optimum - 1:+.1%} vs optimum"
+        worse = "" if result.objective is None else f", {result.objective / plan.objective - 1:+.1%} vs optimum"
         gap = "" if result.gap is None else f", gap {result.gap:.1%}"
         objective_text = "none" if result.objective is None else format_time(result.objective, layers.time_unit)
         rows.append(row("balance, SAPP's ILP (cbc)", case, result.seconds, None,
@@ -146,8 +160,27 @@ def measure(quick: bool) -> list[dict]:
     return rows
 
 
-def _optimum(setup: BalanceSetup, plan) -> float:
-    """The proven optimum of ``setup.objective`` (for ``step`` the plan returned may be the sapp plan)."""
-    if setup.objective == "sapp" or plan.chosen == "step":
-        return plan.objective
-    return optimise(setup, SolverOptions()).objective
+def _bundled(quick: bool) -> list[dict]:
+    """Per bundled model and schedule: the ``sapp`` plan and the ``step`` plan, solve time and simulated step."""
+    rows = []
+    for label, name, p, limit, v, m in _bundled_cases(quick):
+        layers = read_layers_json(bundled(name))
+        case = f"{label} p={p} v={v} m={m} {limit:g} MB"
+        plans = {}
+        for objective in ("sapp", "step"):
+            start = time.perf_counter()
+            plans[objective] = balance(layers, stages=p, chunks=v, micro_batches=m, memory_mb=limit,
+                                       objective=objective)
+            plans[objective] = (plans[objective], time.perf_counter() - start)
+        (sapp, sapp_seconds), (step, step_seconds) = plans["sapp"], plans["step"]
+        if not sapp.has_plan:
+            rows.append(row("balance bundled sapp", case, sapp_seconds, _TARGET_MS, f"{sapp.status}: {sapp.message}"))
+            continue
+        sapp_time = sapp.simulate().step_time
+        rows.append(row("balance bundled sapp", case, sapp_seconds, _TARGET_MS,
+                        f"{sapp.status}, simulated step {sapp_time:.1f}, {sapp.method}"))
+        bound = "" if step.lower_bound is None else f", lower bound {step.lower_bound:.1f} (gap {step.gap:.1%})"
+        rows.append(row("balance bundled step", case, step_seconds, None,
+                        f"{step.status}, simulated step {step.step_time:.1f} "
+                        f"({step.step_time / sapp_time - 1:+.2%} vs sapp){bound}, {step.method}"))
+    return rows

@@ -35,7 +35,7 @@ from ..layers.units import with_time_unit
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
 
-__all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "ASSIGNMENT", "COSTS"]
+__all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT", "COSTS"]
 
 #: Columns of an assignment frame.
 ASSIGNMENT = (KIND, CHUNK, STAGE, OPTION, LAYERS)
@@ -165,7 +165,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     per_row[RECOMPUTE_TIME] = per_row[BACKWARD_TIME] - least_backward.loc[placed[KIND]].to_numpy()
     split = [column for column in SPLIT_COLUMNS if column in table.frame.columns]
     if split:
-        per_row.update(_split_backward(rows, per_row[BACKWARD_TIME], per_row[RECOMPUTE_TIME], per_row[ACTIVATION_MB]))
+        per_row.update(split_backward(rows, per_row[BACKWARD_TIME], per_row[RECOMPUTE_TIME], per_row[ACTIVATION_MB]))
     sums = {column: np.bincount(cell, weights=count * per_row[column], minlength=p * v)
             for column in (*_SUMMED, *(SPLIT_COLUMNS if split else ()))}
 
@@ -174,7 +174,7 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
             fixed = {column: row[column] for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, PARAM_MB,
                                                          MEMORY_ONCE_MB)}
             if split:
-                fixed.update({column: float(values[0]) for column, values in _split_backward(
+                fixed.update({column: float(values[0]) for column, values in split_backward(
                     row.to_frame().T, np.array([row[BACKWARD_TIME]]), np.zeros(1),
                     np.array([row[ACTIVATION_MB]])).items()})
             for column, value in fixed.items():
@@ -193,8 +193,9 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     return with_time_unit(costs, table.time_unit)
 
 
-def _split_backward(rows: pd.DataFrame, backward, recompute, activation) -> dict[str, np.ndarray]:
-    """Per-layer split-backward values: those given, else the simulator's defaults (see :func:`sappkit.simulate`)."""
+def split_backward(rows: pd.DataFrame, backward, recompute, activation) -> dict[str, np.ndarray]:
+    """Per-layer split-backward values of layer-table ``rows``: those given, else the simulator's defaults
+    (see :func:`sappkit.simulate`)."""
     def given(column, default):
         values = rows[column].to_numpy(dtype=float) if column in rows.columns else np.full(len(rows), np.nan)
         return np.where(np.isnan(values), default, values)

@@ -1,5 +1,6 @@
 """Dashboard of ``notebooks/02_balance.ipynb``: memory limit, stages, chunks, micro-batches, schedule and
-objective in; the re-solved plan's status line, stage-memory bars and per-stage time bars out.
+objective in; the re-solved plan's simulated step time (the headline), status line, stage-memory bars and
+per-stage time bars out.
 
 Thin wiring of :func:`sappkit.balancer.views.dashboard_plan` (which keeps the
 exact search's enumerations per pipeline, so dragging the memory slider
@@ -16,6 +17,7 @@ import numpy as np
 
 from ..balancer.views import dashboard_plan
 from ..layers.table import as_layer_table
+from ..layers.units import format_time
 from ..plots.balance import plot_stage_times
 from ..plots.pipeline import plot_stage_memory
 from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
@@ -26,7 +28,8 @@ __all__ = ["BalanceDashboard"]
 class BalanceDashboard:
     """Controls over a layer table; ``.widget`` to display, ``.last`` the latest plan, ``.status`` its line.
 
-    ``.status_html`` (an ``ipywidgets.HTML``) shows the status line and
+    ``.status_html`` (an ``ipywidgets.HTML``) shows the plan's simulated step
+    time as the headline, then the status line, and
     ``.output`` (an ``ipywidgets.Output``) the figures; both change whenever a
     control does. A report shows the plans at ``report_limits`` memory limits
     evenly over the slider's range (and its value) behind a slider of its own.
@@ -83,7 +86,9 @@ class BalanceDashboard:
         shown = self.show(**self.settings())
         self.last, self.status = shown.result, shown.text
         color = "red" if shown.alert else "green"
-        self.status_html.value = f'<b style="color:{color}">{html.escape(self.status)}</b>'
+        headline = ("" if shown.alert else '<div style="font-size:1.3em"><b>simulated step time '
+                    f'{format_time(self.last.step_time, self.last.time_unit)}</b></div>')
+        self.status_html.value = f'{headline}<b style="color:{color}">{html.escape(self.status)}</b>'
         display_shown(self.output, shown, text=False)
 
     def report_html(self) -> str:

@@ -41,7 +41,7 @@ def every_placement(setup):
             continue
         result = evaluate(setup, counts)
         peaks.append(result.stages["memory_mb"].max())
-        values.append(getattr(result, setup.objective))
+        values.append(result.solver_value(setup.objective))
     return np.array(peaks), np.array(values)
 
 

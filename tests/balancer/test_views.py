@@ -9,6 +9,7 @@ import pytest
 import sappkit
 from sappkit.balancer.views import compare_plans, dashboard_plan, even_plan, sweep_memory
 from sappkit.cli import main
+from sappkit.layers.units import UNSTATED, format_time
 from sappkit.plots.balance import plot_memory_sweep, plot_plan_comparison, plot_stage_times
 
 ROWS = [dict(kind="block", role="body", count=12, param_mb=100, option=o, forward_time=1, backward_time=b,
@@ -117,10 +118,15 @@ def test_dashboard_callback():
     plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=4, micro_batches=6, memory_mb=1500,
                                   cache=cache)
     assert plan.setup.chunks == 1 and plan.status == "optimal"
-    assert plan.simulate().step_time == 96
-    assert status == ("optimal: simulated step time 96 time units, peak 1,050 MB on stage 0 of 1,500 MB (sapp "
-                      "objective 12 time units, exact search)")
-    assert list(cache) == [("1f1b", 3, 1, 6, "sapp")]
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12)
+    assert status == ("optimal: simulated step time 96 time units (sapp objective 12 time units), peak 1,050 MB on "
+                      "stage 0 of 1,500 MB, exact search")
+    plan, status = dashboard_plan(TABLE, schedule="1f1b", stages=3, chunks=1, micro_batches=6, memory_mb=1500,
+                                  objective="step", cache=cache)
+    assert status.startswith(f"{plan.status}: simulated step time {format_time(plan.step_time, UNSTATED)} (proven "
+                             f"lower bound {format_time(plan.lower_bound, UNSTATED)}, gap {plan.gap:.1%}), peak ")
+    assert status.endswith(f"of 1,500 MB, {plan.method}")
+    assert list(cache) == [("1f1b", 3, 1, 6, "sapp"), ("1f1b", 3, 1, 6, "step")]
     plan, status = dashboard_plan(TABLE, schedule="interleaved", stages=3, chunks=2, micro_batches=2,
                                   memory_mb=1500)
     assert plan is None
@@ -134,6 +140,8 @@ def test_dashboard_redraws_when_the_slider_moves():
     dashboard = BalanceDashboard(TABLE, memory_mb=1500, stages=3, micro_batches=6, memory_range=(200, 3000))
     first, html = dashboard.status, dashboard.status_html.value
     assert dashboard.last.status == "optimal" and "green" in html
+    assert html.startswith(f'<div style="font-size:1.3em"><b>simulated step time '
+                           f'{dashboard.last.simulate().step_time:,.1f}</b></div>')
     dashboard.controls["memory_mb"].value = 300
     assert dashboard.last.status == "infeasible" and dashboard.status != first
     assert "red" in dashboard.status_html.value

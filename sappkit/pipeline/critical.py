@@ -1,0 +1,228 @@
+"""The step time as a longest path: many candidate cost vectors at once, and the path that sets it.
+
+A schedule's step is a fixed dependency graph over its ops (:mod:`sappkit.pipeline.events`): an op starts
+when the op before it on its stage has ended and its input is ready (plus ``p2p_time`` across stages). Its
+end is therefore ``max(end(previous), end(input) + p2p) + duration``, and the step time is the longest path
+through the graph, the op durations being the cells' forward, backward, input- and weight-pass times. The
+graph does not depend on the durations, so it is levelled once per pipeline shape (an op's *level* is the
+most ops on any path that reaches it) and evaluated level by level with numpy, for a whole batch of
+duration vectors in one sweep: :func:`step_times`. The arithmetic is the simulator's, operation for
+operation, so the result equals :func:`sappkit.simulate`'s ``step_time`` exactly.
+
+:func:`critical_path` walks one longest path back and counts how often each duration lies on it: a change
+of the durations that does not shorten that path cannot shorten the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from .events import StepPlan, op_starts, step_plan
+from .phases import BACKWARD, BACKWARD_INPUT, FORWARD
+
+__all__ = ["StepGraph", "step_graph", "graph_of", "stage_paths", "step_times", "step_ends", "critical_path"]
+
+
+@dataclass(frozen=True, eq=False)
+class StepGraph:
+    """A step plan's ops levelled for batch evaluation (built by :func:`graph_of`).
+
+    Ops are numbered in the step plan's order (stage-major, run order);
+    ``previous`` and ``source`` point at the op before on the stage and the
+    op whose output the op waits for, ``ops`` (one past the last op) where
+    there is none: a slot that always ends at 0.
+    """
+
+    ops: int
+    durations: int
+    """Length of a duration vector: ``4 L`` for ``L`` cells (forward, backward, input pass, weight pass)."""
+    previous: np.ndarray
+    source: np.ndarray
+    crosses: np.ndarray
+    """The input comes from another stage (``p2p_time`` applies)."""
+    duration: np.ndarray
+    """Each op's index into the duration vector: ``phase L + position`` of its cell in model order."""
+    steps: tuple[tuple[np.ndarray, np.ndarray, np.ndarray], ...]
+    """Per level, ascending: its ops, their previous ops then their input ops, their duration indices. Every
+    op's previous and input ops lie on earlier levels."""
+    order: tuple[tuple[int, int, int, bool, int], ...]
+    """Every op as ``(op, previous, source, crosses, duration index)``, level by level."""
+    paths: np.ndarray
+    """``[path, duration]``: paths through every stage (:func:`stage_paths`), how often each duration lies on
+    each; their lengths bound the step time from below whatever the durations."""
+
+
+@lru_cache(maxsize=32)
+def step_graph(schedule: str, p: int, m: int, v: int, k: int, less_memory: bool) -> StepGraph:
+    """The levelled graph of a validated pipeline shape's own step order (cached per shape)."""
+    return graph_of(step_plan(schedule, p, m, v, k, less_memory), p)
+
+
+def graph_of(plan: StepPlan, p: int) -> StepGraph:
+    """Level a step plan: each op's previous op, input op and level, from the event loop run on unit times."""
+    ops = sum(len(stage) for stage in plan.stage_ops)
+    producer = {}
+    index = 0
+    for stage in plan.stage_ops:
+        for slot, *_ in stage:
+            producer[slot] = index
+            index += 1
+    previous, source, crosses, duration = (np.full(ops, ops), np.full(ops, ops), np.zeros(ops, bool),
+                                           np.zeros(ops, int))
+    index = 0
+    for stage in plan.stage_ops:
+        for position, (_, dependency, cross, cost) in enumerate(stage):
+            if position:
+                previous[index] = index - 1
+            if dependency >= 0:
+                source[index], crosses[index] = producer[dependency], cross
+            duration[index] = cost
+            index += 1
+    # With every op taking one unit and no transfer time, an op starts at its level.
+    level = np.array(op_starts(plan, [1.0] * (4 * plan.cell_count), 0.0, p), dtype=int)
+    order = np.argsort(level, kind="stable")
+    bounds = np.flatnonzero(np.diff(level[order])) + 1
+    steps = tuple((level, np.concatenate([previous[level], source[level]]), duration[level])
+                  for level in np.split(order, bounds))
+    one_by_one = tuple(zip(*(a[order].tolist() for a in (np.arange(ops), previous, source, crosses, duration))))
+    return StepGraph(ops=ops, durations=4 * plan.cell_count, previous=previous, source=source, crosses=crosses,
+                     duration=duration, steps=steps, order=one_by_one, paths=stage_paths(plan))
+
+
+def stage_paths(plan: StepPlan) -> np.ndarray:
+    """Two paths through each stage's ops, as counts per duration (rows of ``4 L``).
+
+    Stage ``s`` first runs a forward of its first cell ``(0, s)`` (the
+    stage's earliest in model order); its gradient ops ``G`` of that cell (a
+    backward, or an input pass) pass the gradient on to ``(0, s - 1)``.
+
+    - **Through the stage**: the forward of the stage's first unit through
+      the cells before ``(0, s)``, the stage's ops up to its last ``G(0, s)``,
+      that unit's gradient down the cells before (or, without that, all the
+      stage's ops).
+    - **Round trip**: the forward of the unit of the stage's first ``G(0, s)``
+      through every cell, its gradient back up to ``(0, s)``, the stage's ops
+      from there to its last ``G(0, s)``, that unit's gradient down the cells
+      before: every cell's forward and gradient once, and the stage's
+      steady state.
+
+    Each is a chain of dependencies and stage order, so its length never
+    exceeds the step time.
+    """
+    L = plan.cell_count
+    gradient_of = {(int(i), int(u)): int(ph) for ph, i, u in zip(plan.phase, plan.position, plan.unit)
+                   if ph in (BACKWARD, BACKWARD_INPUT)}
+
+    def chain(cells, unit, phase=None):
+        """Counts of the ops of ``unit`` on ``cells``: its forwards, or (``phase`` None) its gradients."""
+        counts = np.zeros(4 * L)
+        for i in cells:
+            counts[(FORWARD if phase == FORWARD else gradient_of[int(i), unit]) * L + i] += 1
+        return counts
+
+    rows = []
+    begin = 0
+    for s, stage in enumerate(plan.stage_ops):
+        phase, position, unit = (a[begin:begin + len(stage)] for a in (plan.phase, plan.position, plan.unit))
+        begin += len(stage)
+        first = plan.cells.index((0, s))
+        gradients = np.flatnonzero((position == first) & ((phase == BACKWARD) | (phase == BACKWARD_INPUT)))
+        join, leave = int(gradients[0]), int(gradients[-1])
+        before, after = range(first), range(first + 1, L)
+        ops = np.zeros((len(stage), 4 * L))
+        ops[np.arange(len(stage)), phase * L + position] = 1
+        drain = chain(before, int(unit[leave]))
+
+        fill = chain(before, int(unit[0]), FORWARD) if phase[0] == FORWARD and position[0] == first else 0.0
+        rows.append(fill + ops[: leave + 1].sum(axis=0) + drain)
+        if leave < len(stage) - 1:
+            rows.append(fill + ops.sum(axis=0))
+        trip = chain(range(L), int(unit[join]), FORWARD) + chain(after, int(unit[join]))
+        rows.append(trip + ops[join: leave + 1].sum(axis=0) + drain)
+    return np.array(rows)
+
+
+def _ends(graph: StepGraph, durations: np.ndarray, p2p_time: float) -> np.ndarray:
+    """End time of every op (and a last row of zeros), ``[op, row of durations]``."""
+    durations = np.atleast_2d(np.asarray(durations, dtype=float)).T
+    ends = np.zeros((graph.ops + 1, durations.shape[1]))
+    transfer = np.where(graph.crosses, p2p_time, 0.0)[:, None]
+    # Ops of the arrays' first axis in a row are gathered in one call; the level's work is a few calls.
+    for ops, inputs, cost in graph.steps:
+        ready = ends[inputs]
+        width = len(ops)
+        source = ready[width:] + transfer[ops] if p2p_time else ready[width:]
+        ends[ops] = np.maximum(ready[:width], source) + durations[cost]
+    return ends
+
+
+def _ends_of_one(graph: StepGraph, durations: list[float], p2p_time: float) -> list[float]:
+    """End time of every op (and a last zero) for one duration vector: the same arithmetic, op by op."""
+    ends = [0.0] * (graph.ops + 1)
+    for op, previous, source, crosses, cost in graph.order:
+        ready = ends[source] + p2p_time if crosses else ends[source]
+        free = ends[previous]
+        ends[op] = (free if free > ready else ready) + durations[cost]
+    return ends
+
+
+def step_times(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> np.ndarray:
+    """The step time for each row of ``durations`` (shape ``(n, graph.durations)``), as :func:`sappkit.simulate`.
+
+    Examples
+    --------
+    >>> graph = step_graph("1f1b", 2, 2, 1, 1, False)
+    >>> step_times(graph, [[1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0], [1.0, 2.0, 2.0, 2.0, 0, 0, 0, 0]]).tolist()
+    [9.0, 11.0]
+    """
+    return _ends(graph, durations, p2p_time)[:-1].max(axis=0)
+
+
+def step_ends(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of ``durations``: the step time and the sum of every op's end time.
+
+    The sum falls whenever ops end earlier: a search on the step time uses it
+    to prefer, among placements of one step time, those whose other paths
+    got shorter too.
+
+    Examples
+    --------
+    >>> graph = step_graph("1f1b", 2, 2, 1, 1, False)
+    >>> [x.tolist() for x in step_ends(graph, [[1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]])]
+    [[9.0], [36.0]]
+    """
+    ends = _ends(graph, durations, p2p_time)[:-1]
+    return ends.max(axis=0), ends.sum(axis=0)
+
+
+def critical_path(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> np.ndarray:
+    """How often each duration lies on one longest path of the step (a vector like ``durations``).
+
+    One placement is timed op by op in level order (faster than a sweep of
+    array operations per level); from the op that ends last, the walk goes
+    back to whichever of its previous op and its input set its start (the
+    input on a tie).
+
+    Examples
+    --------
+    >>> graph = step_graph("1f1b", 2, 2, 1, 1, False)
+    >>> critical_path(graph, [1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]).tolist()
+    [1.0, 2.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    durations = np.asarray(durations, dtype=float)
+    ends = np.array(_ends_of_one(graph, durations.tolist(), p2p_time))
+    transfer = np.where(graph.crosses, p2p_time, 0.0)
+    counts = np.zeros(graph.durations)
+    op = int(np.argmax(ends[:-1]))
+    while op < graph.ops:
+        counts[graph.duration[op]] += 1
+        start = ends[op] - durations[graph.duration[op]]
+        source = graph.source[op]
+        if source < graph.ops and ends[source] + transfer[op] >= start - 1e-9 * max(1.0, abs(start)):
+            op = int(source)
+        else:
+            op = int(graph.previous[op])
+    return counts

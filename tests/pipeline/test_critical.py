@@ -1,0 +1,85 @@
+"""The step time as a longest path: equal to the simulator's, the path that sets it, the stage paths below it."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sappkit import simulate
+from sappkit.pipeline.critical import critical_path, step_ends, step_graph, step_times
+from sappkit.pipeline.events import step_plan
+
+#: (schedule, p, m, v, k, less_memory): every order the simulator runs; interleaved with m a multiple of p and
+#: not, SeqPipe with and without chunks, the V shapes and the split backwards.
+SHAPES = [
+    ("1f1b", 4, 8, 1, 1, False), ("1f1b", 5, 3, 1, 1, False), ("interleaved", 4, 8, 2, 1, False),
+    ("interleaved", 4, 10, 3, 1, False), ("interleaved", 3, 7, 2, 1, True), ("interleaved", 4, 12, 3, 1, True),
+    ("seqpipe", 4, 4, 1, 2, False), ("seqpipe", 4, 6, 2, 2, False), ("dualpipev", 3, 8, 2, 1, False),
+    ("zbv", 3, 8, 2, 1, False), ("zb_interleaved", 4, 8, 2, 1, False), ("dualpipev_split", 3, 8, 2, 1, False),
+    ("gpipe", 3, 5, 1, 1, False), ("looped_bfs", 3, 5, 2, 1, False),
+]
+
+
+def random_cells(rng, p, v):
+    """A costs frame with random forward, backward, recompute and split-backward times per cell."""
+    forward = rng.uniform(0.5, 3.0, v * p)
+    backward = rng.uniform(1.0, 6.0, v * p)
+    recompute = backward * rng.uniform(0.0, 0.3, v * p)
+    weight = (backward - recompute) * rng.uniform(0.2, 0.8, v * p)
+    return pd.DataFrame(dict(stage=np.tile(np.arange(p), v), chunk=np.repeat(np.arange(v), p),
+                             forward_time=forward, backward_time=backward, recompute_time=recompute,
+                             backward_input_time=backward - weight, backward_weight_time=weight,
+                             activation_mb=1.0))
+
+
+def durations_of(costs, schedule, p, m, v, k, less_memory):
+    """The duration vector of ``costs``: each phase's times in model order."""
+    cells = step_plan(schedule, p, m, v, k, less_memory).cells
+    row = {(c, s): i for i, (c, s) in enumerate(zip(costs.chunk, costs.stage))}
+    order = [row[cell] for cell in cells]
+    columns = ("forward_time", "backward_time", "backward_input_time", "backward_weight_time")
+    return np.concatenate([costs[column].to_numpy()[order] for column in columns])
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("p2p_time", [0.0, 0.37])
+def test_the_longest_path_is_the_simulated_step(rng, shape, p2p_time):
+    schedule, p, m, v, k, less_memory = shape
+    graph = step_graph(*shape)
+    batch, simulated = [], []
+    for _ in range(5):
+        costs = random_cells(rng, p, v)
+        simulation = simulate(costs, schedule=schedule, micro_batches=m, seq_split=k, less_memory=less_memory,
+                              static_mb=0, p2p_time=p2p_time)
+        simulated.append((simulation.step_time, simulation.timeline["end"].sum()))
+        batch.append(durations_of(costs, *shape))
+    times, ends = step_ends(graph, np.array(batch), p2p_time)
+    np.testing.assert_allclose(times, [t for t, _ in simulated], rtol=1e-12)
+    np.testing.assert_allclose(ends, [e for _, e in simulated], rtol=1e-12)
+    assert step_times(graph, np.array(batch), p2p_time).tolist() == times.tolist()
+    for durations, step in zip(batch, times):
+        path = critical_path(graph, durations, p2p_time)
+        # Without transfer time the path's ops add up to the step; with it, the transfers make up the rest.
+        assert path @ durations == pytest.approx(step, rel=1e-12) if not p2p_time else path @ durations <= step
+        assert path.sum() >= 2 * m * k  # a stage's ops at least, a unit's forward and backward on every cell
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+def test_stage_paths_bound_the_step_and_meet_it_on_uniform_cells(rng, shape):
+    graph = step_graph(*shape)
+    durations = rng.uniform(0.0, 5.0, (200, graph.durations)) * (rng.random((200, graph.durations)) < 0.9)
+    assert ((durations @ graph.paths.T).max(axis=1) <= step_times(graph, durations) * (1 + 1e-12)).all()
+    uniform = np.ones((1, graph.durations))
+    assert (uniform @ graph.paths.T).max() == pytest.approx(step_times(graph, uniform)[0])
+
+
+def test_one_f_one_b_round_trip_is_the_textbook_bound():
+    # 1F1B: stage s's round trip is Σ (F + B) + (m - 1) B_s + (m - p + s) F_s.
+    p, m = 4, 8
+    graph = step_graph("1f1b", p, m, 1, 1, False)
+    forward, backward = np.arange(1.0, p + 1), np.arange(2.0, 2 * p + 1, 2)
+    durations = np.concatenate([forward, backward, np.zeros(2 * p)])
+    through, trip = (graph.paths @ durations).reshape(p, 2).T
+    expected = [(forward + backward).sum() + (m - 1) * backward[s] + (m - p + s) * forward[s] for s in range(p)]
+    assert trip.tolist() == expected
+    # Through stage s: the forwards before it, all its ops, the backwards before it.
+    assert through.tolist() == [m * (forward[s] + backward[s]) + (forward + backward)[:s].sum() for s in range(p)]
