@@ -86,9 +86,10 @@ class Output:
         print(text_table(shown, self.time_unit, headers=headers))
 
     def finish(self, main: str | None = None) -> None:
-        """Print the machine document: the ``main`` table as CSV (default the first), or everything as JSON."""
+        """Print the machine document: the ``main`` table as CSV (default the first; the headline values as one
+        row when there is no table), or everything as JSON."""
         if self.format == "csv":
-            frame = self.tables[main or next(iter(self.tables))]
+            frame = self.tables[main or next(iter(self.tables))] if self.tables else pd.DataFrame([self.values])
             print(frame.to_csv(index=False), end="")
         elif self.format == "json":
             document = dict(self.values)

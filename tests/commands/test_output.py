@@ -51,3 +51,10 @@ def test_csv_prints_the_main_table_and_json_everything(capsys):
     document = json.loads(capsys.readouterr().out)
     assert document["time_unit"] == "ms" and document["step_time"] is None and document["layers"] == [1, 2]
     assert document["stages"][0] == {"stage": 0, "memory_mb": 56017.07, "time": 118.1, "limit_mb": None, "note": "a"}
+
+
+def test_csv_without_a_table_is_the_headline_values(capsys):
+    out = output("--format", "csv")
+    out.value("status", "failed")
+    out.finish()
+    assert capsys.readouterr().out == "time_unit,status\nms,failed\n"
