@@ -66,7 +66,7 @@ def plot_alternatives(frame: pd.DataFrame, *, ax=None, peak_mb: float | None = N
     >>> [text.get_text() for text in ax.get_legend().get_texts()]
     ['from off', 'from selective', 'lowers the peak']
     >>> ax.get_xlabel()
-    'time cost on its stage, forward + backward per micro-batch (ms)'
+    'time cost on its stage, forward + backward per micro-batch (time units)'
     """
     unit = time_unit_of(frame)
     needed = _NEEDED + ((MEMORY_MB,) if peak_mb is not None else ())

@@ -78,7 +78,7 @@ def plot_memory_sweep(sweep: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ...                           step_time=[np.nan, 69.0, 60.0], memory_needed_mb=[530.0, np.nan, np.nan]))
     >>> ax = plot_memory_sweep(frame)
     >>> ax.get_xlabel(), ax.get_ylabel()
-    ('memory limit (MB)', 'simulated step time (ms)')
+    ('memory limit (MB)', 'simulated step time (time units)')
     >>> [t.get_text() for t in ax.get_legend().get_texts()]
     ['simulated step time', 'no plan fits below 530 MB']
     """

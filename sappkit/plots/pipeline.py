@@ -209,7 +209,7 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     >>> [ax.get_label() or ax.get_ylabel() for ax in figure.axes]
     ['stage', 'memory (MB)', '<colorbar>']
     >>> figure.get_suptitle()
-    '1f1b: step time 12 ms; bubble 33.3% = ideal 33.3% + imbalance 0.0% + recompute 0.0%; peak 20 MB'
+    '1f1b: step time 12 time units; bubble 33.3% = ideal 33.3% + imbalance 0.0% + recompute 0.0%; peak 20 MB'
     """
     _check_simulation(sim)
     if fig is None:

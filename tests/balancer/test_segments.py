@@ -22,13 +22,14 @@ from sappkit.balancer.cells import Cache
 from sappkit.balancer.evaluate import evaluate
 from sappkit.balancer.exact import applicable, least_memory, search
 from sappkit.balancer.setup import make_setup
+from sappkit.layers.units import format_mb
 
 from .test_exact import with_working_sets
 from .test_optimise import loose_limit, placements, solve_both_ways, table
 
 
 def every_placement(setup):
-    """(largest stage memory, ``setup.objective``) of every placement whose kinds follow the model order."""
+    """(largest stage memory, the value the search minimises) of every placement in model order of its kinds."""
     p, per_kind = setup.stages, []
     for k, kind in enumerate(setup.kinds):
         items = setup.item_indices(kind)
@@ -45,7 +46,7 @@ def every_placement(setup):
             continue
         result = evaluate(setup, counts)
         peaks.append(result.stages["memory_mb"].max())
-        values.append(getattr(result, setup.objective))
+        values.append(result.solver_value(setup.objective))
     return np.array(peaks), np.array(values)
 
 
@@ -136,7 +137,7 @@ def test_least_memory_and_infeasible_limits(rng):
     assert found.proven and found.counts is None
     plan = balance(frame, stages=3, micro_batches=4, memory_mb=1.0, consistent_recompute=False)
     assert plan.status == "infeasible" and plan.method == "exact search"
-    assert plan.message == (f"no placement fits 1 MB; the least-memory placement needs {placed[0].min():.1f} MB on "
+    assert plan.message == (f"no placement fits 1 MB; the least-memory placement needs {format_mb(placed[0].min())} on "
                             f"stage {plan.binding_stage}")
 
 

@@ -141,7 +141,7 @@ def test_dashboard_redraws_when_the_slider_moves():
     first, html = dashboard.status, dashboard.status_html.value
     assert dashboard.last.status == "optimal" and "green" in html
     assert html.startswith(f'<div style="font-size:1.3em"><b>simulated step time '
-                           f'{dashboard.last.simulate().step_time:,.1f}</b></div>')
+                           f'{format_time(dashboard.last.simulate().step_time, UNSTATED)}</b></div>')
     dashboard.controls["memory_mb"].value = 300
     assert dashboard.last.status == "infeasible" and dashboard.status != first
     assert "red" in dashboard.status_html.value

@@ -11,6 +11,7 @@ SWEEP = pd.DataFrame(dict(memory_mb=[400.0, 600.0, 800.0, 1000.0, 1200.0],
                           objective=[np.nan, np.nan, 15.0, np.nan, 12.0],
                           step_time=[np.nan, np.nan, 69.0, np.nan, 60.0],
                           memory_needed_mb=[730.0, 730.0, np.nan, np.nan, np.nan]))
+SWEEP.attrs["time_unit"] = "ms"
 
 
 def test_one_axis_of_step_time_with_the_infeasible_limits_shaded():

@@ -10,6 +10,7 @@ from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
 from sappkit import InputError, plot_memory_timeline, plot_schedule, plot_simulation, plot_stage_memory, simulate
+from sappkit.layers.units import format_time
 from sappkit.plots.pipeline import _chunk_colors
 
 from ..drawing import drawn_texts, overlapping
@@ -47,8 +48,9 @@ def test_schedule_without_recompute():
     ax = plot_schedule(sim)
     assert len([c for c in ax.collections if isinstance(c, PolyCollection)]) == 1
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["forward", "backward"]
-    assert ax.get_title() == f"1f1b: step time {sim.step_time:.3g} ms, bubble {sim.bubbles['real']:.1%}"
-    assert ax.get_xlabel() == "time (ms)"
+    assert ax.get_title() == (f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}, "
+                              f"bubble {sim.bubbles['real']:.1%}")
+    assert ax.get_xlabel() == f"time ({sim.time_unit})"
 
 
 def op_boxes(ax, timeline):
@@ -115,7 +117,7 @@ def test_simulation_figure_stacks_schedule_over_memory_and_states_the_bubble_onc
     assert top.get_ylabel() == "stage" and bottom.get_ylabel() == "memory (MB)"
     b = sim.bubbles
     assert fig.get_suptitle() == (
-        f"1f1b: step time {sim.step_time:.3g} ms; bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance "
+        f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}; bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance "
         f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%}; peak {sim.stages.memory_mb.max():,.0f} MB")
     fig.canvas.draw()
     words = [t.get_text() for t in fig.findobj(Text) if t.get_visible()]

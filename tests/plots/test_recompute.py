@@ -27,7 +27,7 @@ def test_plots(llama):
     assert [t.get_text() for t in ax.get_legend().get_texts()][-1] == "offloaded"
     curve = sweep_recompute(llama, part, memory_mb=np.linspace(20000, 60000, 9))
     ax = plot_time_saved(curve, current_mb=45000)
-    assert ax.get_lines()[0].get_label() == "against the baseline: configured where it fits, else the most recomputed"
+    assert ax.get_lines()[0].get_label() == BASELINE
     assert ax.get_ylabel() == "time saved (ms)\nfwd + bwd per micro-batch, summed over the stages"
     none = choose_recompute(llama, part, memory_mb=1000)
     assert plot_before_after(none)[1].get_title() == "lightest options (nothing fits)"
@@ -97,20 +97,21 @@ def test_before_after_of_one_plan_marks_nothing(llama):
     assert str(error.value) == "baseline must be a RecomputeChoice; got str"
 
 
+BASELINE = "against the baseline (configured where it fits, else the most recomputed)"
 SAVED = pd.DataFrame(dict(memory_mb=[100, 200, 300, 400], feasible=[False, True, True, True], mode=None,
                           time=[np.nan, 5.0, 4.0, 3.0], time_saved=[np.nan, -1.0, 0.0, 1.0],
-                          time_saved_vs_full=[np.nan, 2.0, 3.0, 4.0]))
+                          time_saved_vs_full=[np.nan, 2.0, 3.0, 4.0], baseline=[None, *["configured"] * 3]))
+SAVED.attrs["time_unit"] = "ms"
 
 
 def test_time_saved_lines_neither_hides_the_other():
     apart = plot_time_saved(SAVED, against="both").get_lines()[:2]
-    assert [line.get_label() for line in apart] == ["against the configured recompute",
-                                                    "against full recompute everywhere"]
+    assert [line.get_label() for line in apart] == [BASELINE, "against full recompute everywhere"]
     assert apart[0].get_linestyle() != apart[1].get_linestyle() and apart[0].get_marker() != apart[1].get_marker()
     assert apart[1].get_zorder() > apart[0].get_zorder()
     same = plot_time_saved(SAVED.assign(time_saved=SAVED.time_saved_vs_full), against="both")
     curves = [line for line in same.get_lines() if len(line.get_xdata()) == len(SAVED)]
-    assert [line.get_label() for line in curves] == ["against the configured recompute = full recompute everywhere"]
+    assert [line.get_label() for line in curves] == [f"{BASELINE} = full recompute everywhere"]
     assert same.get_ylabel().startswith("time saved (ms)\n")
 
 
