@@ -32,10 +32,15 @@ def with_working_sets(rng, frame):
 
 def every_placement(setup):
     """(largest stage memory, ``setup.objective``) of every placement of the one body kind, as two arrays."""
-    p, v, n_items = setup.stages, setup.chunks, len(setup.items)
+    shape = (len(setup.items), setup.chunks, setup.stages)
+    return judged(setup, (flat.reshape(shape) for flat in placements(int(setup.counts[0]), int(np.prod(shape)))))
+
+
+def judged(setup, placed):
+    """(largest stage memory, the value the search minimises) of the ``placed`` counts that leave no cell empty
+    that must hold a layer, as :func:`~sappkit.balancer.evaluate.evaluate` judges them; two arrays."""
     peaks, values = [], []
-    for flat in placements(int(setup.counts[0]), n_items * v * p):
-        counts = flat.reshape(n_items, v, p)
+    for counts in placed:
         occupied = counts.sum(axis=0)
         if any(occupied[c, s] == 0 for c, s in setup.cells if (c, s) not in setup.reserved):
             continue

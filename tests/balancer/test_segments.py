@@ -24,36 +24,26 @@ from sappkit.balancer.exact import applicable, least_memory, search
 from sappkit.balancer.setup import make_setup
 from sappkit.layers.units import format_mb
 
-from .test_exact import with_working_sets
+from .test_exact import brute_force, judged, with_working_sets
 from .test_optimise import loose_limit, placements, solve_both_ways, table
 
 
 def every_placement(setup):
     """(largest stage memory, the value the search minimises) of every placement in model order of its kinds."""
-    p, per_kind = setup.stages, []
+    per_kind = []
     for k, kind in enumerate(setup.kinds):
         items = setup.item_indices(kind)
-        per_kind.append(placements(int(setup.counts[k]), len(items) * p).reshape(-1, len(items), 1, p))
-    peaks, values = [], []
-    for parts in itertools.product(*per_kind):
-        counts = np.concatenate(parts, axis=0)
-        by_kind = np.array([part.sum(axis=(0, 1)) for part in parts])  # [kind, stage]
-        started = np.cumsum(by_kind, axis=1) - by_kind > 0  # the kind has layers on an earlier stage
-        if (started[1:] & (by_kind[:-1] > 0)).any():
-            continue
-        occupied = by_kind.sum(axis=0)
-        if any(occupied[s] == 0 for s in range(p) if (0, s) not in setup.reserved):
-            continue
-        result = evaluate(setup, counts)
-        peaks.append(result.stages["memory_mb"].max())
-        values.append(result.solver_value(setup.objective))
-    return np.array(peaks), np.array(values)
+        per_kind.append(placements(int(setup.counts[k]), len(items) * setup.stages).reshape(-1, len(items), 1,
+                                                                                        setup.stages))
+    return judged(setup, (np.concatenate(parts, axis=0) for parts in itertools.product(*per_kind)
+                          if _in_model_order(parts)))
 
 
-def best_within(placed, limit):
-    peaks, values = placed
-    fits = peaks <= limit * (1 + 1e-9) + 1e-6
-    return float(values[fits].min()) if fits.any() else math.inf
+def _in_model_order(parts) -> bool:
+    """No stage holds a kind once a later kind has started on an earlier stage."""
+    by_kind = np.array([part.sum(axis=(0, 1)) for part in parts])  # [kind, stage]
+    started = np.cumsum(by_kind, axis=1) - by_kind > 0  # the kind has layers on an earlier stage
+    return not (started[1:] & (by_kind[:-1] > 0)).any()
 
 
 def two_kinds(rng, counts, options, *, working, tail=True):
@@ -78,7 +68,7 @@ def test_the_search_over_runs_equals_brute_force(counts, options, working, objec
             found = search(setup)
             assert found is not None and found.proven
             value = math.inf if found.counts is None else found.upper
-            assert value == pytest.approx(best_within(placed, setup.memory_mb), rel=1e-9)
+            assert value == pytest.approx(brute_force(placed, setup.memory_mb), rel=1e-9)
 
 
 @pytest.mark.parametrize("objective", ["sapp", "step"])
