@@ -17,6 +17,7 @@ from ..layers.units import format_mb, format_time
 from ..one_more.analysis import RecomputeAnalysis, alternatives
 from ..one_more.result import Alternatives
 from ..plots.pipeline import plot_stage_memory
+from ..plots.recompute import plot_before_after
 from ..recompute.choice import RecomputeChoice
 from .offline import Shown, dashboard_box, display_shown, record_states, states_html
 
@@ -150,9 +151,13 @@ class AlternativesDashboard:
 
     @staticmethod
     def show(step: WalkStep) -> Shown:
-        """``step``'s summary and the stage memory of its plan on show."""
-        ax = plot_stage_memory(step.shown.stages)
-        ax.set_title("stage memory of the plan on show")
+        """``step``'s summary and the stage memory of its plan on show; an alternative beside the plan it starts
+        from, the stage it changes highlighted and the change written."""
+        if step.pick is None:
+            ax = plot_stage_memory(step.shown.stages)
+            ax.set_title("stage memory of the plan on show")
+        else:
+            ax, _ = plot_before_after(step.shown, baseline=step.path[-1])
         return Shown(step, step.summary(), (ax.figure,))
 
     def report_html(self) -> str:
