@@ -201,6 +201,9 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     >>> small = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=400)
     >>> small.status, small.memory_needed_mb, small.binding_stage
     ('infeasible', 490.0, 0)
+    >>> fast = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000, objective="step")
+    >>> fast.objective == fast.simulate().step_time, fast.status, round(fast.lower_bound, 2)
+    (True, 'feasible', 57.88)
     """
     options = SolverOptions() if solver is None else solver
     if not isinstance(options, SolverOptions):
