@@ -72,7 +72,7 @@ def balance_arguments(draw) -> dict:
 
 
 def _fits(plan) -> None:
-    assert plan.status in ("optimal", "time_limit", "infeasible", "failed")
+    assert plan.status in ("optimal", "feasible", "time_limit", "infeasible", "failed")
     assert not plan.has_plan or plan.fits, plan.describe()
 
 
