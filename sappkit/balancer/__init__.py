@@ -1,7 +1,8 @@
 """The balancer: how many layers, under which recompute, go on each stage and chunk.
 
 Minimises the step time under a memory limit, by an exact combinatorial
-search with an integer program (PuLP) as fall-back; plans, hand-written
+search with an integer program (PuLP) as fall-back, and for the simulated
+step time itself a local search on its exact value; plans, hand-written
 offsets, memory sweeps and plan comparisons.
 """
 

@@ -10,7 +10,7 @@ warm-up (the last present in the order a cell's layers run), so its mixes
 are grouped by that layer's option and fronts kept per group
 (:func:`working_fronts`). :func:`enumerate_stage` lists a stage's
 products of cell contents under caps, each with its relaxed and exact
-memory; :func:`min_max` and :func:`min_sum` combine per-stage tables over
+memory; :func:`min_max` combines per-stage tables over
 ``Σ n_s = L``.
 """
 
@@ -24,8 +24,8 @@ from .evaluate import OVERHEAD_TOLERANCE
 from .setup import BalanceSetup
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
-           "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "min_sum", "monotone_chunks",
-           "pareto_fronts", "placement", "split_values", "stage_value", "subset",
+           "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "monotone_chunks",
+           "pareto_fronts", "placement", "split_values", "stage_time", "subset",
            "working_fronts"]
 
 #: Stage enumerations larger than this hand the instance to the integer program.
@@ -302,13 +302,12 @@ def fixed_memory(setup: BalanceSetup, s: int) -> float:
                                           + f.memory_once_mb for f in setup.fixed if f.stage == s)
 
 
-def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, stage_cap=None,
+def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, time_cap=None,
                overhead=True) -> Combos | None:
     """Products of the cells' choices with at most ``max_total`` layers; None past :data:`COMBO_BUDGET`.
 
-    ``stage_cap`` = ("time" | "work", value) prunes partial products as soon
-    as their stage time (max forward + max backward) or work exceeds ``value``;
-    both only grow as cells are added.
+    ``time_cap`` prunes partial products as soon as their stage time (max
+    forward + max backward) exceeds it; it only grows as cells are added.
     """
     monotone = monotone_chunks(setup, s) | (not overhead)
     caps = [cell_caps(c) for c in range(setup.chunks)]
@@ -317,23 +316,21 @@ def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, 
              for c in range(setup.chunks)]
     rows = np.zeros((1, 0), dtype=int)
     totals = np.zeros(1, dtype=int)
-    most_forward, most_backward, work = np.zeros(1), np.zeros(1), np.zeros(1)
+    most_forward, most_backward = np.zeros(1), np.zeros(1)
     for c, part in enumerate(parts):
         left, right = np.repeat(np.arange(len(rows)), len(part)), np.tile(np.arange(len(part)), len(rows))
         forward = setup.forward[0] * part[right, 0] + setup.fixed_forward[c, s]
         new_forward = np.maximum(most_forward[left], forward)
         new_backward = np.maximum(most_backward[left], part[right, 1])
-        new_work = work[left] + forward + part[right, 1]
         keep = totals[left] + part[right, 0].astype(int) <= max_total
-        if stage_cap is not None:
-            measure = new_forward + new_backward if stage_cap[0] == "time" else new_work
-            keep &= measure <= stage_cap[1] + EPS * max(1.0, abs(stage_cap[1]))
+        if time_cap is not None:
+            keep &= new_forward + new_backward <= time_cap + EPS * max(1.0, abs(time_cap))
         left, right = left[keep], right[keep]
         if len(left) > COMBO_BUDGET:
             return None
         rows = np.column_stack([rows[left], right])
         totals = totals[left] + part[right, 0].astype(int)
-        most_forward, most_backward, work = new_forward[keep], new_backward[keep], new_work[keep]
+        most_forward, most_backward = new_forward[keep], new_backward[keep]
     picked = [part[rows[:, c]] for c, part in enumerate(parts)] if len(rows) else [np.zeros((0, 5))] * len(parts)
     layers, backward, activation, point, working = (np.stack([p[:, k] for p in picked], axis=1) for k in range(5))
     relaxed, exact = memory_bounds(setup, s, layers, activation, working, overhead)
@@ -358,10 +355,9 @@ def split_values(setup: BalanceSetup, s: int, combos: Combos) -> tuple[np.ndarra
     return first, last
 
 
-def stage_value(setup: BalanceSetup, s: int, combos: Combos, kind: str) -> np.ndarray:
-    if kind == "time":
-        return _forward(setup, s, combos).max(axis=1) + combos.backward.max(axis=1)
-    return (_forward(setup, s, combos) + combos.backward).sum(axis=1)
+def stage_time(setup: BalanceSetup, s: int, combos: Combos) -> np.ndarray:
+    """The stage time ``max_c F + max_c B`` of every combo of stage ``s``."""
+    return _forward(setup, s, combos).max(axis=1) + combos.backward.max(axis=1)
 
 
 # ------------------------------------------------------------------ dynamic programs over stages
@@ -381,10 +377,16 @@ def best_per_total(totals, values, feasible, width):
     return best, pick
 
 
-def _dp(tables: list[np.ndarray], total: int, combine) -> tuple[float, list[int]]:
-    """Best ``combine`` over Σ n_s = total of table_s[n_s] (``np.maximum``: min-max; ``np.add``: min-sum)."""
+def min_max(tables: list[np.ndarray], total: int) -> tuple[float, list[int]]:
+    """min over Σ n_s = total of max_s table_s[n_s], and the n_s (a dynamic program over the stages).
+
+    Examples
+    --------
+    >>> min_max([np.array([np.inf, 1.0, 5.0]), np.array([0.0, 2.0, 3.0])], 2)
+    (2.0, [1, 1])
+    """
     best = np.full(total + 1, np.inf)
-    best[0] = -np.inf if combine is np.maximum else 0.0
+    best[0] = -np.inf
     columns = np.arange(total + 1)
     choices = []
     for table in tables:
@@ -393,27 +395,11 @@ def _dp(tables: list[np.ndarray], total: int, combine) -> tuple[float, list[int]
             return np.inf, []
         source = columns[None, :] - ks[:, None]
         shifted = np.where(source >= 0, best[np.maximum(source, 0)], np.inf)
-        candidate = combine(shifted, table[ks][:, None])
+        candidate = np.maximum(shifted, table[ks][:, None])
         row = candidate.argmin(axis=0)
         choices.append(ks[row])
         best = candidate[row, columns]
     return float(best[total]), _walk_back(choices, total) if np.isfinite(best[total]) else []
-
-
-def min_max(tables: list[np.ndarray], total: int) -> tuple[float, list[int]]:
-    """min over Σ n_s = total of max_s table_s[n_s], and the n_s.
-
-    Examples
-    --------
-    >>> min_max([np.array([np.inf, 1.0, 5.0]), np.array([0.0, 2.0, 3.0])], 2)
-    (2.0, [1, 1])
-    """
-    return _dp(tables, total, np.maximum)
-
-
-def min_sum(tables: list[np.ndarray], total: int) -> tuple[float, list[int]]:
-    """min over Σ n_s = total of Σ_s table_s[n_s], and the n_s."""
-    return _dp(tables, total, np.add)
 
 
 def _walk_back(choices, total) -> list[int]:

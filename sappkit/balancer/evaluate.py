@@ -1,4 +1,4 @@
-"""Evaluate a placement: per-stage memory and time, and both objectives, in closed form.
+"""Evaluate a placement: per-stage memory and time, and the ``sapp`` objective, in closed form.
 
 A *placement* is an int array ``counts[item, chunk, stage]``: body layers of
 each (kind, option) item of a :class:`~sappkit.balancer.setup.BalanceSetup`
@@ -32,14 +32,8 @@ Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
   + stage term * (m - 2)`` with the seed's bubble terms at their least
   feasible values (see :func:`_approach_a`).
 
-The *step estimate*, what the exact search and the integer program minimise
-for objective ``step`` (a closed form they can optimise; the objective
-itself is the simulated step time, :mod:`sappkit.balancer.steptime`, which
-the local search of :mod:`sappkit.balancer.improve` minimises from their
-plans): ``(m - 1/v) W + Σ_cells (F + B) / v`` with ``W = max_s Σ_c (F +
-B)(c, s)`` the busiest stage's work per micro-batch; for ``v = 1`` this is
-the 1F1B formula ``(m - 1) W + Σ_s (F + B)``, for uniform stages Megatron's
-``(m v + p - 1)`` chunk times.
+Objective ``step`` is the simulated step time, which no closed form gives:
+:mod:`sappkit.balancer.steptime` computes it.
 """
 
 from __future__ import annotations
@@ -76,12 +70,6 @@ class Evaluation:
     backward: np.ndarray
     """``B(c, s)``, head and tail included."""
     sapp: float
-    step_estimate: float
-
-    def solver_value(self, objective: str) -> float:
-        """What the exact search and the integer program minimise for ``objective``: the ``sapp`` objective or
-        the step estimate."""
-        return self.sapp if objective == "sapp" else self.step_estimate
 
     @property
     def fits(self) -> bool:
@@ -155,7 +143,7 @@ def _stage_constants(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray, np.nd
 
 
 def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
-    """Per-stage memory and time of ``counts``, its ``sapp`` objective and its step estimate.
+    """Per-stage memory and time of ``counts`` and its ``sapp`` objective.
 
     Examples
     --------
@@ -164,8 +152,8 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     ...              backward_time=bt, activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))]
     >>> setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
     >>> result = evaluate(setup, np.array([[[0, 2]], [[2, 0]]]))
-    >>> result.stages["memory_mb"].tolist(), result.sapp, result.step_estimate
-    ([270.0, 350.0], 8.0, 38.0)
+    >>> result.stages["memory_mb"].tolist(), result.sapp
+    ([270.0, 350.0], 8.0)
     """
     counts = np.asarray(counts, dtype=float)
     forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward
@@ -182,15 +170,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     })
     body_forward = forward - setup.fixed_forward
     return Evaluation(stages=stages, forward=forward, backward=backward,
-                      sapp=sapp_objective(setup, forward, backward, body_forward),
-                      step_estimate=step_estimate(setup, forward, backward))
-
-
-def step_estimate(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray) -> float:
-    """The step estimate ``(m - 1/v) W + Σ (F + B) / v`` (module docstring)."""
-    work = forward + backward
-    v = setup.chunks
-    return float((setup.slices - 1 / v) * work.sum(axis=0).max() + work.sum() / v)
+                      sapp=sapp_objective(setup, forward, backward, body_forward))
 
 
 def split_terms(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,

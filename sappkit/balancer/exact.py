@@ -3,10 +3,9 @@
 Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
 optimisation levels 0 and 1 (every objective of the ``sapp`` table but
-approach A, and the step estimate of objective ``step``,
-:mod:`sappkit.balancer.evaluate`); several body kinds on one chunk go to
-:mod:`.segments` (a DP on the model position); otherwise :func:`search`
-returns None and the integer program runs alone. Every schedule is covered.
+approach A); several body kinds on one chunk go to :mod:`.segments` (a DP
+on the model position); otherwise :func:`search` returns None and the
+integer program runs alone. Every schedule is covered.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes
@@ -22,8 +21,7 @@ returns None and the integer program runs alone. Every schedule is covered.
    the Pareto pruning exact for it).
 3. **Stages together.** A dynamic program over stages with ``Σ n_s = L``:
    min-max for the stage time and for memory, ``σ + max(λ, σ)`` over a sweep
-   of ``σ`` for the split objective, min-sum below each candidate bottleneck
-   for the step estimate.
+   of ``σ`` for the split objective.
 
 The relaxed tables give a proven lower bound, the exact tables a real
 placement; equal values prove it optimal. When the caps exclude every
@@ -39,8 +37,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cells import (
-    EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, min_sum, monotone_chunks, placement,
-    split_values, stage_value, subset,
+    EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, monotone_chunks, placement,
+    split_values, stage_time, subset,
 )
 from . import segments
 from .evaluate import evaluate
@@ -71,9 +69,6 @@ def applicable(setup: BalanceSetup) -> str:
         return "optimization_level >= 2"
     if np.ptp(setup.forward) > 0 or np.ptp(setup.once) > 0:
         return "options with different forward times or memory kept once"
-    if setup.objective == "step" and setup.slices * setup.chunks == 1:
-        # One micro-batch through one chunk: the step is all the work, and no stage bottleneck bounds the search.
-        return "objective 'step' with one micro-batch on one chunk"
     return ""
 
 
@@ -90,8 +85,6 @@ class _Tables:
 
 
 def _kind(setup: BalanceSetup) -> str:
-    if setup.objective == "step":
-        return "step"
     return "split" if setup.bottleneck_split else "time"
 
 
@@ -110,18 +103,9 @@ def _count_cap(room: float, per_layer: float) -> int:
     return 10**9 if per_layer <= 0 else int(math.floor(max(room, 0.0) / per_layer + EPS))
 
 
-def _stage_work_cap(setup: BalanceSetup, kind: str, tau: float) -> float:
-    """The largest stage work (``step``) or stage time (``time``) an objective of ``tau`` allows."""
-    if kind != "step":
-        return tau
-    least, _ = _work_bounds(setup)
-    return (tau - least / setup.chunks) / (setup.slices - 1 / setup.chunks)
-
-
 def _caps(setup: BalanceSetup, kind: str, tau: float, s: int):
     """Per cell: the most layers and, per layer count, the most backward an objective of ``tau`` allows."""
     f, b_min, v = setup.forward[0], setup.backward.min(), setup.chunks
-    work = _stage_work_cap(setup, kind, tau)
 
     def cell(c):
         fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
@@ -130,7 +114,7 @@ def _caps(setup: BalanceSetup, kind: str, tau: float, s: int):
         if kind == "split":
             per_layer = b_min + setup.last_chunk_factors[s] / setup.slices * f
             return _count_cap(tau - fixed_f - fixed_b, per_layer), (lambda n: tau - fixed_f)
-        return _count_cap(work - fixed_f - fixed_b, f + b_min), (lambda n: work - fixed_f - f * n)
+        return _count_cap(tau - fixed_f - fixed_b, f + b_min), (lambda n: tau - fixed_f - f * n)
 
     return cell
 
@@ -140,9 +124,7 @@ def _stage_keep(setup: BalanceSetup, kind: str, tau: float, s: int, combos: Comb
     if kind == "split":
         first, last = split_values(setup, s, combos)
         return (first <= tau / 2 + EPS) & (last <= tau + EPS)
-    work = _stage_work_cap(setup, kind, tau)
-    value = stage_value(setup, s, combos, "time" if kind == "time" else "work")
-    return value <= work + EPS * max(1.0, abs(work))
+    return stage_time(setup, s, combos) <= tau + EPS * max(1.0, abs(tau))
 
 
 def _tables(setup: BalanceSetup, kind: str, tau: float, cache: Cache) -> _Tables | None:
@@ -152,9 +134,8 @@ def _tables(setup: BalanceSetup, kind: str, tau: float, cache: Cache) -> _Tables
     for s in range(setup.stages):
         key = (kind, s, round(tau, 9))
         if key not in cache.stages:
-            stage_cap = None if kind == "split" else (
-                "time" if kind == "time" else "work", _stage_work_cap(setup, kind, tau))
-            combos = enumerate_stage(setup, cache, s, _caps(setup, kind, tau, s), total, stage_cap=stage_cap)
+            time_cap = None if kind == "split" else tau
+            combos = enumerate_stage(setup, cache, s, _caps(setup, kind, tau, s), total, time_cap=time_cap)
             if combos is None:
                 return None
             cache.stages[key] = subset(combos, _stage_keep(setup, kind, tau, s, combos))
@@ -162,7 +143,7 @@ def _tables(setup: BalanceSetup, kind: str, tau: float, cache: Cache) -> _Tables
         combos_all.append(combos)
         if kind == "split":
             continue
-        value = stage_value(setup, s, combos, "time" if kind == "time" else "work")
+        value = stage_time(setup, s, combos)
         for memory, out in ((combos.relaxed_mb, lower), (combos.exact_mb, upper)):
             out.append(best_per_total(combos.total, value, memory <= setup.memory_mb + EPS, total + 1))
     return _Tables(combos_all, lower, upper)
@@ -175,27 +156,7 @@ def _solve_tables(setup: BalanceSetup, kind: str, tables: _Tables, exact: bool) 
     if kind == "time":
         value, totals = min_max([b for b, _ in best], total)
         return value, [int(best[s][1][n]) for s, n in enumerate(totals)] if totals else None
-    if kind == "step":
-        return _solve_step(setup, best, total)
     return _solve_split(setup, tables, total, exact)
-
-
-def _solve_step(setup: BalanceSetup, best, total: int) -> tuple[float, list[int] | None]:
-    """min over bottlenecks W of (m - 1/v) W + (least Σ work with every stage <= W) / v."""
-    v = setup.chunks
-    weight = setup.slices - 1 / v
-    values = [b for b, _ in best]
-    floor, _ = min_sum(values, total)
-    if not np.isfinite(floor):
-        return np.inf, None
-    value, totals = np.inf, []
-    for bottleneck in np.unique(np.concatenate([b[np.isfinite(b)] for b in values])):
-        if weight * bottleneck + floor / v >= value - EPS * abs(value):
-            break
-        summed, chosen = min_sum([np.where(b <= bottleneck, b, np.inf) for b in values], total)
-        if weight * bottleneck + summed / v < value:
-            value, totals = weight * bottleneck + summed / v, chosen
-    return value, [int(best[s][1][n]) for s, n in enumerate(totals)] if totals else None
 
 
 def _solve_split(setup: BalanceSetup, tables: _Tables, total: int, exact: bool) -> tuple[float, list[int] | None]:
@@ -248,9 +209,6 @@ def _start(setup: BalanceSetup, kind: str) -> tuple[float, float]:
     """A lower bound on the objective to start ``tau`` from, and a value past which no cap binds."""
     least, most = _work_bounds(setup)
     cells = setup.stages * setup.chunks
-    if kind == "step":
-        weight = setup.slices - 1 / setup.chunks
-        return weight * least / setup.stages + least / setup.chunks, (weight + 1) * most
     if kind == "split":
         backward = int(setup.counts[0]) * setup.backward.min()
         return 2 * backward / cells, 3 * most
@@ -288,23 +246,14 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
             lower = max(lower, tau)
         if tau >= ceiling:
             return SearchResult(False, None, None, lower)
-        tau = _grown(setup, kind, tau)
-
-
-def _grown(setup: BalanceSetup, kind: str, tau: float) -> float:
-    """The next ``tau``: the per-stage cap it implies grows by :data:`_GROWTH`."""
-    if kind != "step":
-        return tau * _GROWTH
-    least, _ = _work_bounds(setup)
-    weight = setup.slices - 1 / setup.chunks
-    return weight * _stage_work_cap(setup, kind, tau) * _GROWTH + least / setup.chunks
+        tau *= _GROWTH
 
 
 def _result(setup: BalanceSetup, counts: np.ndarray, lower: float) -> SearchResult:
     evaluation = evaluate(setup, counts)
     if not evaluation.fits:
         return SearchResult(False, None, None, lower)
-    upper = evaluation.solver_value(setup.objective)
+    upper = evaluation.sapp
     return SearchResult(bool(upper <= lower + 1e-9 * max(1.0, abs(lower))), counts, upper, float(lower))
 
 

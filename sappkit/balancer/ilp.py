@@ -39,11 +39,9 @@ minimises :math:`T \ge \max_c F_{cs} + \max_c B_{cs}` (with
 ``bottleneck_split`` :math:`S + L` (level 1) with :math:`S \ge B_{cs}`,
 :math:`c < v-1`, :math:`L \ge B_{v-1,s} + F^{ht}_{v-1,s} + \phi_s/m\,
 F^{body}_{v-1,s}`, :math:`L \ge S`; level >= 2 adds seed 003's approach A
-bubble variables. ``step`` minimises the step estimate
-:math:`(m - 1/v) W + \sum_{c,s}(F_{cs} + B_{cs})/v` with
-:math:`W \ge \sum_c (F_{cs} + B_{cs})` (the objective ``step`` itself, the
-simulated step time, is the local search's: :mod:`sappkit.balancer.improve`).
-``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
+bubble variables. (Objective ``step``, the simulated step time, is no
+linear objective: its search starts from this model's ``sapp`` optimum,
+:mod:`sappkit.balancer.improve`.) ``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
 much memory would fit).
 """
 
@@ -81,8 +79,6 @@ class BalanceModel:
     Parameters
     ----------
     setup : BalanceSetup
-    objective : {"sapp", "step"}
-        ``"step"``: the step estimate.
     memory : {"limit", "minimise"}
         Cap every stage at ``setup.memory_mb``, or minimise the largest stage memory.
 
@@ -98,10 +94,8 @@ class BalanceModel:
     (8.0, [2, 2])
     """
 
-    def __init__(self, setup: BalanceSetup, *, objective: str | None = None,
-                 memory: Literal["limit", "minimise"] = "limit"):
+    def __init__(self, setup: BalanceSetup, *, memory: Literal["limit", "minimise"] = "limit"):
         self.setup = setup
-        self.objective = objective or setup.objective
         self.problem = pulp.LpProblem("sappkit_balance", pulp.LpMinimize)
         p, v = setup.stages, setup.chunks
         self.x = {(i, c, s): self._var(f"x_{i}_{c}_{s}", 0, layer_bound(setup, [setup.kind_index[i]]), "Integer")
@@ -114,8 +108,6 @@ class BalanceModel:
         self._add_memory_cap()
         if memory == "minimise":
             self.problem.setObjective(self.limit + 0)
-        elif self.objective == "step":
-            self.problem.setObjective(self._step_objective())
         else:
             self.problem.setObjective(self._sapp_objective())
 
@@ -328,14 +320,3 @@ class BalanceModel:
             self._add(waits[s] >= running[s + 1] - self.forward(last, s), f"next_wait_{s}")
         bubble += m * pulp.lpSum(waits[: p - 1])
         return total + bubble
-
-    def _step_objective(self):
-        # (m - 1/v) W + Σ (F + B) / v with W the busiest stage's work per micro-batch.
-        setup = self.setup
-        v = setup.chunks
-        busiest = self._var("busiest_stage", 0, None)
-        for s in range(setup.stages):
-            self._add(busiest >= pulp.lpSum(self.forward(c, s) + self.backward(c, s) for c in range(v)),
-                      f"stage_work_{s}")
-        work = pulp.lpSum(self.forward(c, s) + self.backward(c, s) for c in range(v) for s in range(setup.stages))
-        return (setup.slices - 1 / v) * busiest + work / v

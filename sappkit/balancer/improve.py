@@ -42,10 +42,12 @@ from .evaluate import stage_memory
 from .setup import BalanceSetup
 from .steptime import StepTimer
 
-__all__ = ["Improved", "improve", "valid", "EVALUATION_BUDGET"]
+__all__ = ["Improved", "improve", "valid", "WORK_BUDGET"]
 
-#: Placements simulated per start before the search stops there (a deterministic budget).
-EVALUATION_BUDGET = 3000
+#: Op times computed per start (placements simulated x ops in the step) before the search stops there: a
+#: deterministic budget that buys as many placements as the schedule's size allows (about 1,600 for p = 16,
+#: v = 3, m = 64; 20,000 for p = 8, v = 2, m = 16). Twice as much found the same plans on the bench's cases.
+WORK_BUDGET = 10_000_000
 #: The first batch of candidates simulated together in a round; each later one is twice as large.
 _FIRST_BATCH = 24
 _LARGEST_BATCH = 384
@@ -171,7 +173,8 @@ class _Reached:
 
 def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
     """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated."""
-    (time,), (ends,) = timer.times_and_ends(counts[None])
+    times, sums = timer.times_and_ends(counts[None])
+    time, ends = float(times[0]), float(sums[0])
     moves = evaluated = 0
     accepted = []
     while evaluated < budget:
@@ -254,12 +257,14 @@ def _search(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: i
 
 
 def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray], *,
-            budget: int = EVALUATION_BUDGET) -> Improved:
+            budget: int | None = None) -> Improved:
     """The fastest placement the search reaches from any of ``starts`` (labelled valid placements).
 
-    Starts are searched in order, each with its own ``budget``; a start equal
-    to one searched before is skipped; ties go to the earlier start.
+    Starts are searched in order, each with its own ``budget`` of simulated
+    placements (default :data:`WORK_BUDGET` op times); a start equal to one
+    searched before is skipped; ties go to the earlier start.
     """
+    budget = WORK_BUDGET // timer.graph.ops if budget is None else budget
     best, seen, evaluated = None, [], 0
     for label, counts in starts.items():
         counts = np.asarray(counts, dtype=int)

@@ -17,8 +17,7 @@ proven optimum:
   everything else.
 
 Objective ``step`` is the simulated step time, which no closed form gives:
-those plans (the ``sapp`` optimum, and the step estimate's where the exact
-search finds it) start a local search on the exact step time
+the ``sapp`` optimum starts a local search on the exact step time
 (:mod:`sappkit.balancer.improve`), and a linear relaxation over the
 schedule's paths proves a lower bound (:mod:`sappkit.balancer.bound`).
 
@@ -75,7 +74,7 @@ def _structural_problem(setup: BalanceSetup) -> str:
 
 
 def optimise(setup: BalanceSetup, options: SolverOptions, *, cache: exact.Cache | None = None) -> Solved:
-    """Minimise ``setup.objective`` within ``setup.memory_mb``: exact search first, the ILP where needed."""
+    """Minimise the ``sapp`` objective within ``setup.memory_mb``: exact search first, the ILP where needed."""
     start = time.perf_counter()
     problem = _structural_problem(setup)
     if problem:
@@ -123,11 +122,11 @@ def least_memory(setup: BalanceSetup, options: SolverOptions, *,
     return counts, float(evaluate(setup, counts).stages[MEMORY_MB].max()), note
 
 
-def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache, **extra) -> Plan:
+def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache) -> Plan:
     if solved.counts is not None:
         return make_plan(setup, solved.counts, status=solved.status, gap=solved.gap,
                          solve_seconds=solved.seconds, method=solved.method, message=solved.message,
-                         notes=setup.notes, **extra)
+                         notes=setup.notes)
     if solved.status != "infeasible":
         return make_plan(setup, None, status=solved.status, gap=None, solve_seconds=solved.seconds,
                          method=solved.method, message=solved.message, notes=setup.notes)
@@ -174,10 +173,9 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         table). ``"step"``: the simulated step time itself
         (:meth:`Plan.simulate`'s ``step_time``, computed exactly as a longest
         path through the schedule): a local search on it from the ``sapp``
-        optimum (and the optimum of the step estimate ``(m - 1/v) W + Σ(F +
-        B)/v`` where the exact search finds it), so never slower than the
-        ``sapp`` optimum; ``plan.lower_bound`` is a proven bound, ``plan.gap``
-        the gap to it, ``plan.method`` how the plan was reached.
+        optimum, so never slower than that; ``plan.lower_bound`` is a proven
+        bound, ``plan.gap`` the gap to it, ``plan.method`` how the plan was
+        reached.
     optimization_level : int
         0, 1 (default) or >= 2, as seed 003.
     consistent_recompute : bool
@@ -205,6 +203,9 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     >>> small = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=400)
     >>> small.status, small.memory_needed_mb, small.binding_stage
     ('infeasible', 490.0, 0)
+    >>> fast = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000, objective="step")
+    >>> fast.objective == fast.simulate().step_time, fast.status, round(fast.lower_bound, 2)
+    (True, 'feasible', 57.88)
     """
     options = SolverOptions() if solver is None else solver
     if not isinstance(options, SolverOptions):
@@ -219,12 +220,12 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
 
 
 def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
-    """Objective ``step``: the ``sapp`` optimum (and, where the exact search finds it, the step estimate's
-    optimum), improved by the local search on the simulated step time; with a proven lower bound."""
+    """Objective ``step``: the ``sapp`` optimum improved by the local search on the simulated step time, with
+    a proven lower bound."""
     start = time.perf_counter()
-    solved = optimise(replace(setup, objective="sapp"), options, cache=cache)
+    solved = optimise(setup, options, cache=cache)
     if solved.counts is None or solved.status == "infeasible":
-        return _plan(setup, replace(solved, seconds=time.perf_counter() - start), options, cache)
+        return _plan(setup, solved, options, cache)
     starts = {"sapp optimum" if solved.status == "optimal" else "sapp incumbent": solved.counts}
     timer = step_timer(setup)
     found = improve(setup, timer, starts)
@@ -232,7 +233,7 @@ def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
     bound = None if bound is None else min(bound, found.step_time)
     gap = None if bound is None else (found.step_time - bound) / found.step_time
     proven = gap is not None and gap <= options.gap
-    origin = f"{found.start} ({solved.method})" if found.start.startswith("sapp") else found.start
+    origin = f"{found.start} ({solved.method})"
     kicks = f", {found.kicks} after random kicks" if found.kicks else ""
     method = (f"{origin} improved by {found.moves} local move{'s' * (found.moves != 1)}{kicks}" if found.moves
               else f"{origin}; no local move improves it")

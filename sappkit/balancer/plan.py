@@ -215,14 +215,15 @@ class Plan:
         write_text(path, text)
 
     def write_lp(self, path) -> None:
-        """Write the plan's integer program (objective ``objective_name``) as an LP file at ``path``.
+        """Write the plan's integer program (objective ``sapp``; for a ``step`` plan the model whose optimum its
+        search starts from) as an LP file at ``path``.
 
         The file is written whole or not at all; a bad path is an :class:`InputError`.
         """
         from .ilp import BalanceModel
 
         output_path("path", path)
-        problem = BalanceModel(self.setup, objective=self.objective_name).problem
+        problem = BalanceModel(self.setup).problem
         write_file(path, lambda temporary: problem.writeLP(str(temporary)))
 
     def partition(self) -> Partition:

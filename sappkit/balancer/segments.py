@@ -12,9 +12,8 @@ its kinds' fronts (:func:`run_front`).
 
 Per stage and run the best value is the least stage time among the points
 that fit the memory limit; the optimum is a DP over stages whose state is
-the model position (min-max of the stage time for ``sapp``, the bottleneck
-sweep of ``(m - 1) W + Σ work`` for ``step``). Runs are listed up to a cap
-``tau`` on what a stage may take, grown until the optimum lies under it,
+the model position (min-max of the stage time: the ``sapp`` objective at
+levels 0 and 1). Runs are listed up to a cap ``tau`` on a stage's time, grown until the optimum lies under it,
 which proves it: a better placement would use only listed runs.
 """
 
@@ -46,8 +45,6 @@ def applicable(setup: BalanceSetup) -> str:
         index = setup.item_indices(kind)
         if np.ptp(setup.forward[index]) > 0 or np.ptp(setup.once[index]) > 0:
             return f"options of {kind!r} with different forward times or memory kept once"
-    if setup.objective == "step" and setup.slices == 1:
-        return "objective 'step' with one micro-batch on one chunk"
     return ""
 
 
@@ -253,19 +250,17 @@ def _table(setup: BalanceSetup, cache: Cache, cap: float, measure: str) -> _Tabl
 # ------------------------------------------------------------------ DPs over stages on the model position
 
 
-def _dp(setup: BalanceSetup, table: _Table, combine, allowed: np.ndarray | None = None) -> tuple[float, list[int]]:
-    """Best ``combine`` (``np.maximum`` or ``np.add``) of the stages' run values over placements ending at the
-    model's last layer; the chosen run per stage."""
+def _dp(setup: BalanceSetup, table: _Table) -> tuple[float, list[int]]:
+    """Least largest run value over placements ending at the model's last layer; the chosen run per stage."""
     total = int(setup.counts.sum())
     start, run = table.ending
     listed = run >= 0
     ends = np.arange(total + 1)
     best = np.full(total + 1, np.inf)
-    best[0] = -np.inf if combine is np.maximum else 0.0
+    best[0] = -np.inf
     choices = []
     for s in range(setup.stages):
-        values = table.value[s] if allowed is None else np.where(allowed[s], table.value[s], np.inf)
-        offered = np.where(listed, combine(best[start], values[np.maximum(run, 0)]), np.inf)
+        offered = np.where(listed, np.maximum(best[start], table.value[s][np.maximum(run, 0)]), np.inf)
         pick = offered.argmin(axis=1)
         best = offered[ends, pick]
         choices.append(run[ends, pick])
@@ -277,24 +272,6 @@ def _dp(setup: BalanceSetup, table: _Table, combine, allowed: np.ndarray | None 
         picks.append(r)
         end -= int(table.runs.length[r])
     return float(best[total]), picks[::-1]
-
-
-def _min_step(setup: BalanceSetup, table: _Table) -> tuple[float, list[int]]:
-    """min over bottlenecks W of (m - 1) W + (least Σ stage work with every stage <= W): the step proxy."""
-    weight = setup.slices - 1
-    floor, picks = _dp(setup, table, np.add)
-    if not picks:
-        return np.inf, []
-    value, chosen = np.inf, []
-    narrowest, _ = _dp(setup, table, np.maximum)  # no bottleneck below it has a placement
-    values = np.unique(table.value[np.isfinite(table.value)])
-    for bottleneck in values[values >= narrowest]:
-        if weight * bottleneck + floor >= value - EPS * abs(value):
-            break
-        summed, picks = _dp(setup, table, np.add, allowed=table.value <= bottleneck)
-        if picks and weight * bottleneck + summed < value:
-            value, chosen = weight * bottleneck + summed, picks
-    return value, chosen
 
 
 def _placement(setup: BalanceSetup, table: _Table, picks: list[int], cache: Cache, lightest: bool) -> np.ndarray:
@@ -310,17 +287,15 @@ def _placement(setup: BalanceSetup, table: _Table, picks: list[int], cache: Cach
 
 
 def search(setup: BalanceSetup, cache: Cache) -> tuple[np.ndarray | None, float]:
-    """The optimal placement of ``setup.objective`` and its value, or (None, inf) when no placement fits."""
+    """The placement of least ``sapp`` objective and its value, or (None, inf) when no placement fits."""
     if not _within(least_memory(setup, cache)[1], setup.memory_mb):
         return None, np.inf
     least = float(setup.counts @ _per_layer(setup, setup.forward + setup.backward)
                   + setup.fixed_forward.sum() + setup.fixed_backward.sum())
-    weight = setup.slices - 1
-    step = setup.objective == "step"
-    goal = weight * least / setup.stages + least if step else least / setup.stages
+    goal = least / setup.stages
     while True:
-        table = _table(setup, cache, (goal - least) / weight if step else goal, "time")
-        value, picks = _min_step(setup, table) if step else _dp(setup, table, np.maximum)
+        table = _table(setup, cache, goal, "time")
+        value, picks = _dp(setup, table)
         if picks and _within(value, goal):
             return _placement(setup, table, picks, cache, lightest=False), value
         if np.isinf(goal):
@@ -334,7 +309,7 @@ def least_memory(setup: BalanceSetup, cache: Cache) -> tuple[np.ndarray | None, 
     cap = setup.memory_mb
     while True:
         table = _table(setup, cache, cap, "memory")
-        value, picks = _dp(setup, table, np.maximum)
+        value, picks = _dp(setup, table)
         if picks and _within(value, cap):
             return _placement(setup, table, picks, cache, lightest=True), value
         if table.complete:

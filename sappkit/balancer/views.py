@@ -66,7 +66,8 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
         ``peak_mb`` (the plan's largest stage), ``memory_needed_mb`` (for
         infeasible limits), ``solve_seconds``, ``method`` (``"reused"`` where
         the ``sapp`` plan of a larger limit fitted and so is optimal here too;
-        ``step`` sweeps solve every limit, as their plan is the faster of two).
+        ``step`` sweeps solve every limit: their plans come from a search,
+        not a proof, so a larger limit's plan says nothing about a smaller's).
         Times (``objective``, ``step_time``) are in the layer table's unit,
         which the frame carries in ``attrs["time_unit"]``.
 

@@ -85,15 +85,16 @@ def graph_of(plan: StepPlan, p: int) -> StepGraph:
     level = np.array(op_starts(plan, [1.0] * (4 * plan.cell_count), 0.0, p), dtype=int)
     order = np.argsort(level, kind="stable")
     bounds = np.flatnonzero(np.diff(level[order])) + 1
-    steps = tuple((level, np.concatenate([previous[level], source[level]]), duration[level])
-                  for level in np.split(order, bounds))
+    steps = tuple((members, np.concatenate([previous[members], source[members]]), duration[members])
+                  for members in np.split(order, bounds))
     one_by_one = tuple(zip(*(a[order].tolist() for a in (np.arange(ops), previous, source, crosses, duration))))
     return StepGraph(ops=ops, durations=4 * plan.cell_count, previous=previous, source=source, crosses=crosses,
                      duration=duration, steps=steps, order=one_by_one, paths=stage_paths(plan))
 
 
 def stage_paths(plan: StepPlan) -> np.ndarray:
-    """Two paths through each stage's ops, as counts per duration (rows of ``4 L``).
+    """Paths through each stage's ops, as counts per duration (rows of ``4 L``; two per stage, three where
+    the stage's last gradient op is not its last op, as with split backwards).
 
     Stage ``s`` first runs a forward of its first cell ``(0, s)`` (the
     stage's earliest in model order); its gradient ops ``G`` of that cell (a
@@ -116,11 +117,11 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
     gradient_of = {(int(i), int(u)): int(ph) for ph, i, u in zip(plan.phase, plan.position, plan.unit)
                    if ph in (BACKWARD, BACKWARD_INPUT)}
 
-    def chain(cells, unit, phase=None):
-        """Counts of the ops of ``unit`` on ``cells``: its forwards, or (``phase`` None) its gradients."""
+    def chain(cells, unit, forward=False):
+        """Counts of the ops of ``unit`` on ``cells``: its forwards, or its gradients."""
         counts = np.zeros(4 * L)
         for i in cells:
-            counts[(FORWARD if phase == FORWARD else gradient_of[int(i), unit]) * L + i] += 1
+            counts[(FORWARD if forward else gradient_of[int(i), unit]) * L + i] += 1
         return counts
 
     rows = []
@@ -136,11 +137,11 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
         ops[np.arange(len(stage)), phase * L + position] = 1
         drain = chain(before, int(unit[leave]))
 
-        fill = chain(before, int(unit[0]), FORWARD) if phase[0] == FORWARD and position[0] == first else 0.0
+        fill = chain(before, int(unit[0]), forward=True) if phase[0] == FORWARD and position[0] == first else 0.0
         rows.append(fill + ops[: leave + 1].sum(axis=0) + drain)
         if leave < len(stage) - 1:
             rows.append(fill + ops.sum(axis=0))
-        trip = chain(range(L), int(unit[join]), FORWARD) + chain(after, int(unit[join]))
+        trip = chain(range(L), int(unit[join]), forward=True) + chain(after, int(unit[join]))
         rows.append(trip + ops[join: leave + 1].sum(axis=0) + drain)
     return np.array(rows)
 

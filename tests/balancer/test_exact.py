@@ -31,13 +31,13 @@ def with_working_sets(rng, frame):
 
 
 def every_placement(setup):
-    """(largest stage memory, ``setup.objective``) of every placement of the one body kind, as two arrays."""
+    """(largest stage memory, ``sapp`` objective) of every placement of the one body kind, as two arrays."""
     shape = (len(setup.items), setup.chunks, setup.stages)
     return judged(setup, (flat.reshape(shape) for flat in placements(int(setup.counts[0]), int(np.prod(shape)))))
 
 
 def judged(setup, placed):
-    """(largest stage memory, the value the search minimises) of the ``placed`` counts that leave no cell empty
+    """(largest stage memory, ``sapp`` objective) of the ``placed`` counts that leave no cell empty
     that must hold a layer, as :func:`~sappkit.balancer.evaluate.evaluate` judges them; two arrays."""
     peaks, values = [], []
     for counts in placed:
@@ -46,7 +46,7 @@ def judged(setup, placed):
             continue
         result = evaluate(setup, counts)
         peaks.append(result.stages["memory_mb"].max())
-        values.append(result.solver_value(setup.objective))
+        values.append(result.sapp)
     return np.array(peaks), np.array(values)
 
 
@@ -91,17 +91,15 @@ def _check_fronts(setup, fronts):
     dict(stages=2, micro_batches=4, chunks=2),
     dict(stages=2, micro_batches=4, chunks=2, schedule="dualpipev"),
 ], ids=["1f1b", "1f1b-m=p", "interleaved", "dualpipev"])
-@pytest.mark.parametrize("objective", ["sapp", "step"])
-def test_exact_search_with_the_working_set_equals_brute_force(pipeline, objective):
+def test_exact_search_with_the_working_set_equals_brute_force(pipeline):
     rng = np.random.default_rng(11)
     for trial in range(2):
         frame = with_working_sets(rng, table(rng, counts=(4,), options=("none", "selective", "full"),
                                              tail=bool(trial % 2)))
         limit = loose_limit(frame, **pipeline)
-        placed = every_placement(make_setup(frame, memory_mb=limit, objective=objective, working_set=True,
-                                            **pipeline))
+        placed = every_placement(make_setup(frame, memory_mb=limit, working_set=True, **pipeline))
         for scale in (0.8, 1.0, 1.3):
-            setup = make_setup(frame, memory_mb=limit * scale, objective=objective, working_set=True, **pipeline)
+            setup = make_setup(frame, memory_mb=limit * scale, working_set=True, **pipeline)
             found = search(setup)
             assert found is not None and found.proven
             value = math.inf if found.counts is None else found.upper
@@ -117,5 +115,5 @@ def test_exact_search_with_the_working_set_agrees_with_the_ilp(rng, pipeline):
     frame = with_working_sets(rng, table(rng, counts=(14,)))
     limit = loose_limit(frame, **pipeline)
     for scale in (0.6, 0.9):
-        fast, ilp, _ = solve_both_ways(frame, "sapp", memory_mb=limit * scale, working_set=True, **pipeline)
+        fast, ilp, _ = solve_both_ways(frame, memory_mb=limit * scale, working_set=True, **pipeline)
         assert fast is not None and fast == pytest.approx(ilp, rel=1e-6)

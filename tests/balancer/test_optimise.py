@@ -107,7 +107,7 @@ def placements(total, slots):
 
 def brute_force(frame, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
                 level=1, overhead=True, frontier=True, consistency=True, in_flight=None, working_set=False):
-    """(best sapp, best step estimate) over every placement, or None when nothing fits; flags drop constraints."""
+    """The best sapp objective over every placement, or None when nothing fits; flags drop constraints."""
     p, m, v = stages, micro_batches, chunks
     schedule = schedule or ("1f1b" if v == 1 else "interleaved")
     body = frame[frame.role == "body"]
@@ -173,9 +173,7 @@ def brute_force(frame, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     body_forward = forward[ok]
     sapp = reference_sapp(F, B, body_forward, fixed_f, fixed_b, frame, p=p, m=m, v=v, level=level,
                           less_memory=less_memory)
-    work = F + B
-    step = (m - 1 / v) * work.sum(axis=1).max(axis=1) + work.sum(axis=(1, 2)) / v
-    return float(sapp.min()), float(step.min())
+    return float(sapp.min())
 
 
 def reference_sapp(F, B, body_forward, fixed_f, fixed_b, frame, *, p, m, v, level, less_memory):
@@ -208,9 +206,9 @@ def reference_sapp(F, B, body_forward, fixed_f, fixed_b, frame, *, p, m, v, leve
     return (body_work + bubble) / max(1, v - 2) + term * (m - 2)
 
 
-def solve_both_ways(frame, objective, **pipeline):
-    """sappkit's optimum of ``objective`` by the exact search (when it applies) and by the ILP alone."""
-    setup = setup_of(frame, objective=objective, **pipeline)
+def solve_both_ways(frame, **pipeline):
+    """sappkit's sapp optimum by the exact search (when it applies) and by the ILP alone."""
+    setup = setup_of(frame, **pipeline)
     found = search(setup)
     fast = None if found is None else (found.upper if found.counts is not None else math.inf)
     model = BalanceModel(setup)
@@ -226,7 +224,7 @@ def loose_limit(frame, **pipeline):
     return float(evaluate(setup, counts_from_assignment(setup, even)).stages.memory_mb.max()) * 0.85
 
 
-# ---------------------------------------------------------------- brute force, both objectives
+# ---------------------------------------------------------------- brute force
 
 CASES = [
     dict(counts=(12,), options=("none", "full"), stages=4, micro_batches=4),
@@ -246,11 +244,10 @@ def test_optimum_equals_brute_force(rng, case):
     for scale in (0.75, 0.9, 1.1):
         limit = loose_limit(frame, **{k: v for k, v in case.items() if k != "less_memory"}) * scale
         best = brute_force(frame, memory_mb=limit, **case)
-        for index, objective in enumerate(("sapp", "step")):
-            fast, ilp, _ = solve_both_ways(frame, objective, memory_mb=limit, **case)
-            expected = math.inf if best is None else best[index]
-            assert fast == pytest.approx(expected, rel=1e-9)
-            assert ilp == pytest.approx(expected, rel=1e-6)
+        fast, ilp, _ = solve_both_ways(frame, memory_mb=limit, **case)
+        expected = math.inf if best is None else best
+        assert fast == pytest.approx(expected, rel=1e-9)
+        assert ilp == pytest.approx(expected, rel=1e-6)
 
 
 @pytest.mark.parametrize("pipeline, counts", [
@@ -261,10 +258,9 @@ def test_multimodal_optimum_equals_brute_force(rng, pipeline, counts):
     frame = table(rng, kinds=2, counts=counts, options=("none", "full"), modules=["vision", "language"])
     limit = loose_limit(frame, **pipeline)
     best = brute_force(frame, memory_mb=limit, **pipeline)
-    for objective, index in (("sapp", 0), ("step", 1)):
-        fast, ilp, _ = solve_both_ways(frame, objective, memory_mb=limit, **pipeline)
-        assert fast is None
-        assert ilp == pytest.approx(best[index], rel=1e-6)
+    fast, ilp, _ = solve_both_ways(frame, memory_mb=limit, **pipeline)
+    assert fast is None
+    assert ilp == pytest.approx(best, rel=1e-6)
 
 
 def test_public_balance_reports_the_optimum(rng):
@@ -272,7 +268,7 @@ def test_public_balance_reports_the_optimum(rng):
     limit = loose_limit(frame, stages=3, micro_batches=6)
     plan = balance(frame, stages=3, micro_batches=6, memory_mb=limit)
     assert plan.status == "optimal" and plan.gap == 0.0 and plan.method == "exact search"
-    assert plan.objective == pytest.approx(brute_force(frame, stages=3, micro_batches=6, memory_mb=limit)[0])
+    assert plan.objective == pytest.approx(brute_force(frame, stages=3, micro_batches=6, memory_mb=limit))
     assert plan.fits and plan.has_plan
 
 
@@ -286,8 +282,8 @@ def _bites(frame, flag, **pipeline):
     without = brute_force(frame, memory_mb=limit, **pipeline, **{flag: False})
     plan = balance(frame, memory_mb=limit, solver=SolverOptions(time_limit=30), **pipeline)
     assert plan.status == "optimal"
-    assert plan.objective == pytest.approx(with_it[0], rel=1e-6)
-    assert without[0] != pytest.approx(with_it[0], rel=1e-6)
+    assert plan.objective == pytest.approx(with_it, rel=1e-6)
+    assert without != pytest.approx(with_it, rel=1e-6)
     return plan
 
 
@@ -310,7 +306,7 @@ def test_overhead_dropped_when_micro_batches_equal_stages():
     plan = balance(frame, stages=2, micro_batches=2, chunks=2, memory_mb=330)
     assert (plan.stages.overhead_mb == 0).all()
     assert plan.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=2, chunks=2,
-                                                       memory_mb=330, overhead=False)[0])
+                                                       memory_mb=330, overhead=False))
 
 
 @pytest.mark.parametrize("schedule, chunks, less_memory, micro_batches, limit", [
@@ -325,9 +321,9 @@ def test_each_schedule_in_flight_binds(schedule, chunks, less_memory, micro_batc
     pipeline = dict(stages=3, micro_batches=micro_batches, chunks=chunks, schedule=schedule, less_memory=less_memory)
     expected = brute_force(frame, memory_mb=limit, **pipeline)
     plan = balance(frame, memory_mb=limit, **pipeline)
-    assert plan.objective == pytest.approx(expected[0])
+    assert plan.objective == pytest.approx(expected)
     flat = np.ones_like(reference_in_flight(schedule, 3, micro_batches, chunks, less_memory))
-    assert brute_force(frame, memory_mb=limit, in_flight=flat, **pipeline)[0] != pytest.approx(expected[0])
+    assert brute_force(frame, memory_mb=limit, in_flight=flat, **pipeline) != pytest.approx(expected)
 
 
 def test_less_memory_with_one_chunk_is_1f1b_with_a_note(rng):
@@ -348,8 +344,8 @@ def test_less_memory_changes_the_plan():
     regular = balance(frame, **pipeline)
     less = balance(frame, less_memory=True, **pipeline)
     assert less.objective < regular.objective
-    assert less.objective == pytest.approx(brute_force(frame, less_memory=True, **pipeline)[0])
-    assert regular.objective == pytest.approx(brute_force(frame, **pipeline)[0])
+    assert less.objective == pytest.approx(brute_force(frame, less_memory=True, **pipeline))
+    assert regular.objective == pytest.approx(brute_force(frame, **pipeline))
 
 
 def test_multimodal_frontier_binds():
@@ -380,7 +376,7 @@ def test_recompute_consistency_binds():
             assert not ((cell.kind == "dense") & (cell.option == "none")).any()
     off = balance(frame, stages=2, micro_batches=4, memory_mb=130, consistent_recompute=False)
     assert off.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=4, memory_mb=130,
-                                                      consistency=False)[0])
+                                                      consistency=False))
 
 
 def test_consistency_with_three_options_is_noted():
@@ -401,7 +397,7 @@ def test_objective_table_cell(rng, level, split):
     frame = table(rng, counts=(6,), options=("none", "full"))
     pipeline = dict(stages=2, chunks=2, micro_batches=2 if split else 4)
     limit = loose_limit(frame, **pipeline)
-    expected = brute_force(frame, memory_mb=limit, level=level, **pipeline)[0]
+    expected = brute_force(frame, memory_mb=limit, level=level, **pipeline)
     plan = balance(frame, memory_mb=limit, optimization_level=level, **pipeline)
     assert plan.status == "optimal"
     assert plan.objective == pytest.approx(expected, rel=1e-6)
@@ -434,9 +430,9 @@ def test_seqpipe_rescales_and_drops_full():
              activation_mb=(a - 2) / 2 + 2) for o, bt, a in (("none", 4, 30), ("selective", 5, 12))])
     expected = brute_force(rescaled, stages=3, micro_batches=4, memory_mb=300,
                            in_flight=np.array([[4, 3, 2]]))
-    assert plan.objective == pytest.approx(expected[0])
+    assert plan.objective == pytest.approx(expected)
     unscaled = brute_force(frame[frame.option != "full"], stages=3, micro_batches=2, memory_mb=300)
-    assert unscaled is None or unscaled[0] != pytest.approx(expected[0])
+    assert unscaled is None or unscaled != pytest.approx(expected)
 
 
 def test_seqpipe_needs_its_parameters():
@@ -520,7 +516,7 @@ def test_optimise_uses_the_ilp_when_the_search_does_not_apply(rng):
     solved = optimise(setup, SolverOptions())
     assert solved.method == "ilp (highs)" and solved.status == "optimal"
     assert solved.objective == pytest.approx(brute_force(frame, stages=2, micro_batches=4,
-                                                         memory_mb=setup.memory_mb)[0])
+                                                         memory_mb=setup.memory_mb))
 
 
 def test_search_bounds_hand_over_to_the_ilp(rng, monkeypatch):
@@ -544,13 +540,12 @@ SMALL_SEQ = dict(SEQ, hidden_size=512, vocab_size=1000)
          less_memory=True),
     dict(stages=3, micro_batches=6, chunks=2, schedule="dualpipev"),
 ], ids=["seqpipe-v2", "seqpipe-v2-less-memory", "dualpipev"])
-@pytest.mark.parametrize("objective", ["sapp", "step"])
-def test_exact_search_agrees_with_the_ilp(rng, pipeline, objective):
+def test_exact_search_agrees_with_the_ilp(rng, pipeline):
     frame = table(rng, counts=(12,))
     limit = loose_limit(frame, **{k: v for k, v in pipeline.items() if k not in ("less_memory", "seq_params",
                                                                                  "seq_split")})
     for scale in (0.5, 0.8):
-        fast, ilp, status = solve_both_ways(frame, objective, memory_mb=limit * scale, **pipeline)
+        fast, ilp, status = solve_both_ways(frame, memory_mb=limit * scale, **pipeline)
         assert fast is not None and fast == pytest.approx(ilp, rel=1e-6)
 
 
