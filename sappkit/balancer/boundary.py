@@ -26,17 +26,19 @@ rounding) gives the lower bound, exact memory the placement.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from .cells import COMBO_BUDGET, EPS, Cache, fixed_memory, memory_bounds, monotone_chunks
+from .evaluate import evaluate
 from .segments import run_front
 from .setup import V_SHAPED, BalanceSetup
 
 __all__ = ["applicable", "search", "least_memory"]
 
 #: How the cap on the stage time grows when no placement lies under it; the memory cap's growth.
-_GROWTH, _MEMORY_GROWTH = 1.06, 1.3
+_GROWTH, _MEMORY_GROWTH = 1.15, 1.3
 
 
 def applicable(setup: BalanceSetup) -> str:
@@ -62,17 +64,46 @@ def applicable(setup: BalanceSetup) -> str:
 
 
 @dataclass(frozen=True)
-class _Choices:
-    """What one cell may hold, one row per content: layers of each kind, forward and backward (head and
-    tail included), activation, the working set it charges, parameters + memory kept once, and the mix."""
+class _Cell:
+    """What one cell may hold, per composition (layers of each kind): its forward, parameters + memory kept
+    once, and its front as staircases per working-set group (``working``): backward ascending, the least
+    activation up to each backward and the front point giving it (inf / -1 padded)."""
 
-    layers: np.ndarray  # [row, kind]
-    forward: np.ndarray
-    backward: np.ndarray
-    activation: np.ndarray
-    working: np.ndarray
-    kept: np.ndarray
-    mix: np.ndarray  # [row, item]
+    layers: np.ndarray  # [composition, kind]
+    forward: np.ndarray  # [composition]
+    kept: np.ndarray  # [composition]
+    backward: np.ndarray  # [composition, group, step]
+    activation: np.ndarray  # [composition, group, step]
+    point: np.ndarray  # [composition, group, step]
+    working: np.ndarray  # [group]
+    fronts: list
+
+    def least_activation(self, composition: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row and group: the least activation with backward <= ``beta`` (inf where none), and its step."""
+        groups, steps = self.backward.shape[1:]
+        row = composition[:, None] * groups + np.arange(groups)[None, :]
+        top = self._span / 4
+        query = np.minimum(beta, top) + EPS * np.maximum(1.0, np.minimum(np.abs(beta), top))
+        step = np.searchsorted(self._sorted, query[:, None] + row * self._span, side="right") - row * steps - 1
+        activation = self.activation[composition[:, None], np.arange(groups)[None, :], np.maximum(step, 0)]
+        return np.where(step >= 0, activation, np.inf), step
+
+    @cached_property
+    def _span(self) -> float:
+        finite = self.backward[np.isfinite(self.backward)]
+        return 4.0 * (float(finite.max(initial=0.0)) + 1.0)
+
+    @cached_property
+    def _sorted(self) -> np.ndarray:
+        """Every staircase's backward in one ascending array (row ``r`` shifted by ``r`` spans; padding above
+        any query), for one :func:`np.searchsorted` over many rows."""
+        span = self._span
+        padded = np.where(np.isfinite(self.backward), self.backward, span / 2)
+        return (padded.reshape(-1, padded.shape[-1]) + np.arange(padded.shape[0] * padded.shape[1])[:, None]
+                * span).ravel()
+
+    def mix(self, composition: int, group: int, step: int) -> np.ndarray:
+        return self.fronts[composition].mix[self.point[composition, group, step]]
 
 
 def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
@@ -91,36 +122,41 @@ def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int,
     return [(n, 0) if holds == 0 else (0, n) for n in range(low, (n0, n1)[holds] + 1)]
 
 
-def _cell_choices(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> _Choices:
-    """The contents of cell ``(c, s)`` that may stay under ``cap``: ``"time"`` its forward + backward (all front
-    points that also keep the stage's memory floor within the limit); ``"memory"`` the stage's memory floor
-    (only each front's lightest points, all that memory needs)."""
+def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> _Cell:
+    """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
+    backward; ``"memory"``: their least memory on an otherwise empty stage), with their fronts."""
     charge = setup.working_set and c == setup.chunks - 1 and s != setup.tail_ends_warm_up
     forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
     least_work = _per_kind(setup, setup.forward + setup.backward)
-    fixed_f, fixed_b, flight = setup.fixed_forward[c, s], setup.fixed_backward[c, s], setup.in_flight[c, s]
-    floor = fixed_memory(setup, s)
-    limit = setup.memory_mb if measure == "time" else cap
-    parts = []
+    fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
+    floor, flight = fixed_memory(setup, s), setup.in_flight[c, s]
+    rows = []
     for composition in _compositions(setup, c, s, holds):
         layers = np.array(composition)
+        kept = float(layers @ kept_per)
         if measure == "time" and layers @ least_work + fixed_f + fixed_b > cap + EPS * max(1.0, cap):
             continue
-        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
-        forward = float(layers @ forward_per) + fixed_f
-        backward = front.backward + fixed_b
-        kept = float(layers @ kept_per)
-        memory = floor + kept + flight * front.activation + front.charged()
-        keep = memory <= limit + EPS * max(1.0, limit)
-        if measure == "time":
-            keep &= forward + backward <= cap + EPS * max(1.0, cap)
-        rows = np.flatnonzero(keep)
-        parts.append((np.tile(layers, (rows.size, 1)), np.full(rows.size, forward), backward[rows],
-                      front.activation[rows], front.charged()[rows], np.full(rows.size, kept), front.mix[rows]))
-    if not parts:
-        width = len(setup.items)
-        return _Choices(np.zeros((0, 2), int), *(np.zeros(0) for _ in range(5)), np.zeros((0, width), int))
-    return _Choices(*(np.concatenate(column) for column in zip(*parts)))
+        front = run_front(setup, composition, cache, working=charge)
+        least_mb = floor + kept + (flight * front.activation + front.charged()).min()
+        limit = setup.memory_mb if measure == "time" else cap
+        if least_mb > limit + EPS * max(1.0, limit):
+            continue
+        rows.append((layers, float(layers @ forward_per) + fixed_f, kept, front))
+    groups = np.unique(np.concatenate([front.charged() for *_, front in rows] + [np.zeros(0 if rows else 1)]))
+    width = max([len(front.backward) for *_, front in rows], default=1)
+    shape = (len(rows), len(groups), width)
+    backward, activation, point = np.full(shape, np.inf), np.full(shape, np.inf), np.full(shape, -1)
+    for k, (*_, front) in enumerate(rows):
+        for g, w in enumerate(groups):
+            members = np.flatnonzero(front.charged() == w)
+            members = members[np.argsort(front.backward[members], kind="stable")]
+            lightest = np.minimum.accumulate(front.activation[members])
+            steps = np.arange(len(members))
+            newest = np.maximum.accumulate(np.where(front.activation[members] <= lightest, steps, 0))
+            backward[k, g, :len(members)] = front.backward[members] + fixed_b
+            activation[k, g, :len(members)], point[k, g, :len(members)] = lightest, members[newest]
+    return _Cell(np.array([r[0] for r in rows], dtype=int).reshape(-1, 2), np.array([r[1] for r in rows]),
+                 np.array([r[2] for r in rows]), backward, activation, point, groups, [r[3] for r in rows])
 
 
 # ------------------------------------------------------------------ stage tables
@@ -129,58 +165,119 @@ def _cell_choices(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap:
 @dataclass(frozen=True)
 class _StageTable:
     """One stage under one pattern: per layers ``(n0, n1)`` the best value and its content, with relaxed and
-    with exact memory; ``rows[content]`` the chosen row of each cell's choices."""
+    with exact memory; a content is the cells' compositions (``contents``) with the backward cap and the
+    working-set group of its exact pricing."""
 
     relaxed: np.ndarray  # [n0, n1] value
     exact: np.ndarray
     relaxed_pick: np.ndarray  # [n0, n1] content index
     exact_pick: np.ndarray
-    rows: np.ndarray  # [content, chunk]
-    choices: list[_Choices]
+    contents: np.ndarray  # [content, chunk] composition index per cell
+    beta: np.ndarray  # [content] backward cap of the exact pricing
+    group: np.ndarray  # [content] working-set group of the last chunk in the exact pricing
+    cells: list[_Cell]
 
 
-def _stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float,
-                 measure: str) -> _StageTable | None:
-    """Every product of the cells' choices under ``cap`` (stage time, or memory floor), priced; None past
-    :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
-    key = ("boundary", measure, s, pattern, round(cap, 9))
-    if key in cache.stages:
-        return cache.stages[key]
+def _contents(setup: BalanceSetup, cells: list[_Cell], s: int, cap: float, measure: str):
+    """Every product of the cells' compositions within the layer counts and under ``cap`` at its least
+    (stage time with every cell on its fastest point; or memory), as composition indices per cell."""
     n0, n1 = (int(n) for n in setup.counts)
-    choices = [_cell_choices(setup, cache, c, s, holds, cap, measure) for c, holds in enumerate(pattern)]
-    floor = fixed_memory(setup, s)
+    contents = np.zeros((1, 0), dtype=int)
+    layers, forward, backward = np.zeros((1, 2), dtype=int), np.zeros(1), np.zeros(1)
+    memory = np.full(1, fixed_memory(setup, s))
     limit = setup.memory_mb if measure == "time" else cap
-    rows = np.zeros((1, 0), dtype=int)
-    layers = np.zeros((1, 2), dtype=int)
-    most_forward, most_backward, memory = np.zeros(1), np.zeros(1), np.full(1, floor)
-    for c, cell in enumerate(choices):
-        left = np.repeat(np.arange(len(rows)), len(cell.kept))
-        right = np.tile(np.arange(len(cell.kept)), len(rows))
+    for c, cell in enumerate(cells):
+        fastest = cell.backward[:, :, 0].min(axis=1)
+        lightest = (setup.in_flight[c, s] * cell.activation.min(axis=-1) + cell.working[None, :]).min(axis=1)
+        left = np.repeat(np.arange(len(contents)), len(cell.kept))
+        right = np.tile(np.arange(len(cell.kept)), len(contents))
         new_layers = layers[left] + cell.layers[right]
-        new_forward = np.maximum(most_forward[left], cell.forward[right])
-        new_backward = np.maximum(most_backward[left], cell.backward[right])
-        new_memory = (memory[left] + cell.kept[right] + setup.in_flight[c, s] * cell.activation[right]
-                      + cell.working[right])
+        new_forward = np.maximum(forward[left], cell.forward[right])
+        new_backward = np.maximum(backward[left], fastest[right])
+        new_memory = memory[left] + cell.kept[right] + lightest[right]
         keep = (new_layers[:, 0] <= n0) & (new_layers[:, 1] <= n1) & (new_memory <= limit + EPS * max(1.0, limit))
         if measure == "time":
             keep &= new_forward + new_backward <= cap + EPS * max(1.0, cap)
         if keep.sum() > COMBO_BUDGET:
             return None
-        rows = np.column_stack([rows[left[keep]], right[keep]])
-        layers, memory = new_layers[keep], new_memory[keep]
-        most_forward, most_backward = new_forward[keep], new_backward[keep]
-    activation = np.stack([cell.activation[rows[:, c]] for c, cell in enumerate(choices)], axis=1)
-    working = np.stack([cell.working[rows[:, c]] for c, cell in enumerate(choices)], axis=1)
-    kept = sum(cell.kept[rows[:, c]] for c, cell in enumerate(choices))
-    relaxed_mb, exact_mb = (bound + kept for bound in memory_bounds(
-        setup, s, np.zeros_like(activation), activation, working))
-    shape = (n0 + 1, n1 + 1)
-    if measure == "time":
-        time, fits = most_forward + most_backward, setup.memory_mb + EPS * max(1.0, setup.memory_mb)
-        tables = [_best_per_layers(layers, time, mb <= fits, shape) for mb in (relaxed_mb, exact_mb)]
-    else:  # least memory: every content counts, the limit aside
-        tables = [_best_per_layers(layers, mb, np.ones(len(mb), bool), shape) for mb in (relaxed_mb, exact_mb)]
-    table = _StageTable(tables[0][0], tables[1][0], tables[0][1], tables[1][1], rows, choices)
+        contents = np.column_stack([contents[left[keep]], right[keep]])
+        layers, forward, backward, memory = new_layers[keep], new_forward[keep], new_backward[keep], new_memory[keep]
+    return contents, layers, forward, backward
+
+
+def _priced(setup: BalanceSetup, cells: list[_Cell], s: int, contents: np.ndarray, beta: np.ndarray):
+    """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
+    ``beta``, each the least over the last chunk's working-set groups, and the exact one's group."""
+    rows = len(contents)
+    activation = np.zeros((rows, len(cells[-1].working), setup.chunks))
+    kept = np.zeros(rows)
+    for c, cell in enumerate(cells):
+        least, _ = cell.least_activation(contents[:, c], beta)
+        activation[:, :, c] = least if c == len(cells) - 1 else least.min(axis=1, keepdims=True)
+        kept += cell.kept[contents[:, c]]
+    working = np.zeros_like(activation)
+    working[:, :, -1] = cells[-1].working[None, :]
+    flat = activation.reshape(-1, setup.chunks)
+    finite = np.isfinite(flat).all(axis=1)
+    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0),
+                                   working.reshape(-1, setup.chunks))
+    groups = len(cells[-1].working)
+    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, groups) + kept[:, None]
+    exact = np.where(finite, exact, np.inf).reshape(rows, groups) + kept[:, None]
+    return relaxed.min(axis=1), exact.min(axis=1), exact.argmin(axis=1)
+
+
+def _least_beta(setup, cells, s, contents, grid, low, exact: bool) -> np.ndarray:
+    """Per content the least index into ``grid`` (from ``low``) whose backward cap lets the stage fit the
+    memory limit (relaxed or exact); ``len(grid)`` where none does: a bisection, memory falls as the cap
+    grows."""
+    limit = setup.memory_mb + EPS * max(1.0, setup.memory_mb)
+    lo, hi = low.copy(), np.full(len(contents), len(grid))
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        probe = np.minimum(mid, len(grid) - 1)
+        relaxed, exact_mb, _ = _priced(setup, cells, s, contents, grid[probe])
+        fits = ((exact_mb if exact else relaxed) <= limit) & (mid < len(grid))
+        active = lo < hi
+        hi = np.where(active & fits, mid, hi)
+        lo = np.where(active & ~fits, mid + 1, lo)
+    return lo
+
+
+def _stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float,
+                 measure: str) -> _StageTable | None:
+    """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``) or their
+    least memory (``"memory"``); None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
+    key = ("boundary", measure, s, pattern, round(cap, 9))
+    if key in cache.stages:
+        return cache.stages[key]
+    cells = []
+    for c, holds in enumerate(pattern):
+        cell_key = ("boundary cell", measure, c, s, holds, round(cap, 9))
+        if cell_key not in cache.stages:
+            cache.stages[cell_key] = _cell(setup, cache, c, s, holds, cap, measure)
+        cells.append(cache.stages[cell_key])
+    listed = _contents(setup, cells, s, cap, measure)
+    if listed is None:
+        return None
+    contents, layers, forward, fastest = listed
+    shape = tuple(int(n) + 1 for n in setup.counts)
+    everything = np.ones(len(contents), bool)
+    if measure == "memory":
+        relaxed, exact, group = _priced(setup, cells, s, contents, np.full(len(contents), np.inf))
+        beta = np.full(len(contents), np.inf)
+        tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
+    else:
+        grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in cells] + [[0.0]]))
+        low = np.searchsorted(grid, fastest - EPS * np.maximum(1.0, fastest))
+        values = []
+        for exact in (False, True):
+            index = _least_beta(setup, cells, s, contents, grid, low, exact)
+            values.append(np.where(index < len(grid), forward + grid[np.minimum(index, len(grid) - 1)], np.inf))
+        beta = np.where(np.isfinite(values[1]), values[1] - forward, np.inf)
+        group = _priced(setup, cells, s, contents, beta)[2]
+        tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
+    table = _StageTable(tables[0][0], tables[1][0], tables[0][1], tables[1][1], contents, beta, group, cells)
     cache.stages[key] = table
     return table
 
@@ -266,11 +363,17 @@ def _solve(setup: BalanceSetup, tables: list[tuple[_StageTable, _StageTable, _St
 
 
 def _placement(setup: BalanceSetup, tables, picks) -> np.ndarray:
+    """The counts of the picked contents: every cell on its lightest point under the content's backward cap
+    (the last chunk's within the content's working-set group)."""
     counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
     for s, (pattern, content) in enumerate(picks):
         table = tables[s][pattern]
-        for c, cell in enumerate(table.choices):
-            counts[:, c, s] = cell.mix[table.rows[content, c]]
+        beta = np.array([table.beta[content]])
+        for c, cell in enumerate(table.cells):
+            composition = table.contents[content, c:c + 1]
+            least, step = cell.least_activation(composition, beta)
+            group = int(table.group[content]) if c == len(table.cells) - 1 else int(np.argmin(least[0]))
+            counts[:, c, s] = cell.mix(int(composition[0]), group, int(step[0, group]))
     return counts
 
 
@@ -297,7 +400,7 @@ def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str):
 def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, float, float] | None:
     """(proven, placement, its stage-time value, lower bound) for ``setup``'s ``sapp`` objective; placement None
     (proven) when nothing fits; None past the enumeration budget."""
-    if _fits(setup, cache) is False:
+    if not evaluate(setup, _even_lightest(setup)).fits and _fits(setup, cache) is False:
         return True, None, np.inf, np.inf
     fixed = setup.fixed_forward.sum() + setup.fixed_backward.sum()
     least_work = float(setup.counts @ _per_kind(setup, setup.forward + setup.backward) + fixed)
@@ -317,7 +420,22 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
             lower = max(lower, tau)
         if tau >= most_work:  # every content was listed: no placement fits with exact memory
             return False, None, np.inf, lower
-        tau = min(tau * _GROWTH, most_work)
+        # a placement found above the cap bounds the optimum: listing up to it proves it
+        tau = min(tau * _GROWTH, most_work, value if counts is not None else np.inf)
+
+
+def _even_lightest(setup: BalanceSetup) -> np.ndarray:
+    """The model's layers spread evenly over the cells in model order, each on its kind's lightest option: a
+    placement whose fit proves, cheaply, that one exists."""
+    cells = setup.cells
+    shares = np.diff(np.linspace(0, int(setup.counts.sum()), len(cells) + 1).round().astype(int))
+    kind_of = np.repeat(np.arange(len(setup.kinds)), setup.counts)
+    lightest = [min(setup.item_indices(kind), key=lambda i: setup.activation[i]) for kind in setup.kinds]
+    counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
+    for (c, s), start, n in zip(cells, np.r_[0, np.cumsum(shares)[:-1]], shares):
+        for k in kind_of[start:start + n]:
+            counts[lightest[k], c, s] += 1
+    return counts
 
 
 def _fits(setup: BalanceSetup, cache: Cache) -> bool | None:
