@@ -34,9 +34,7 @@ _GROWTH = 1.06
 
 
 def applicable(setup: BalanceSetup) -> str:
-    """Why the search over runs does not apply to ``setup`` ('' when it does)."""
-    if setup.chunks != 1:
-        return "more than one body kind with more than one chunk"
+    """Why the search over runs does not apply to ``setup``, one chunk ('' when it does)."""
     if setup.level >= 2:
         return "optimization_level >= 2"
     if setup.consistency is not None:
