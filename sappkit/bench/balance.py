@@ -20,8 +20,10 @@ no frontier or consistency rows.) It is solved by CBC with a time limit
 (90 s, 2 s with ``--quick``), as the seed solves it.
 
 The bundled models (:data:`BUNDLED`: Llama-2-70B-class, DeepSeek-V3-class,
-the vision-language model) on their intended stages, ``v`` in {1, 2, 3},
-``m`` in {p, 2p, 4p} (with ``--quick``: Llama, ``m = 2p``, ``v`` in {1, 2}):
+the vision-language model) on their intended stages, and the Llama table
+deepened to 192 layers (its five options) on 8 and 16 stages of 80 GB
+devices, ``v`` in {1, 2, 3}, ``m`` in {p, 2p, 4p} (with ``--quick``: Llama,
+``m = 2p``, ``v`` in {1, 2}):
 per case the ``sapp`` plan (solve time against the 1 s target, status,
 simulated step time) and the ``step`` plan (solve time, status, simulated
 step time and its difference from the ``sapp`` plan's, the proven lower
@@ -38,7 +40,8 @@ from ..balancer.optimise import balance
 from ..balancer.setup import BalanceSetup, make_setup
 from ..balancer.solver import SolverOptions, solve
 from ..demo import bundled
-from ..layers import read_layers_json
+from ..columns import BODY, COUNT, ROLE
+from ..layers import LayerTable, read_layers_json
 from ..layers.configs import DeviceConfig, ParallelConfig, TransformerConfig
 from ..layers.estimate import estimate_layers
 from ..layers.units import format_time
@@ -48,9 +51,12 @@ __all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB", "BUNDLED"]
 
 LIMIT_MB = 32000.0
 _TARGET_MS = 1000.0
-#: The bundled models of the second grid: (label, file, stages, device memory in MB).
-BUNDLED = (("llama2_70b", "llama2_70b.json", 16, 58000.0), ("deepseek_v3", "deepseek_v3.json", 16, 60000.0),
-           ("vlm", "vlm.json", 8, 60000.0))
+#: The models of the second grid: (label, bundled file, body layers (None: as bundled), stages, device memory
+#: in MB).
+BUNDLED = (("llama2_70b", "llama2_70b.json", None, 16, 58000.0),
+           ("deepseek_v3", "deepseek_v3.json", None, 16, 60000.0), ("vlm", "vlm.json", None, 8, 60000.0),
+           ("llama2_70b x192", "llama2_70b.json", 192, 8, 80000.0),
+           ("llama2_70b x192", "llama2_70b.json", 192, 16, 80000.0))
 
 
 def bench_layers():
@@ -122,12 +128,22 @@ def _grid(quick: bool):
 
 
 def _bundled_cases(quick: bool):
-    """(label, file, stages, memory limit, chunks, micro-batches) of the bundled-model grid."""
-    for label, name, p, limit in BUNDLED:
+    """(label, file, body layers, stages, memory limit, chunks, micro-batches) of the bundled-model grid."""
+    for label, name, depth, p, limit in BUNDLED:
         for v in (1, 2, 3):
             for m in (p, 2 * p, 4 * p):
                 if not quick or (label == "llama2_70b" and m == 2 * p and v < 3):
-                    yield label, name, p, limit, v, m
+                    yield label, name, depth, p, limit, v, m
+
+
+def _model(name: str, depth: int | None) -> LayerTable:
+    """A bundled layer table, its one body kind deepened to ``depth`` layers when given."""
+    layers = read_layers_json(bundled(name))
+    if depth is None:
+        return layers
+    frame = layers.frame.copy()
+    frame.loc[frame[ROLE] == BODY, COUNT] = depth
+    return LayerTable(frame, time_unit=layers.time_unit)
 
 
 def measure(quick: bool) -> list[dict]:
@@ -163,8 +179,8 @@ def _seed_grid(quick: bool) -> list[dict]:
 def _bundled(quick: bool) -> list[dict]:
     """Per bundled model and schedule: the ``sapp`` plan and the ``step`` plan, solve time and simulated step."""
     rows = []
-    for label, name, p, limit, v, m in _bundled_cases(quick):
-        layers = read_layers_json(bundled(name))
+    for label, name, depth, p, limit, v, m in _bundled_cases(quick):
+        layers = _model(name, depth)
         case = f"{label} p={p} v={v} m={m} {limit:g} MB"
         plans = {}
         for objective in ("sapp", "step"):
