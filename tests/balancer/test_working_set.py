@@ -88,8 +88,9 @@ def test_balanced_plan_is_priced_alike_by_the_chooser(seed, kinds, options, tail
     simulated = plan.simulate().stages  # one memory truth: the simulator measures what both models charge
     np.testing.assert_allclose(simulated["memory_mb"], plan.stages["memory_mb"], rtol=0, atol=1e-6)
     np.testing.assert_allclose(simulated["working_mb"], plan.stages["working_mb"], rtol=0, atol=1e-6)
-    # The stage whose last cell ends with the tail charges the tail's working set, no body layer's.
-    if tail:
+    # The stage whose last cell ends with the tail charges the tail's working set, no body layer's (one chunk:
+    # with more, the stage's peak may come at another cell's backward).
+    if tail and pipeline.get("chunks", 1) == 1:
         assert plan.stages["working_mb"].iloc[-1] == layers.working_set_mb("lm_head", "none")
 
 
