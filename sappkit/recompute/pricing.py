@@ -22,16 +22,23 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 - fixed parts ``F1`` = body and head/tail parameters + head/tail
   activations at their cells' in-flight counts + the tail's working set
   (kept at one micro-batch + ``working_mb``) on the stage it ends +
-  interleaved overhead + ``const_mb``; ``F2`` = parameters + head/tail
-  activations times their share ``(n - 1)/n`` + head/tail ``grad_mb`` +
-  overhead + ``const_mb``.
-- **interleaved overhead** (v > 1, seed 004 ``vpp_1f1b_steady_overhead``):
-  with ``d_c`` the per-micro-batch activation of cell ``(c, s)`` under the
-  *configured* options (head and tail included where they sit) and
-  ``r = m - p``: the largest of ``(r - s) |d_a - d_b|`` over the pairs
-  ``(v-1-i, i+1)`` and ``(v-1-i, i)`` and of ``s |d_a - d_b|`` over
-  ``(v-2-i, i)`` (less-memory: ``(r - s)`` over ``(v-1-i, i)``, ``s`` over
-  ``(v-2-i, i)``), and 0; held fixed whatever the choice.
+  ``const_mb``; ``F2`` = parameters + head/tail activations times their
+  share ``(n - 1)/n`` + head/tail ``grad_mb`` + overhead + ``const_mb``.
+- **more than one chunk**: the warm-up peak ``M1`` is the peak over the
+  stage's memory events (:mod:`sappkit.recompute.events`), as the balancer
+  and the simulator charge it: each event holds each cell's activation at
+  its own count and the working set of the last layer of the cell whose
+  backward runs (the layers flagged ``ends_warm_up``, one per such cell);
+  reported as activation × in-flight, ``overhead_mb`` (the rest of the
+  peak) and the working set held then.
+- **interleaved overhead** in ``F2`` (v > 1, seed 004
+  ``vpp_1f1b_steady_overhead``): with ``d_c`` the per-micro-batch
+  activation of cell ``(c, s)`` under the *configured* options (head and
+  tail included where they sit) and ``r = m - p``: the largest of ``(r -
+  s) |d_a - d_b|`` over the pairs ``(v-1-i, i+1)`` and ``(v-1-i, i)`` and of
+  ``s |d_a - d_b|`` over ``(v-2-i, i)`` (less-memory: ``(r - s)`` over
+  ``(v-1-i, i)``, ``s`` over ``(v-2-i, i)``), and 0; held fixed whatever
+  the choice.
 
 The stage's memory is the higher of the two peaks.
 
@@ -43,9 +50,10 @@ activation memory, e.g. ``full``). It is the forward + backward time of one
 micro-batch through the body layers, per stage: a sum, not a step time.
 
 A stage's layers form
-:class:`LayerGroup` s of interchangeable layers (same kind and in-flight
-count; the layer that ends warm-up, and with a second peak the stage's first
-layer, each stand apart) with per-option memory at both peaks and time.
+:class:`LayerGroup` s of interchangeable layers (same kind, chunk and
+in-flight count; the layer that ends warm-up, and with a second peak the
+stage's first layer, each stand apart) with per-option memory at both peaks
+and time.
 """
 
 from __future__ import annotations

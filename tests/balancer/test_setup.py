@@ -3,7 +3,6 @@
 import pandas as pd
 import pytest
 
-import sappkit
 from sappkit import balance
 from sappkit.balancer.setup import make_setup
 
