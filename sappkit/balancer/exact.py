@@ -40,7 +40,7 @@ from .cells import (
     EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, monotone_chunks, placement,
     split_values, stage_time, subset,
 )
-from . import segments
+from . import boundary, segments
 from .evaluate import evaluate
 from .setup import BalanceSetup
 
@@ -64,7 +64,7 @@ class SearchResult:
 def applicable(setup: BalanceSetup) -> str:
     """Why the exact search does not apply to ``setup`` ('' when it does)."""
     if len(setup.kinds) != 1:
-        return segments.applicable(setup)
+        return segments.applicable(setup) if setup.chunks == 1 else boundary.applicable(setup)
     if setup.level >= 2:
         return "optimization_level >= 2"
     if np.ptp(setup.forward) > 0 or np.ptp(setup.once) > 0:
@@ -223,6 +223,12 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
     if applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
+    if len(setup.kinds) != 1 and setup.chunks > 1:
+        found = boundary.search(setup, cache)
+        if found is None:
+            return None
+        proven, counts, _, lower = found
+        return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
     if len(setup.kinds) != 1:
         counts, value = segments.search(setup, cache)
         return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)
@@ -299,7 +305,8 @@ def least_memory(setup: BalanceSetup, *, cache: Cache | None = None) -> np.ndarr
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
     if len(setup.kinds) != 1:
-        return segments.least_memory(setup, cache)[0]
+        return (segments.least_memory(setup, cache)[0] if setup.chunks == 1
+                else boundary.least_memory(setup, cache))
     cap = setup.memory_mb
     while True:
         found = _least_memory(setup, cache, cap)

@@ -1,0 +1,128 @@
+"""The exact search for two body kinds over several chunks: the optimum of brute force and of the ILP.
+
+The search carries the cell where the first kind ends through a DP over
+stages; these tests check its optimum against seed 003's objective over
+every placement (the reference brute force of ``test_optimise``, written
+out cell by cell), against every placement in model order as
+:func:`~sappkit.balancer.evaluate.evaluate` judges it (with the working
+set, and on a V-shaped schedule), and against the integer program.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from sappkit import balance
+from sappkit.balancer import boundary
+from sappkit.balancer.cells import Cache
+from sappkit.balancer.exact import applicable, search
+from sappkit.balancer.setup import make_setup
+
+from .test_exact import brute_force as best_fitting, judged, with_working_sets
+from .test_optimise import brute_force, loose_limit, placements, solve_both_ways, table
+
+
+def follows_model_order(setup, counts) -> bool:
+    """No first-kind layer on a cell once the second kind has started on a cell before it (seed 003's
+    frontier: :meth:`~sappkit.balancer.setup.BalanceSetup.earlier_cells`)."""
+    first, second = (counts[setup.item_indices(kind)].sum(axis=0) for kind in setup.kinds)
+    return not any(first[c, s] > 0 and any(second[d, t] > 0 for d, t in setup.earlier_cells(c, s))
+                   for c, s in setup.cells)
+
+
+def in_model_order(setup):
+    """(largest stage memory, ``sapp`` objective) of every placement whose kinds follow the model order."""
+    per_kind = []
+    for k, kind in enumerate(setup.kinds):
+        shape = (len(setup.item_indices(kind)), setup.chunks, setup.stages)
+        per_kind.append(placements(int(setup.counts[k]), int(np.prod(shape))).reshape(-1, *shape))
+    placed = (np.concatenate(parts) for parts in itertools.product(*per_kind))
+    return judged(setup, (counts for counts in placed if follows_model_order(setup, counts)))
+
+
+def solved(setup):
+    """The search's proven optimum (inf when nothing fits); its placement follows the model order."""
+    found = search(setup)
+    assert found is not None and found.proven
+    if found.counts is None:
+        return math.inf
+    assert follows_model_order(setup, found.counts)
+    return found.upper
+
+
+@pytest.mark.parametrize("counts, pipeline", [((2, 3), dict(stages=2, chunks=2, micro_batches=4)),
+                                              ((2, 3), dict(stages=2, chunks=2, micro_batches=3)),
+                                              ((2, 4), dict(stages=2, chunks=3, micro_batches=4)),
+                                              ((1, 5), dict(stages=3, chunks=2, micro_batches=6)),
+                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=4))],
+                         ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1"])
+def test_the_search_equals_seed_003s_objective_over_every_placement(counts, pipeline):
+    rng = np.random.default_rng(11)
+    for trial in range(3):
+        frame = table(rng, kinds=2, counts=counts, options=("none", "full"), tail=bool(trial % 2))
+        limit = loose_limit(frame, **pipeline)
+        for scale in (0.8, 1.0, 1.3):
+            setup = make_setup(frame, memory_mb=limit * scale, working_set=False, consistent_recompute=False,
+                               **pipeline)
+            assert applicable(setup) == ""
+            expected = brute_force(frame, memory_mb=setup.memory_mb, consistency=False, **pipeline)
+            assert solved(setup) == pytest.approx(math.inf if expected is None else expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule, options, counts, stages", [
+    ("interleaved", ("none", "selective", "full"), (2, 2), 2), ("interleaved", ("none", "full"), (1, 3), 3),
+    ("zbv", ("none", "full"), (2, 2), 2), ("zbv", ("none", "full"), (3, 1), 3),
+    ("zbv", ("none", "full"), (5, 1), 2)])
+def test_the_search_equals_every_placement_in_model_order_with_the_working_set(schedule, options, counts, stages):
+    rng = np.random.default_rng(5)
+    pipeline = dict(stages=stages, chunks=2, micro_batches=2 * stages, schedule=schedule)
+    for trial in range(2):
+        frame = with_working_sets(rng, table(rng, kinds=2, counts=counts, options=options, tail=bool(trial)))
+        limit = loose_limit(frame, **pipeline)
+        setup = make_setup(frame, memory_mb=limit, working_set=True, consistent_recompute=False, **pipeline)
+        placed = in_model_order(setup)
+        for scale in (0.75, 1.0, 1.5):
+            setup = make_setup(frame, memory_mb=limit * scale, working_set=True, consistent_recompute=False,
+                               **pipeline)
+            assert solved(setup) == pytest.approx(best_fitting(placed, setup.memory_mb), rel=1e-9)
+
+
+@pytest.mark.parametrize("working", [False, True], ids=["no working set", "working set"])
+def test_the_search_agrees_with_the_ilp(rng, working):
+    for chunks, micro_batches in ((2, 8), (3, 6)):
+        frame = table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full"))
+        frame = with_working_sets(rng, frame) if working else frame
+        pipeline = dict(stages=3, chunks=chunks, micro_batches=micro_batches, working_set=working,
+                        consistent_recompute=False)
+        limit = loose_limit(frame, **pipeline)
+        for scale in (0.7, 1.0):
+            fast, ilp, status = solve_both_ways(frame, memory_mb=limit * scale, **pipeline)
+            assert status in ("optimal", "infeasible")
+            assert fast is not None and fast == pytest.approx(ilp, rel=1e-6)
+
+
+def test_least_memory_is_the_least_over_every_placement_and_infeasible_limits_are_proven(rng):
+    frame = with_working_sets(rng, table(rng, kinds=2, counts=(2, 2), options=("none", "selective", "full")))
+    pipeline = dict(stages=2, chunks=2, micro_batches=4, working_set=True, consistent_recompute=False)
+    setup = make_setup(frame, memory_mb=1.0, **pipeline)
+    peaks, _ = in_model_order(setup)
+    least = boundary.least_memory(setup, Cache().bind(setup))
+    plan = balance(frame, memory_mb=1.0, **pipeline)
+    assert plan.status == "infeasible" and plan.memory_needed_mb == pytest.approx(peaks.min(), abs=1e-6)
+    assert least is not None and follows_model_order(setup, least) and solved(setup) == math.inf
+    assert balance(frame, memory_mb=float(peaks.min()), **pipeline).status == "optimal"
+
+
+def test_what_the_search_leaves_to_the_integer_program(rng):
+    frame = table(rng, kinds=3, counts=(2, 2, 2), options=("none", "full"))
+    assert "more than two body kinds" in applicable(make_setup(frame, stages=2, chunks=2, micro_batches=4,
+                                                               memory_mb=1e9, consistent_recompute=False))
+    two = table(rng, kinds=2, counts=(3, 3), options=("none", "full"))
+    assert "split objective" in applicable(make_setup(two, stages=2, chunks=2, micro_batches=2, memory_mb=1e9,
+                                                      consistent_recompute=False))
+    assert "consistency" in applicable(make_setup(two, stages=2, chunks=2, micro_batches=4, memory_mb=1e9,
+                                                  consistent_recompute=True))
