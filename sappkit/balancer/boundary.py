@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cells import COMBO_BUDGET, EPS, Cache, fixed_memory, memory_bounds, monotone_chunks
+from .cells import COMBO_BUDGET, EPS, Cache, charged_chunks, fixed_memory, floor_weights, memory_bounds, monotone_chunks
 from .segments import run_front
 from .setup import V_SHAPED, BalanceSetup
 
@@ -95,10 +95,11 @@ def _cell_choices(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap:
     """The contents of cell ``(c, s)`` that may stay under ``cap``: ``"time"`` its forward + backward (all front
     points that also keep the stage's memory floor within the limit); ``"memory"`` the stage's memory floor
     (only each front's lightest points, all that memory needs)."""
-    charge = setup.working_set and c == setup.chunks - 1 and s != setup.tail_ends_warm_up
+    charge = c in charged_chunks(setup, s)
     forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
     least_work = _per_kind(setup, setup.forward + setup.backward)
-    fixed_f, fixed_b, flight = setup.fixed_forward[c, s], setup.fixed_backward[c, s], setup.in_flight[c, s]
+    fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
+    flight, charged = (weights[c] for weights in floor_weights(setup, s))
     floor = fixed_memory(setup, s)
     limit = setup.memory_mb if measure == "time" else cap
     parts = []
@@ -110,7 +111,7 @@ def _cell_choices(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap:
         forward = float(layers @ forward_per) + fixed_f
         backward = front.backward + fixed_b
         kept = float(layers @ kept_per)
-        memory = floor + kept + flight * front.activation + front.charged()
+        memory = floor + kept + flight * front.activation + charged * front.charged()
         keep = memory <= limit + EPS * max(1.0, limit)
         if measure == "time":
             keep &= forward + backward <= cap + EPS * max(1.0, cap)
@@ -159,8 +160,8 @@ def _stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap:
         new_layers = layers[left] + cell.layers[right]
         new_forward = np.maximum(most_forward[left], cell.forward[right])
         new_backward = np.maximum(most_backward[left], cell.backward[right])
-        new_memory = (memory[left] + cell.kept[right] + setup.in_flight[c, s] * cell.activation[right]
-                      + cell.working[right])
+        flight, charged = (weights[c] for weights in floor_weights(setup, s))
+        new_memory = memory[left] + cell.kept[right] + flight * cell.activation[right] + charged * cell.working[right]
         keep = (new_layers[:, 0] <= n0) & (new_layers[:, 1] <= n1) & (new_memory <= limit + EPS * max(1.0, limit))
         if measure == "time":
             keep &= new_forward + new_backward <= cap + EPS * max(1.0, cap)

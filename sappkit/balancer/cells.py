@@ -26,7 +26,7 @@ from .peaks import fixed_activation, stage_events
 from .setup import BalanceSetup
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "charged_chunks",
-           "enumerate_stage",
+           "enumerate_stage", "floor_weights",
            "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "monotone_chunks",
            "pareto_fronts", "placement", "split_values", "stage_time", "subset",
            "working_fronts"]
@@ -337,14 +337,31 @@ def fixed_memory(setup: BalanceSetup, s: int) -> float:
     if not setup.working_set:
         return setup.const_mb + sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage]
                                     + f.memory_once_mb for f in setup.fixed if f.stage == s)
+    held, reference = _fixed_held(setup, s)
+    return _base_memory(setup, s) + float(held[reference])
+
+
+def floor_weights(setup: BalanceSetup, s: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per chunk of stage ``s``: the count its cell's activation and the weight (0 or 1) its charged working
+    set add to :func:`fixed_memory` in a lower bound of the stage's memory, cell by cell (the in-flight
+    counts and 1 without the working set; with it, the counts of :func:`fixed_memory`'s event and 1 for the
+    cell whose backward runs then)."""
+    if not setup.working_set:
+        return setup.in_flight[:, s], np.ones(setup.chunks)
+    _, reference = _fixed_held(setup, s)
+    events = stage_events(setup, s)
+    return events.held[reference], (np.arange(setup.chunks) == events.running[reference]).astype(float)
+
+
+def _fixed_held(setup: BalanceSetup, s: int) -> tuple[np.ndarray, int]:
+    """Head's and tail's part of each memory event of stage ``s``, and the event :func:`fixed_memory` uses."""
     events = stage_events(setup, s)
     working = np.zeros(setup.chunks)
     tail = setup.tail
     if tail is not None and tail.stage == s:
         working[tail.chunk] = tail.working_mb
     held = events.peak(fixed_activation(setup)[:, s], working)
-    reference = np.lexsort((held, events.held.min(axis=1)))[-1]
-    return _base_memory(setup, s) + float(held[reference])
+    return held, int(np.lexsort((held, events.held.min(axis=1)))[-1])
 
 
 def _base_memory(setup: BalanceSetup, s: int) -> float:
