@@ -15,10 +15,13 @@ linear model.
 
 The knapsack is one constraint per event (and the second peak's, with
 ``fsdp_holds_grads``): :class:`EventStageSolver` solves each alone (a lower
-bound on the stage's least time), keeps the fastest of their choices, of a
-sound single constraint (every event's weight at once, the tightest budget)
-and of the configured options that fits every constraint; exact when an
-event's own optimum fits the others.
+bound on the stage's least time), then a sound single constraint (every
+event's weight at once, the tightest budget), the configured options and
+weighted sums of the constraints (surrogates, the weights growing on the
+constraints a choice breaks), and keeps the fastest choice that fits every
+constraint: exact when an event's own optimum fits the others, else the
+best found. Stages with few distinct choices (at most
+:data:`_ENUMERATION_BUDGET`) are enumerated instead, exactly.
 """
 
 from __future__ import annotations
@@ -30,6 +33,11 @@ from ..pipeline.memory_events import StageEvents, memory_events
 from .knapsack import Group, budget_buckets, build_front, canonical
 
 __all__ = ["stage_events", "charged_chunks", "event_fixed", "event_peaks", "EventStageSolver"]
+
+#: Weighted sums of the constraints tried after each constraint alone (each one knapsack).
+_SURROGATE_ROUNDS = 12
+#: Stages with at most this many distinct choices (products of the groups' option counts) are enumerated.
+_ENUMERATION_BUDGET = 50_000
 
 
 def stage_events(partition) -> tuple[StageEvents, ...]:
@@ -145,12 +153,31 @@ class EventStageSolver:
 
     def _candidates(self, limit: float):
         budgets = limit - self.fixed
+        if (budgets < 0).any():
+            return
         for weights, budget in zip(self.weights, budgets):
             yield self._solve(weights, budget)
         # Sound for every constraint at once: each option's heaviest weight against the tightest budget.
         yield self._solve([np.max([w[g] for w in self.weights], axis=0) for g in range(len(self.groups))],
                           float(budgets.min()))
         yield self._configured()
+        yield from self._surrogates(budgets)
+
+    def _surrogates(self, budgets: np.ndarray):
+        """Choices under weighted sums of the constraints, the weights growing on those a choice breaks."""
+        share = np.full(len(budgets), 1.0 / len(budgets))
+        for _ in range(_SURROGATE_ROUNDS):
+            weights = [sum(q * w[g] for q, w in zip(share, self.weights)) for g in range(len(self.groups))]
+            counts = self._solve(weights, float(share @ budgets))
+            if counts is None:
+                return
+            yield counts
+            held = np.array([sum(float(w[g] @ c) for g, c in enumerate(counts)) for w in self.weights])
+            over = np.maximum(held - budgets, 0.0) / np.maximum(budgets, self.pricing.bucket_mb)
+            if not over.any():
+                return
+            share = share * (1.0 + over)
+            share /= share.sum()
 
     def _configured(self):
         """The configured options' counts, when every layer's is on offer."""
@@ -165,8 +192,30 @@ class EventStageSolver:
             counts.append(picked)
         return tuple(counts)
 
+    def _enumerated(self, limit_mb: float):
+        """Every distinct choice's fit and time, the fastest that fits (None, inf: none does); or None when the
+        stage has more than :data:`_ENUMERATION_BUDGET` choices."""
+        mixes = [_mixes(g.count, len(g.options)) for g in self.groups]
+        sizes = [len(m) for m in mixes]
+        if int(np.prod(sizes, dtype=float)) > _ENUMERATION_BUDGET:
+            return None
+        picks = np.indices(sizes).reshape(len(sizes), -1).T
+        fits = np.ones(len(picks), dtype=bool)
+        for weights, fixed in zip(self.weights, self.fixed):
+            held = sum(mixes[g][picks[:, g]] @ w for g, w in enumerate(weights))
+            fits &= np.asarray(held) <= limit_mb - fixed + 1e-9
+        time = np.asarray(sum(mixes[g][picks[:, g]] @ group.time for g, group in enumerate(self.groups)), float)
+        time = np.broadcast_to(time, fits.shape)
+        if not fits.any():
+            return None, np.inf
+        best = int(np.flatnonzero(fits)[np.argmin(time[fits])])
+        return tuple(mixes[g][picks[best, g]] for g in range(len(self.groups))), float(time[best])
+
     def _best(self, limit_mb: float):
         """The fastest candidate's counts that fits every constraint, and its time (None, inf: none does)."""
+        enumerated = self._enumerated(limit_mb)
+        if enumerated is not None:
+            return enumerated
         best, best_time = None, np.inf
         for counts in self._candidates(limit_mb):
             if counts is not None and self._fits(counts, limit_mb) and self._time(counts) < best_time:
@@ -184,3 +233,10 @@ class EventStageSolver:
         """The stage's time at each capacity (``inf`` where nothing fits)."""
         limits = np.asarray(limits_mb, dtype=float)
         return np.array([self._best(float(limit))[1] for limit in limits.ravel()]).reshape(limits.shape)
+
+
+def _mixes(count: int, options: int) -> np.ndarray:
+    """Every way ``count`` layers spread over ``options`` options: ``[mix, option]``."""
+    if options == 1:
+        return np.array([[count]])
+    return np.array([[first, *rest] for first in range(count, -1, -1) for rest in _mixes(count - first, options - 1)])

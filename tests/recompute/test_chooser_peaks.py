@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from sappkit.layers.table import LayerTable
+from sappkit.recompute import events
 from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from sappkit.recompute.partition import Partition
 from sappkit.recompute.pricing import price
@@ -230,3 +231,36 @@ def test_offload_per_layer_reports_mode_off_and_sweeps(rng):
     # needs the offload (70 MB plain).
     assert curve["feasible"].tolist() == [False, True, True, True]
     assert curve["time"].tolist()[1:] == [10.0 + 3.0, 9.0 + 3.0, 9.0 + 3.0]
+
+
+def test_interleaved_memory_events_equal_brute_force(rng):
+    # Two and three chunks, m from p to 2p (multiples of p and not), heads, tails, working sets.
+    for _ in range(16):
+        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=bool(rng.integers(2)))
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=int(rng.integers(2, 4)),
+                                       most=2)
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit)
+        expected = brute_force_stages(table, part, limit, offered)
+        if any(math.isinf(t) for t in expected):
+            assert not choice.chosen
+            continue
+        assert choice.stages["time"].tolist() == pytest.approx(expected, rel=1e-9)
+        check_reported_memory(choice)
+
+
+def test_interleaved_knapsacks_per_event_fit_and_are_never_better_than_brute_force(rng, monkeypatch):
+    # Without enumerating small stages: one knapsack per event and their surrogates.
+    monkeypatch.setattr(events, "_ENUMERATION_BUDGET", 0)
+    for _ in range(16):
+        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=bool(rng.integers(2)))
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=int(rng.integers(2, 4)),
+                                       most=2)
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit)
+        expected = brute_force_stages(table, part, limit, offered)
+        if choice.chosen:
+            check_reported_memory(choice)
+            assert all(t >= e - 1e-9 for t, e in zip(choice.stages["time"], expected))
