@@ -44,7 +44,8 @@ class StageEvents:
     Attributes
     ----------
     held : ndarray
-        ``[event, chunk]``: units of each chunk held at the event.
+        ``[event, chunk]``: units of each chunk held at the event; events in
+        the order the stage first reaches them.
     running : ndarray
         ``[event]``: the chunk whose backward (or input pass) runs then,
         holding that cell's working set; :data:`NO_BACKWARD` for none.
@@ -70,9 +71,9 @@ def memory_events(schedule: str, stages: int, micro_batches: int, chunks: int = 
     >>> events = memory_events("1f1b", 4, 8)
     >>> events[1].held.tolist(), events[1].running.tolist()
     ([[3.0]], [0])
-    >>> last = memory_events("interleaved", 2, 4, chunks=2)[1]  # chunk 0's backward with 3 of its units held
+    >>> last = memory_events("interleaved", 2, 4, chunks=2)[1]  # later, chunk 0's backward with 3 of its units
     >>> last.held.tolist(), last.running.tolist()
-    ([[3.0, 0.0], [2.0, 1.0]], [0, 1])
+    ([[2.0, 1.0], [3.0, 0.0]], [1, 0])
     """
     return _memory_events(schedule, stages, micro_batches, chunks, bool(less_memory), seq_split)
 
@@ -101,9 +102,9 @@ def _stage_events(ops, v: int) -> StageEvents:
 
 def _undominated(held: np.ndarray, running: np.ndarray) -> StageEvents:
     """Events no other covers: at least the units of every chunk, running the same cell's backward (any
-    event covers one running none, working sets being >= 0); of equal events, one."""
-    keys = np.column_stack([running, held])
-    keys = np.unique(keys, axis=0)
+    event covers one running none, working sets being >= 0); of equal events, the first; in run order."""
+    keys, first = np.unique(np.column_stack([running, held]), axis=0, return_index=True)
+    keys = keys[np.argsort(first)]  # in run order, so the first of equal peaks is the one the simulator reports
     running, held = keys[:, 0].astype(int), keys[:, 1:]
     covers = (held[:, None, :] >= held[None, :, :]).all(axis=2)      # covers[a, b]: a holds at least b's units
     same = (running[:, None] == running[None, :]) | (running[None, :] == NO_BACKWARD)
