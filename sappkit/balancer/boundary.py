@@ -30,7 +30,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .cells import COMBO_BUDGET, EPS, Cache, fixed_memory, memory_bounds, monotone_chunks
+from .cells import (
+    COMBO_BUDGET, EPS, Cache, charged_chunks, fixed_memory, floor_weights, memory_bounds, monotone_chunks,
+)
 from .evaluate import evaluate
 from .segments import run_front
 from .setup import V_SHAPED, BalanceSetup
@@ -125,11 +127,12 @@ def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int,
 def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> _Cell:
     """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
     backward; ``"memory"``: their least memory on an otherwise empty stage), with their fronts."""
-    charge = setup.working_set and c == setup.chunks - 1 and s != setup.tail_ends_warm_up
+    charge = c in charged_chunks(setup, s)
     forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
     least_work = _per_kind(setup, setup.forward + setup.backward)
     fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
-    floor, flight = fixed_memory(setup, s), setup.in_flight[c, s]
+    floor = fixed_memory(setup, s)
+    flight, charged = (weights[c] for weights in floor_weights(setup, s))
     rows = []
     for composition in _compositions(setup, c, s, holds):
         layers = np.array(composition)
@@ -137,7 +140,7 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
         if measure == "time" and layers @ least_work + fixed_f + fixed_b > cap + EPS * max(1.0, cap):
             continue
         front = run_front(setup, composition, cache, working=charge)
-        least_mb = floor + kept + (flight * front.activation + front.charged()).min()
+        least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
         limit = setup.memory_mb if measure == "time" else cap
         if least_mb > limit + EPS * max(1.0, limit):
             continue
@@ -174,7 +177,7 @@ class _StageTable:
     exact_pick: np.ndarray
     contents: np.ndarray  # [content, chunk] composition index per cell
     beta: np.ndarray  # [content] backward cap of the exact pricing
-    group: np.ndarray  # [content] working-set group of the last chunk in the exact pricing
+    group: np.ndarray  # [content] the cells' working-set groups in the exact pricing (an index into their product)
     cells: list[_Cell]
 
 
@@ -186,9 +189,10 @@ def _contents(setup: BalanceSetup, cells: list[_Cell], s: int, cap: float, measu
     layers, forward, backward = np.zeros((1, 2), dtype=int), np.zeros(1), np.zeros(1)
     memory = np.full(1, fixed_memory(setup, s))
     limit = setup.memory_mb if measure == "time" else cap
+    flights, charges = floor_weights(setup, s)
     for c, cell in enumerate(cells):
         fastest = cell.backward[:, :, 0].min(axis=1)
-        lightest = (setup.in_flight[c, s] * cell.activation.min(axis=-1) + cell.working[None, :]).min(axis=1)
+        lightest = (flights[c] * cell.activation.min(axis=-1) + charges[c] * cell.working[None, :]).min(axis=1)
         left = np.repeat(np.arange(len(contents)), len(cell.kept))
         right = np.tile(np.arange(len(cell.kept)), len(contents))
         new_layers = layers[left] + cell.layers[right]
@@ -207,23 +211,24 @@ def _contents(setup: BalanceSetup, cells: list[_Cell], s: int, cap: float, measu
 
 def _priced(setup: BalanceSetup, cells: list[_Cell], s: int, contents: np.ndarray, beta: np.ndarray):
     """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
-    ``beta``, each the least over the last chunk's working-set groups, and the exact one's group."""
+    ``beta``, each the least over the cells' working-set groups, and the exact one's groups (one index into
+    their product)."""
     rows = len(contents)
-    activation = np.zeros((rows, len(cells[-1].working), setup.chunks))
+    sizes = [len(cell.working) for cell in cells]
+    groups = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
+    activation = np.zeros((rows, len(groups), setup.chunks))
     kept = np.zeros(rows)
     for c, cell in enumerate(cells):
         least, _ = cell.least_activation(contents[:, c], beta)
-        activation[:, :, c] = least if c == len(cells) - 1 else least.min(axis=1, keepdims=True)
+        activation[:, :, c] = least[:, groups[:, c]]
         kept += cell.kept[contents[:, c]]
-    working = np.zeros_like(activation)
-    working[:, :, -1] = cells[-1].working[None, :]
+    working = np.broadcast_to(np.stack([cell.working[groups[:, c]] for c, cell in enumerate(cells)], axis=1),
+                              activation.shape).reshape(-1, setup.chunks)
     flat = activation.reshape(-1, setup.chunks)
     finite = np.isfinite(flat).all(axis=1)
-    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0),
-                                   working.reshape(-1, setup.chunks))
-    groups = len(cells[-1].working)
-    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, groups) + kept[:, None]
-    exact = np.where(finite, exact, np.inf).reshape(rows, groups) + kept[:, None]
+    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0), working)
+    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(groups)) + kept[:, None]
+    exact = np.where(finite, exact, np.inf).reshape(rows, len(groups)) + kept[:, None]
     return relaxed.min(axis=1), exact.min(axis=1), exact.argmin(axis=1)
 
 
@@ -363,17 +368,17 @@ def _solve(setup: BalanceSetup, tables: list[tuple[_StageTable, _StageTable, _St
 
 
 def _placement(setup: BalanceSetup, tables, picks) -> np.ndarray:
-    """The counts of the picked contents: every cell on its lightest point under the content's backward cap
-    (the last chunk's within the content's working-set group)."""
+    """The counts of the picked contents: every cell on its lightest point under the content's backward cap,
+    within the working-set group of the content's exact pricing."""
     counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
     for s, (pattern, content) in enumerate(picks):
         table = tables[s][pattern]
         beta = np.array([table.beta[content]])
+        groups = np.unravel_index(int(table.group[content]), [len(cell.working) for cell in table.cells])
         for c, cell in enumerate(table.cells):
             composition = table.contents[content, c:c + 1]
-            least, step = cell.least_activation(composition, beta)
-            group = int(table.group[content]) if c == len(table.cells) - 1 else int(np.argmin(least[0]))
-            counts[:, c, s] = cell.mix(int(composition[0]), group, int(step[0, group]))
+            _, step = cell.least_activation(composition, beta)
+            counts[:, c, s] = cell.mix(int(composition[0]), int(groups[c]), int(step[0, groups[c]]))
     return counts
 
 

@@ -11,13 +11,13 @@ Time (DESIGN.md "Per-stage time"): ``F(c, s)`` and ``B(c, s)`` sum the
 forward and backward of the cell's body layers plus the head or tail on
 their cell. The stage time is ``max_c F(c, s) + max_c B(c, s)``.
 
-Memory (DESIGN.md "Per-stage memory", ``sapp`` terms): parameters, activation
-× in-flight (+ memory kept once), the interleaved overhead
+Memory (DESIGN.md "Per-stage memory"): parameters, activation × in-flight
+(+ memory kept once) and the constant; by default (``working_set=True``) the
+peak over the stage's memory events, working set included, which is what the
+simulator measures (:mod:`sappkit.balancer.peaks`); with
+``working_set=False`` seed 003's terms: the interleaved overhead
 ``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
-chunks (as seed 003; the simulator also counts head and tail activations
-there, so the two agree where those keep none), the working set when asked
-(the recompute chooser's rule and numbers; :func:`stage_memory`), and the
-constant.
+chunks and no working set (:func:`stage_memory`).
 
 Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
 
@@ -47,6 +47,7 @@ from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, OVERHEAD_MB,
     PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
+from . import peaks
 from .setup import BalanceSetup
 
 __all__ = ["Evaluation", "StageMemory", "evaluate", "stage_memory", "assignment_frame", "counts_from_assignment",
@@ -100,12 +101,15 @@ class StageMemory:
 def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) -> StageMemory:
     """Memory of stages ``stages`` (any shape) holding ``contents`` (that shape + ``[item, chunk]`` layers).
 
-    Parameters, activation × in-flight (+ memory kept once), the interleaved
-    overhead ``max(0, ceil(Σ factor ΔA))`` over the body activations of the
-    stage's chunks, the working set when ``setup.working_set`` (the last body
-    layer of the last-chunk cell in :attr:`BalanceSetup.cell_order` ends
-    warm-up; the tail where that cell ends with it), head and tail where they
-    sit, and the constant. Vectorised: the search prices many stages at once.
+    Parameters, activation × in-flight (+ memory kept once), head and tail
+    where they sit, and the constant; then with ``setup.working_set`` the
+    peak over the stage's memory events (:mod:`sappkit.balancer.peaks`): the
+    working set its backward then holds in ``working``, the rest of the peak
+    above activation × in-flight in ``overhead`` (negative where no event
+    holds every cell's in-flight count at once); without it seed 003's
+    interleaved overhead ``max(0, ceil(Σ factor ΔA))`` over the body
+    activations of the stage's chunks. Vectorised: the search prices many
+    stages at once.
     """
     contents = np.asarray(contents, dtype=float)
     stages = np.asarray(stages)
@@ -114,20 +118,38 @@ def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) 
     flight = np.moveaxis(setup.in_flight[:, stages], 0, -1)
     fixed_param, fixed_activation, weights = _stage_constants(setup)
     activation = (flight * body_activation).sum(axis=-1) + per_item @ setup.once + fixed_activation[stages]
-    overhead = np.zeros(stages.shape)
-    if setup.overhead_active:
+    overhead = np.zeros(np.broadcast_shapes(stages.shape, activation.shape))
+    working = np.zeros_like(overhead)
+    if setup.working_set:
+        overhead, working = _event_peak(setup, body_activation, contents, stages)
+    elif setup.overhead_active:
         expr = (np.moveaxis(weights[:, stages], 0, -1) * body_activation).sum(axis=-1)
         overhead = np.maximum(0.0, np.ceil(expr - OVERHEAD_TOLERANCE))
-    working = np.zeros(stages.shape)
-    if setup.working_set:
-        order = setup.cell_order
-        present = contents[..., order, -1] > 0
-        last = len(order) - 1 - np.argmax(present[..., ::-1], axis=-1)
-        working = np.where(present.any(axis=-1), setup.working[order][last], 0.0)
-        if setup.tail_ends_warm_up is not None:
-            working = np.where(stages == setup.tail_ends_warm_up, setup.tail.working_mb, working)
     return StageMemory(param=per_item @ setup.param + fixed_param[stages], activation=activation,
                        overhead=overhead, working=working, const=setup.const_mb)
+
+
+def _event_peak(setup: BalanceSetup, body_activation: np.ndarray, contents: np.ndarray,
+                stages: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(overhead, working) of the stages' peak event: the peak's part above activation × in-flight, and the
+    working set held then."""
+    shape = np.broadcast_shapes(stages.shape, body_activation.shape[:-1])
+    stages = np.broadcast_to(stages, shape)
+    cells = np.broadcast_to(body_activation, (*shape, setup.chunks)) + np.moveaxis(
+        peaks.fixed_activation(setup)[:, stages], 0, -1)
+    working_cells = np.broadcast_to(peaks.cell_working(setup, contents, stages), cells.shape)
+    overhead, working = np.zeros(shape), np.zeros(shape)
+    for s in np.unique(stages):
+        at = stages == s
+        events = peaks.stage_events(setup, int(s))
+        values = events.peak(cells[at], working_cells[at])
+        top = values.argmax(axis=-1)
+        running = events.running[top]
+        held_working = np.where(running >= 0, np.take_along_axis(working_cells[at], np.maximum(running, 0)[:, None],
+                                                                 axis=-1)[:, 0], 0.0)
+        working[at] = held_working
+        overhead[at] = values.max(axis=-1) - held_working - cells[at] @ setup.in_flight[:, int(s)]
+    return overhead, working
 
 
 def _stage_constants(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -5,25 +5,32 @@ Index sets: body items :math:`i = (k, o)` (kind, option), cells
 Variables: :math:`x_{ics} \in \mathbb{Z}_{\ge 0}`, body layers of item
 :math:`i` on cell :math:`(c, s)`. With :math:`F_{cs} = \sum_i f_i x_{ics} +
 F^{ht}_{cs}`, :math:`B_{cs} = \sum_i b_i x_{ics} + B^{ht}_{cs}` (head and
-tail on their cells) and :math:`A_{cs} = \sum_i a_i x_{ics}`:
+tail on their cells) and :math:`A_{cs} = \sum_i a_i x_{ics} + A^{ht}_{cs}`:
 
 .. math::
 
    \sum_{o} \sum_{c, s} x_{(k,o)cs} &= n_k  && \text{every layer placed (layer\_total\_k)} \\
    \sum_i x_{ics} &\ge 1 \quad (c, s) \notin R && \text{no empty cell (cell\_min\_c\_s)} \\
-   P_s + \sum_c \mathit{if}_{cs} A_{cs} + \sum_{i,c} u_i x_{ics} + O_s + W_s + K &\le M
-       && \text{memory (memory\_cap\_s)} \\
+   P_s + \sum_{i,c} u_i x_{ics} + K + \sum_c k_{ec} A_{cs} + W_{c_e s} &\le M
+       \quad e \in E_s && \text{memory (memory\_cap\_s\_e)} \\
+   P_s + \sum_{i,c} u_i x_{ics} + K + \sum_c \mathit{if}_{cs} A_{cs} + O_s &\le M
+       && \text{seed 003's memory (memory\_cap\_s)} \\
    O_s \in \mathbb{Z}_{\ge 0},\ O_s &\ge \sum_t \phi_t (A_{a_t s} - A_{b_t s})
        && \text{interleaved overhead, when } v > 1, m \ne p
 
-with :math:`P_s` body and head/tail parameters, :math:`\mathit{if}` the
-in-flight counts, :math:`u` memory kept once, :math:`W_s` the end-of-warm-up
-working set (``working_set=True``): with :math:`y_{is}` binary, exactly
-"item :math:`i` is on the last chunk" (:math:`n_k y_{is} \ge x_{i,v-1,s}`,
-:math:`y_{is} \le x_{i,v-1,s}`) and items in the order a cell's layers run,
-:math:`W_s \ge w_i (y_{is} - \sum_{j \succ i} y_{js})`: the working set of
-the last item present, exactly as ``evaluate`` charges it (the tail's
-constant where the cell ends with the tail).
+with :math:`P_s` body and head/tail parameters, :math:`u` memory kept once,
+:math:`K` the constant. By default (``working_set=True``) the first family:
+:math:`E_s` the stage's undominated memory events
+(:mod:`sappkit.balancer.peaks`), event :math:`e` holding :math:`k_{ec}`
+units of chunk :math:`c` while the backward of cell :math:`(c_e, s)` runs
+(no :math:`W` between backwards), and :math:`W_{cs}` that cell's working
+set: with :math:`y_{ics}` binary, exactly "item :math:`i` is on the cell"
+(:math:`n_k y_{ics} \ge x_{ics}`, :math:`y_{ics} \le x_{ics}`) and items in
+the order a cell's layers run, :math:`W_{cs} \ge w_i (y_{ics} - \sum_{j
+\succ i} y_{jcs})`: the working set of the last item present, exactly as
+``evaluate`` charges it (the tail's constant on the tail's cell). With
+``working_set=False`` the second, seed 003's, with :math:`\mathit{if}` the
+in-flight counts.
 Multimodal frontier, for adjacent body kinds :math:`k-1, k` and every cell:
 :math:`n_k \phi_{kcs} \ge` (layers of :math:`k` on cells before
 :math:`(c, s)` in model order; DualPipeV's chunk 1 includes the cell) and
@@ -53,6 +60,7 @@ import numpy as np
 import pulp
 
 from ..pipeline.schedules import V_SHAPED
+from . import peaks
 from .setup import BalanceSetup
 
 __all__ = ["BalanceModel", "layer_bound", "overhead_bound"]
@@ -204,16 +212,33 @@ class BalanceModel:
     # ------------------------------------------------------------ memory
 
     def _add_memory_cap(self) -> None:
-        # Parameters + activations x in-flight + overhead + working set + constant fit the device.
+        # Parameters + activations x in-flight + overhead + working set + constant fit the device;
+        # with the working set, at every undominated memory event of the stage's order.
         setup = self.setup
         for s in range(setup.stages):
-            memory = pulp.lpSum(self._cell(setup.param + setup.once, c, s)
-                                + float(setup.in_flight[c, s]) * self._cell(setup.activation, c, s)
-                                for c in range(setup.chunks))
-            fixed = sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage] + f.memory_once_mb
-                        for f in setup.fixed if f.stage == s)
-            memory += self._overhead(s) + self._working(s) + float(fixed + setup.const_mb)
-            self._add(memory <= self.limit, f"memory_cap_{s}")
+            kept = pulp.lpSum(self._cell(setup.param + setup.once, c, s) for c in range(setup.chunks))
+            kept += float(setup.const_mb + sum(f.param_mb + f.memory_once_mb for f in setup.fixed if f.stage == s))
+            if setup.working_set:
+                self._add_event_caps(s, kept)
+                continue
+            memory = kept + pulp.lpSum(float(setup.in_flight[c, s]) * self._activation(c, s)
+                                       for c in range(setup.chunks))
+            self._add(memory + self._overhead(s) <= self.limit, f"memory_cap_{s}")
+
+    def _activation(self, c: int, s: int):
+        """``A_{cs}`` with the head's or tail's activation on its cell."""
+        return self._cell(self.setup.activation, c, s) + float(peaks.fixed_activation(self.setup)[c, s])
+
+    def _add_event_caps(self, s: int, kept) -> None:
+        # One cap per event e: kept + Σ_c k_{e,c} A_{cs} + W_{c_e s} (the running backward's cell).
+        setup = self.setup
+        events = peaks.stage_events(setup, s)
+        working = {c: self._working(c, s) for c in sorted(set(events.running.tolist())) if c >= 0}
+        for e, (held, running) in enumerate(zip(events.held, events.running)):
+            memory = kept + pulp.lpSum(float(n) * self._activation(c, s) for c, n in enumerate(held) if n)
+            if running >= 0:
+                memory += working[int(running)]
+            self._add(memory <= self.limit, f"memory_cap_{s}_{e}")
 
     def _overhead(self, s: int):
         # An integer at least the signed imbalance of the chunks' activations (seed 003).
@@ -226,27 +251,25 @@ class BalanceModel:
                                          for f, a, b in terms), f"overhead_min_{s}")
         return overhead
 
-    def _working(self, s: int):
-        # The working set of the layer ending warm-up: the last item present, in the order a cell's
-        # layers run, on the stage's last chunk (the tail's, a constant, where that cell ends with it).
+    def _working(self, c: int, s: int):
+        # The working set cell (c, s)'s backward holds: its last item present, in the order a cell's
+        # layers run (the tail's, a constant, where the cell ends with it).
         setup = self.setup
-        if not setup.working_set:
-            return 0
-        if s == setup.tail_ends_warm_up:
-            return setup.tail.working_mb
-        c = setup.chunks - 1
+        tail = setup.tail
+        if tail is not None and (tail.chunk, tail.stage) == (c, s):
+            return tail.working_mb
         order = setup.cell_order
         present = {}
         for i in order:
-            present[i] = self._var(f"present_{i}_{s}", 0, 1, "Binary")
+            present[i] = self._var(f"present_{i}_{c}_{s}", 0, 1, "Binary")
             self._add(layer_bound(setup, [setup.kind_index[i]]) * present[i] >= self.x[i, c, s],
-                      f"present_if_placed_{i}_{s}")
-            self._add(present[i] <= self.x[i, c, s], f"present_only_if_placed_{i}_{s}")
-        working = self._var(f"working_{s}", 0, float(setup.working.max(initial=0.0)))
+                      f"present_if_placed_{i}_{c}_{s}")
+            self._add(present[i] <= self.x[i, c, s], f"present_only_if_placed_{i}_{c}_{s}")
+        working = self._var(f"working_{c}_{s}", 0, float(setup.working.max(initial=0.0)))
         for position, i in enumerate(order):
             if setup.working[i] > 0:
                 later = pulp.lpSum(present[j] for j in order[position + 1:])
-                self._add(working >= float(setup.working[i]) * (present[i] - later), f"working_{i}_{s}")
+                self._add(working >= float(setup.working[i]) * (present[i] - later), f"working_{i}_{c}_{s}")
         return working
 
     # ------------------------------------------------------------ time

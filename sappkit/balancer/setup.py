@@ -281,9 +281,10 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
         in_flight=in_flight_counts(schedule, p, m, v, less_memory, k).astype(float),
     )
     if schedule not in SEED_SCHEDULES:
-        notes.append(f"{schedule}: memory = Σ activation × in-flight (each cell's peak, a bound on the stage's); "
-                     "time: the sapp objective's closed form stands in for the schedule, the step objective is "
-                     "its simulated step")
+        memory = ("the peak over the step order's memory events, as simulated" if working_set else
+                  "Σ activation × in-flight (each cell's peak, a bound on the stage's)")
+        notes.append(f"{schedule}: memory = {memory}; time: the sapp objective's closed form stands in for the "
+                     "schedule, the step objective is its simulated step")
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "

@@ -16,7 +16,9 @@ within rounding: the first is kept, in order of stage, group and mode.
 
 Everything is priced once (:func:`sappkit.recompute.pricing.price`, as
 :func:`sappkit.choose_recompute` prices); each plan is then a matter of
-sums over the stored prices, all plans evaluated at once. ``current`` is read
+sums over the stored prices, all plans evaluated at once (with more than one
+chunk, plan by plan at the peak over the stage's memory events, as the
+chooser prices it). ``current`` is read
 and checked by :func:`sappkit.one_more.current.layer_modes`.
 """
 
@@ -50,6 +52,8 @@ FULL = "full"
 _ROUNDING = 1e-9
 _CHOOSE_OPTIONS = ("fsdp_holds_grads", "bucket_mb", "per_layer", "link")
 _BACKWARD_FIXED_MB = "backward_fixed_mb"
+#: Memory within this of the limit fits: sums of one plan's terms in another order differ in their last bits.
+_ROUNDING_MB = 1e-9
 
 
 class RecomputeAnalysis:
@@ -185,7 +189,7 @@ class RecomputeAnalysis:
         if not isinstance(current, RecomputeChoice):
             current = self._plan(rows, values, 0)
         limit, memory = self.pricing.memory_mb, values[MEMORY_MB]
-        over = np.flatnonzero(memory[0] > limit)
+        over = np.flatnonzero(memory[0] > limit + _ROUNDING_MB)
         if over.size:
             return no_alternatives(current, f"current does not fit: stage {over[0]} needs "
                                             f"{memory[0, over[0]]:,.1f} MB against a limit of {limit:,.1f} MB")
@@ -233,7 +237,13 @@ class RecomputeAnalysis:
         return np.array(rows), starts
 
     def _evaluate(self, rows: np.ndarray) -> dict[str, np.ndarray]:
-        """Every plan's (row's) stage columns at once: each ``[plan, stage]``."""
+        """Every plan's (row's) stage columns at once: each ``[plan, stage]``; with more than one chunk plan by
+        plan, the warm-up peak being the memory events' (:mod:`sappkit.recompute.events`)."""
+        if self.pricing.partition.chunks > 1:
+            frames = [self.pricing.evaluate(list(self._prices["options"][row])) for row in rows]
+            values = {column: np.array([frame[column].to_numpy() for frame in frames])
+                      for column in (ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, MEMORY_MB, BACKWARD_MB, TIME)}
+            return {**values, TIME_SAVED: self._prices["baseline"] - values[TIME]}
         prices = self._prices
         fixed, onehot = prices["fixed"], prices["onehot"]
         layers = np.arange(rows.shape[1])
@@ -247,7 +257,7 @@ class RecomputeAnalysis:
 
     def _distinct(self, rows: np.ndarray, values: dict, starts: list[tuple[int, int]]) -> list[int]:
         """The rows (1-based: row 0 is current) that fit, each the first of its kind of plan."""
-        fits = (values[MEMORY_MB] <= self.pricing.memory_mb).all(axis=1)
+        fits = (values[MEMORY_MB] <= self.pricing.memory_mb + _ROUNDING_MB).all(axis=1)
         kinds = self.pricing.body[KIND].to_numpy()
         seen: dict[tuple, list[int]] = {}
         kept = []

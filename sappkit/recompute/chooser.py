@@ -17,7 +17,9 @@ warm-up are enumerated, and each pair of their options leaves the other
 layers one budget, the smaller of what both peaks allow; exact at one chunk
 per stage, and at two or more it uses the largest share ``(n - 1)/n`` of the
 other layers, which fits. With a host link (one chunk per stage), a stage's
-first layers may offload (:mod:`sappkit.recompute.offload`).
+first layers may offload (:mod:`sappkit.recompute.offload`). With more than
+one chunk a stage fits at every memory event, one knapsack each
+(:class:`~sappkit.recompute.events.EventStageSolver`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from ..errors import InputError
 from ..layers.units import with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from .choice import RecomputeChoice, build_choice, refused_choice
+from .events import EventStageSolver
 from .knapsack import budget_buckets, build_front, canonical
 from .offload import HostLink, offload_stage
 from .pricing import Pricing, price
@@ -122,6 +125,11 @@ class StageSolver:
         return chosen
 
 
+def stage_solver(pricing: Pricing, stage: int) -> StageSolver | EventStageSolver:
+    """The stage's solver: one knapsack for one chunk, one per memory event for more."""
+    return StageSolver(pricing, stage) if pricing.partition.chunks == 1 else EventStageSolver(pricing, stage)
+
+
 def _lightest(pricing: Pricing) -> list[str]:
     """Each layer's option keeping the least at the warm-up peak (the faster on a tie)."""
     options = [""] * len(pricing.body)
@@ -204,7 +212,7 @@ def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink |
     options, offloaded, copies, transit = [""] * count, np.zeros(count), np.zeros(count), np.zeros(p)
     failed = []
     for s in range(p):
-        chosen = StageSolver(pricing, s).choose(pricing.memory_mb)
+        chosen = stage_solver(pricing, s).choose(pricing.memory_mb)
         if offload:
             plan = offload_stage(pricing, s, chosen, link)
             chosen = None if plan is None else plan.options
@@ -353,6 +361,6 @@ def _sweep_times(pricing: Pricing, frame: pd.DataFrame, limits: np.ndarray, per_
             if choice.chosen:
                 frame.loc[row, ["feasible", "time"]] = [True, choice.stages[TIME].sum()]
         return
-    total = sum(StageSolver(pricing, s).least_times(limits) for s in range(pricing.partition.stages))
+    total = sum(stage_solver(pricing, s).least_times(limits) for s in range(pricing.partition.stages))
     frame["feasible"] = np.isfinite(total)
     frame["time"] = np.where(np.isfinite(total), total, np.nan)

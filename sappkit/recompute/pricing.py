@@ -22,16 +22,23 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 - fixed parts ``F1`` = body and head/tail parameters + head/tail
   activations at their cells' in-flight counts + the tail's working set
   (kept at one micro-batch + ``working_mb``) on the stage it ends +
-  interleaved overhead + ``const_mb``; ``F2`` = parameters + head/tail
-  activations times their share ``(n - 1)/n`` + head/tail ``grad_mb`` +
-  overhead + ``const_mb``.
-- **interleaved overhead** (v > 1, seed 004 ``vpp_1f1b_steady_overhead``):
-  with ``d_c`` the per-micro-batch activation of cell ``(c, s)`` under the
-  *configured* options (head and tail included where they sit) and
-  ``r = m - p``: the largest of ``(r - s) |d_a - d_b|`` over the pairs
-  ``(v-1-i, i+1)`` and ``(v-1-i, i)`` and of ``s |d_a - d_b|`` over
-  ``(v-2-i, i)`` (less-memory: ``(r - s)`` over ``(v-1-i, i)``, ``s`` over
-  ``(v-2-i, i)``), and 0; held fixed whatever the choice.
+  ``const_mb``; ``F2`` = parameters + head/tail activations times their
+  share ``(n - 1)/n`` + head/tail ``grad_mb`` + overhead + ``const_mb``.
+- **more than one chunk**: the warm-up peak ``M1`` is the peak over the
+  stage's memory events (:mod:`sappkit.recompute.events`), as the balancer
+  and the simulator charge it: each event holds each cell's activation at
+  its own count and the working set of the last layer of the cell whose
+  backward runs (the layers flagged ``ends_warm_up``, one per such cell);
+  reported as activation × in-flight, ``overhead_mb`` (the rest of the
+  peak) and the working set held then.
+- **interleaved overhead** in ``F2`` (v > 1, seed 004
+  ``vpp_1f1b_steady_overhead``): with ``d_c`` the per-micro-batch
+  activation of cell ``(c, s)`` under the *configured* options (head and
+  tail included where they sit) and ``r = m - p``: the largest of ``(r -
+  s) |d_a - d_b|`` over the pairs ``(v-1-i, i+1)`` and ``(v-1-i, i)`` and of
+  ``s |d_a - d_b|`` over ``(v-2-i, i)`` (less-memory: ``(r - s)`` over
+  ``(v-1-i, i)``, ``s`` over ``(v-2-i, i)``), and 0; held fixed whatever
+  the choice.
 
 The stage's memory is the higher of the two peaks.
 
@@ -43,9 +50,10 @@ activation memory, e.g. ``full``). It is the forward + backward time of one
 micro-batch through the body layers, per stage: a sum, not a step time.
 
 A stage's layers form
-:class:`LayerGroup` s of interchangeable layers (same kind and in-flight
-count; the layer that ends warm-up, and with a second peak the stage's first
-layer, each stand apart) with per-option memory at both peaks and time.
+:class:`LayerGroup` s of interchangeable layers (same kind, chunk and
+in-flight count; the layer that ends warm-up, and with a second peak the
+stage's first layer, each stand apart) with per-option memory at both peaks
+and time.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ from ..columns import (
 from ..errors import InputError
 from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
+from .events import charged_chunks, event_peaks
 from .knapsack import to_buckets
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
 from .partition import CONFIGURED, LAYER, Partition
@@ -92,7 +101,9 @@ class LayerGroup:
     stage, kind, in_flight : the layers' stage, kind and micro-batches in flight.
     ends_warm_up : bool
         The group is the layer that ends the stage's warm-up (its memory
-        includes its working set).
+        includes its working set); with more than one chunk, the last body
+        layer of a cell whose working set a memory event charges
+        (:mod:`sappkit.recompute.events`).
     first : bool
         The group is the stage's first layer, standing apart because the
         stage has a second peak (its backward memory includes ``W1``).
@@ -118,6 +129,8 @@ class LayerGroup:
     backward_mb: np.ndarray
     time: np.ndarray
     weight: np.ndarray
+    chunk: int = 0
+    """The layers' chunk (they share a cell's in-flight count and memory events)."""
 
     @property
     def count(self) -> int:
@@ -297,16 +310,28 @@ class Pricing:
         frame = self.stages
         activation = frame[ACTIVATION_MB].to_numpy() + np.bincount(stage, kept, p) + transit
         working = frame[WORKING_MB].to_numpy() + np.bincount(stage, working, p)
-        warm_up = frame[PARAM_MB].to_numpy() + activation + frame[OVERHEAD_MB].to_numpy() + working \
-            + frame[CONST_MB].to_numpy()
+        overhead = frame[OVERHEAD_MB].to_numpy()
+        if self.partition.chunks > 1:  # the peak over memory events: the part above activation in overhead
+            peaks, working = event_peaks(self, cost)
+            once = np.bincount(stage, cost[MEMORY_ONCE_MB], p) + self._fixed_once()
+            overhead = once + peaks + transit - activation - working
+        warm_up = frame[PARAM_MB].to_numpy() + activation + overhead + working + frame[CONST_MB].to_numpy()
         backward = frame[BACKWARD_FIXED_MB].to_numpy() + np.bincount(stage, back, p) + transit
         time = np.bincount(stage, cost[TIME] + copies, p)
         return pd.DataFrame({
             STAGE: np.arange(p), PARAM_MB: frame[PARAM_MB], ACTIVATION_MB: activation,
-            OVERHEAD_MB: frame[OVERHEAD_MB], WORKING_MB: working, CONST_MB: frame[CONST_MB],
+            OVERHEAD_MB: overhead, WORKING_MB: working, CONST_MB: frame[CONST_MB],
             MEMORY_MB: np.fmax(warm_up, backward), LIMIT_MB: frame[LIMIT_MB], BACKWARD_MB: backward,
             TRANSIT_MB: transit, TIME: time,
         })
+
+    def _fixed_once(self) -> np.ndarray:
+        """Head's and tail's memory kept once, per stage."""
+        once = np.zeros(self.partition.stages)
+        for row, stage in ((self.prices.head, 0), (self.prices.tail, self.partition.stages - 1)):
+            if row is not None:
+                once[stage] += row[MEMORY_ONCE_MB]
+        return once
 
     def _layer_costs(self, options: Sequence[str]) -> dict[str, np.ndarray]:
         table = {kind: {} for kind in self.offered}
@@ -426,13 +451,20 @@ def _check_memory(memory_mb, bucket_mb: float) -> float:
 
 
 def _ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:
-    """The last body layer of each stage's last-chunk cell, unless that cell ends with the tail."""
+    """The last body layer of each stage's last-chunk cell, unless that cell ends with the tail; with more
+    chunks, of each cell whose working set a memory event charges (:func:`charged_chunks`)."""
     body = partition.body
+    flags = np.zeros(len(body), dtype=bool)
+    if partition.chunks > 1:
+        ending = body.drop_duplicates([CHUNK, STAGE], keep="last")
+        charged = {(c, s) for s in range(partition.stages)
+                   for c in charged_chunks(partition, s, ends_with_tail=ends_with_tail)}
+        flags[ending[LAYER].to_numpy()[[cell in charged for cell in zip(ending[CHUNK], ending[STAGE])]]] = True
+        return flags
     last = body[body[CHUNK] == partition.chunks - 1]
     ending = last.drop_duplicates(STAGE, keep="last")
     if ends_with_tail:
         ending = ending[ending[STAGE] != partition.stages - 1]
-    flags = np.zeros(len(body), dtype=bool)
     flags[ending[LAYER].to_numpy()] = True
     return flags
 
@@ -440,13 +472,13 @@ def _ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:
 def _grouped(pricing: Pricing) -> Pricing:
     """Group each stage's layers and price every offered option of each group at both peaks."""
     body = pricing.body
-    keys = list(zip(body[STAGE], body[KIND], body[IN_FLIGHT], body[ENDS_WARM_UP], body[FIRST]))
+    keys = list(zip(body[STAGE], body[KIND], body[IN_FLIGHT], body[ENDS_WARM_UP], body[FIRST], body[CHUNK]))
     members: dict[tuple, list[int]] = {}
     for layer, key in zip(body[LAYER], keys):
         members.setdefault(key, []).append(int(layer))
     per_stage: list[list[LayerGroup]] = [[] for _ in range(pricing.partition.stages)]
     group_of = np.zeros(len(body), dtype=int)
-    for (stage, kind, n, ends, first), layers in members.items():
+    for (stage, kind, n, ends, first, chunk), layers in members.items():
         options = pricing.offered[kind]
         costs = [pricing.cost(kind, option) for option in options]
         kept = np.array([c[ACTIVATION_MB] * n + c[MEMORY_ONCE_MB] for c in costs])
@@ -458,6 +490,6 @@ def _grouped(pricing: Pricing) -> Pricing:
         group_of[layers] = len(per_stage[stage])
         per_stage[stage].append(LayerGroup(int(stage), str(kind), int(n), bool(ends), bool(first), tuple(layers),
                                            options, memory, backward, np.array([c[TIME] for c in costs]),
-                                           to_buckets(memory, pricing.bucket_mb)))
+                                           to_buckets(memory, pricing.bucket_mb), int(chunk)))
     body = body.assign(**{GROUP: group_of})
     return replace(pricing, body=body, groups=tuple(tuple(groups) for groups in per_stage))

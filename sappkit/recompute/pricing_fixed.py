@@ -1,10 +1,12 @@
 """Per-stage memory the recompute choice does not change: the fixed parts of :mod:`sappkit.recompute.pricing`'s peaks.
 
-``F1`` (warm-up peak): body and head/tail parameters, head/tail activations
-at their cells' in-flight counts, the tail's working set on the stage it
-ends, the interleaved steady overhead (seed 004, at the configured options)
-and the constant. ``F2`` (second FSDP peak): parameters, head/tail
-activations times ``(n - 1)/n``, head/tail ``grad_mb``, overhead, constant.
+``F1`` (warm-up peak, one chunk): body and head/tail parameters, head/tail
+activations at their cells' in-flight counts, the tail's working set on the
+stage it ends and the constant (with more chunks the warm-up peak is the
+events' of :mod:`sappkit.recompute.events`, and ``F1`` only a part of it).
+``F2`` (second FSDP peak): parameters, head/tail activations times
+``(n - 1)/n``, head/tail ``grad_mb``, the interleaved steady overhead (seed
+004, at the configured options; ``overhead_mb``) and the constant.
 """
 
 from __future__ import annotations
@@ -55,7 +57,7 @@ def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, 
             working[stage] += row[ACTIVATION_MB] + row[MEMORY_ONCE_MB] + row[WORKING_MB]
     overhead = steady_overhead(per_batch, partition)
     const = np.full(p, prices.const_mb)
-    fixed = param + activation + working + overhead + const
+    fixed = param + activation + working + const
     backward = param + shared + grads + overhead + const if fsdp_holds_grads else np.full(p, np.nan)
     return pd.DataFrame({STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: overhead,
                          WORKING_MB: working, CONST_MB: const, FIXED_MB: fixed, BACKWARD_FIXED_MB: backward,

@@ -57,17 +57,13 @@ def tight_limit(layers, **pipeline):
     return needed + 0.3 * (most - needed)
 
 
-def assert_same_stages(plan, layers, memory_mb, *, same_overhead):
-    """Per-stage working set and memory of the plan equal the chooser's, so the plan fits in both models.
-
-    For v > 1 the interleaved overheads differ by design (seed 003's in the
-    balancer, seed 004's in the chooser: DESIGN.md "Per-stage memory"), so
-    memory is compared without them there.
-    """
+def assert_same_stages(plan, layers, memory_mb):
+    """Per-stage working set, overhead and memory of the plan equal the chooser's, so the plan fits in both
+    models (for v > 1 both the peak over memory events)."""
     chooser = chooser_stages(layers, plan.partition(), memory_mb)
-    np.testing.assert_allclose(plan.stages["working_mb"], chooser["working_mb"], rtol=0, atol=1e-6)
-    ours = plan.stages["memory_mb"] - (0 if same_overhead else plan.stages["overhead_mb"])
-    theirs = chooser["memory_mb"] - (0 if same_overhead else chooser["overhead_mb"])
+    for column in ("working_mb", "overhead_mb"):
+        np.testing.assert_allclose(plan.stages[column], chooser[column], rtol=0, atol=1e-6)
+    ours, theirs = plan.stages["memory_mb"], chooser["memory_mb"]
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-6)
     assert plan.fits and (ours <= memory_mb + 1e-6).all() and (theirs <= memory_mb + 1e-6).all()
 
@@ -88,15 +84,13 @@ def test_balanced_plan_is_priced_alike_by_the_chooser(seed, kinds, options, tail
     limit = tight_limit(layers, **pipeline)
     plan = sappkit.balance(layers, memory_mb=limit, working_set=True, **pipeline)
     assert plan.status == "optimal"
-    assert_same_stages(plan, layers, limit, same_overhead=pipeline.get("chunks", 1) == 1)
-    simulated = plan.simulate().stages
-    if pipeline.get("chunks", 1) == 1:  # one memory truth: the simulator measures what both models charge
-        np.testing.assert_allclose(simulated["memory_mb"], plan.stages["memory_mb"], rtol=0, atol=1e-6)
-        np.testing.assert_allclose(simulated["working_mb"], plan.stages["working_mb"], rtol=0, atol=1e-6)
-    else:  # interleaved: a later backward may peak above the in-flight model, never below it
-        assert (simulated["memory_mb"] >= plan.stages["memory_mb"] - plan.stages["overhead_mb"] - 1e-6).all()
-    # The stage whose last cell ends with the tail charges the tail's working set, no body layer's.
-    if tail:
+    assert_same_stages(plan, layers, limit)
+    simulated = plan.simulate().stages  # one memory truth: the simulator measures what both models charge
+    np.testing.assert_allclose(simulated["memory_mb"], plan.stages["memory_mb"], rtol=0, atol=1e-6)
+    np.testing.assert_allclose(simulated["working_mb"], plan.stages["working_mb"], rtol=0, atol=1e-6)
+    # The stage whose last cell ends with the tail charges the tail's working set, no body layer's (one chunk:
+    # with more, the stage's peak may come at another cell's backward).
+    if tail and pipeline.get("chunks", 1) == 1:
         assert plan.stages["working_mb"].iloc[-1] == layers.working_set_mb("lm_head", "none")
 
 
@@ -105,7 +99,7 @@ def test_bundled_llama_plan_fits_in_both_models():
     pipeline = dict(stages=16, micro_batches=32, memory_mb=58000)
     plan = sappkit.balance(layers, working_set=True, **pipeline)
     assert plan.status == "optimal"
-    assert_same_stages(plan, layers, pipeline["memory_mb"], same_overhead=True)
+    assert_same_stages(plan, layers, pipeline["memory_mb"])
     # Every body stage's ending layer holds one micro-batch of what it runs (none's 782 MB under full).
     ending = plan.assignment[plan.assignment.stage < 15].groupby("stage").tail(1)
     expected = [layers.working_set_mb("decoder", option) for option in ending.option]

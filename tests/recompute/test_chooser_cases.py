@@ -13,6 +13,8 @@ import pandas as pd
 import pytest
 
 from sappkit.layers.table import LayerTable
+from sappkit.pipeline.orders import stage_orders
+from sappkit.pipeline.phases import BACKWARD, FORWARD
 from sappkit.recompute.partition import Partition
 
 OPTIONS = ("none", "selective", "full")
@@ -141,7 +143,7 @@ def one_stage(table, part, s, layers, options, *, fsdp=False, offloaded=None, tr
     prices = _prices(table)
     head, tail = prices.head, prices.tail
     param = sum(Fraction(prices.param[layer.kind]) for layer in layers) + Fraction(prices.const)
-    param += overhead(table, part, s, layers)
+    steady = overhead(table, part, s, layers)  # seed 004's, in the second peak (one chunk: 0)
     warm = back = Fraction(0)
     for row, (c, at) in ((head, (0, 0)), (tail, (v - 1, p - 1))):
         if row is None or at != s:
@@ -168,7 +170,36 @@ def one_stage(table, part, s, layers, options, *, fsdp=False, offloaded=None, tr
             back += working_set(table, layer.kind, option, "first_working_mb")
         if layer.layer == ending:
             warm += working_set(table, layer.kind, option)
-    return param + warm + transit, param + back + transit if fsdp else None, time
+    if v > 1:
+        warm = stepped_warm_up(table, part, s, layers, options)
+    return param + warm + transit, param + steady + back + transit if fsdp else None, time
+
+
+def stepped_warm_up(table, part, s, layers, options):
+    """More chunks: memory kept once plus the highest activation and working set held stepping stage ``s``'s
+    order (a forward adds its cell's activation; a backward holds its cell's last layer's working set, the
+    tail's on its cell, while it runs)."""
+    p, v = part.stages, part.chunks
+    prices = _prices(table)
+    kept_once, activation, working = Fraction(0), [Fraction(0)] * v, [Fraction(0)] * v
+    for layer in layers:
+        row = _row(table, layer.kind, options[layer.layer])
+        kept_once += Fraction(row["memory_once_mb"])
+        activation[layer.chunk] += Fraction(row["activation_mb"])
+        working[layer.chunk] = working_set(table, layer.kind, options[layer.layer])
+    for row, (c, at) in ((prices.head, (0, 0)), (prices.tail, (v - 1, p - 1))):
+        if row is not None and at == s:
+            kept_once += Fraction(row["memory_once_mb"])
+            activation[c] += Fraction(row["activation_mb"])
+            if row is prices.tail:
+                working[c] = Fraction(row["activation_mb"]) + Fraction(row["memory_once_mb"]) + Fraction(
+                    row["working_mb"])
+    held = peak = Fraction(0)
+    for phase, chunk, _ in stage_orders(part.schedule, p, part.micro_batches, v, part.less_memory)[s]:
+        held += activation[chunk] if phase == FORWARD else 0
+        peak = max(peak, held + (working[chunk] if phase == BACKWARD else 0))
+        held -= activation[chunk] if phase == BACKWARD else 0
+    return kept_once + peak
 
 
 def stage_memory(table, part, options, *, fsdp=False, offloaded=None, transit=None):

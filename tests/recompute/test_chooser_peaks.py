@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 
 from sappkit.layers.table import LayerTable
+from sappkit.recompute import events
 from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from sappkit.recompute.partition import Partition
+from sappkit.recompute.pricing import price
 
 from .test_chooser_cases import (
     _row, _stage_layers, brute_force_stages, check_reported_memory, layer_memory, limit_between, one_stage,
@@ -78,15 +80,23 @@ def test_interleaved_two_peaks_fit_and_are_never_better_than_brute_force(rng):
             assert all(t >= e - 1e-9 for t, e in zip(choice.stages["time"], expected))
 
 
-def test_interleaved_steady_overhead_at_the_configured_options():
+def test_interleaved_warm_up_peak_is_the_memory_events():
     rows = [dict(kind="b", role="body", count=6, param_mb=0, option=o, forward_time=1.0, backward_time=b,
                  activation_mb=a) for o, a, b in (("none", 10, 2.0), ("full", 1, 3.0))]
     cells = pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 0, 1], "kind": "b", "layers": [1, 1, 3, 1]})
-    part = Partition(stages=2, micro_batches=6, chunks=2, cells=cells, configured="none")
-    choice = choose_recompute(LayerTable(pd.DataFrame(rows)), part, memory_mb=10_000, modes=("full",))
-    # Stage 0 holds 10 MB a micro-batch on chunk 0 and 30 on chunk 1: (m - p - s) |10 - 30| = 4 * 20.
-    # Stage 1 holds 10 and 10: no overhead. Held fixed whatever the choice (here every layer full).
-    assert choice.stages["overhead_mb"].tolist() == [80.0, 0.0]
+    part = Partition(stages=2, micro_batches=5, chunks=2, cells=cells, configured="none")
+    table = LayerTable(pd.DataFrame(rows))
+    # m = 5 is no multiple of p = 2: the first group runs 3 micro-batches through both chunks, so stage 0's
+    # first chunk-1 backward holds 3 of each chunk, one chunk-1 micro-batch more than in flight (3 and 2),
+    # plus the working set of the cell's last layer (one plain micro-batch, 10 MB). Every layer plain:
+    # 3 x 10 + 3 x 30 + 10 = 130 = in flight 90 + 30 + 10. Stage 1: 2 x 10 + 2 x 10 + 10 = 50 = 30 + 10 + 10.
+    plain = price(table, part, memory_mb=10_000).evaluate(["none"] * 6)
+    assert plain[["memory_mb", "activation_mb", "overhead_mb", "working_mb"]].values.tolist() == [
+        [130.0, 90.0, 30.0, 10.0], [50.0, 30.0, 10.0, 10.0]]
+    # Every layer full: 3 x 1 + 3 x 3 + 10 = 22 and 2 + 2 + 10 = 14.
+    choice = choose_recompute(table, part, memory_mb=10_000, modes=("full",))
+    assert choice.stages["memory_mb"].tolist() == [22.0, 14.0]
+    assert choice.stages["overhead_mb"].tolist() == [3.0, 1.0]
     check_reported_memory(choice)
 
 
@@ -221,3 +231,36 @@ def test_offload_per_layer_reports_mode_off_and_sweeps(rng):
     # needs the offload (70 MB plain).
     assert curve["feasible"].tolist() == [False, True, True, True]
     assert curve["time"].tolist()[1:] == [10.0 + 3.0, 9.0 + 3.0, 9.0 + 3.0]
+
+
+def test_interleaved_memory_events_equal_brute_force(rng):
+    # Two and three chunks, m from p to 2p (multiples of p and not), heads, tails, working sets.
+    for _ in range(16):
+        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=bool(rng.integers(2)))
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=int(rng.integers(2, 4)),
+                                       most=2)
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit)
+        expected = brute_force_stages(table, part, limit, offered)
+        if any(math.isinf(t) for t in expected):
+            assert not choice.chosen
+            continue
+        assert choice.stages["time"].tolist() == pytest.approx(expected, rel=1e-9)
+        check_reported_memory(choice)
+
+
+def test_interleaved_knapsacks_per_event_fit_and_are_never_better_than_brute_force(rng, monkeypatch):
+    # Without enumerating small stages: one knapsack per event and their surrogates.
+    monkeypatch.setattr(events, "_ENUMERATION_BUDGET", 0)
+    for _ in range(16):
+        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=bool(rng.integers(2)))
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=int(rng.integers(2, 4)),
+                                       most=2)
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        choice = choose_recompute(table, part, memory_mb=limit)
+        expected = brute_force_stages(table, part, limit, offered)
+        if choice.chosen:
+            check_reported_memory(choice)
+            assert all(t >= e - 1e-9 for t, e in zip(choice.stages["time"], expected))
