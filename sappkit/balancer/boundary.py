@@ -273,18 +273,39 @@ def _stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap:
         beta = np.full(len(contents), np.inf)
         tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
     else:
-        grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in cells] + [[0.0]]))
-        low = np.searchsorted(grid, fastest - EPS * np.maximum(1.0, fastest))
-        values = []
-        for exact in (False, True):
-            index = _least_beta(setup, cells, s, contents, grid, low, exact)
-            values.append(np.where(index < len(grid), forward + grid[np.minimum(index, len(grid) - 1)], np.inf))
-        beta = np.where(np.isfinite(values[1]), values[1] - forward, np.inf)
-        group = _priced(setup, cells, s, contents, beta)[2]
+        values, beta, group = _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest)
         tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
     table = _StageTable(tables[0][0], tables[1][0], tables[0][1], tables[1][1], contents, beta, group, cells)
     cache.stages[key] = table
     return table
+
+
+def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest):
+    """Per content its least stage time that fits (relaxed and exact memory), backward cap and groups; inf
+    where none fits or where another content of the same layers is known to be as fast: contents are priced
+    in rounds, each group's fastest-bounded first, until none left could beat its group's best."""
+    grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in cells] + [[0.0]]))
+    low = np.searchsorted(grid, fastest - EPS * np.maximum(1.0, fastest))
+    bound = forward + grid[np.minimum(low, len(grid) - 1)]
+    key = layers[:, 0] * (int(setup.counts[1]) + 1) + layers[:, 1]
+    order = np.lexsort((bound, key))
+    best = np.full(int(key.max(initial=0)) + 1, np.inf)
+    values = [np.full(len(contents), np.inf), np.full(len(contents), np.inf)]
+    beta, group = np.full(len(contents), np.inf), np.zeros(len(contents), dtype=int)
+    waiting = np.ones(len(contents), bool)
+    while True:
+        open_ = order[waiting[order] & (bound[order] < best[key[order]] - EPS * np.maximum(1.0, bound[order]))]
+        if not open_.size:
+            return values, beta, group
+        batch = open_[np.r_[True, key[open_][1:] != key[open_][:-1]]]  # each group's least bound
+        waiting[batch] = False
+        for exact in (False, True):
+            index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], exact)
+            fits = index < len(grid)
+            values[exact][batch] = np.where(fits, forward[batch] + grid[np.minimum(index, len(grid) - 1)], np.inf)
+        beta[batch] = values[1][batch] - forward[batch]
+        group[batch] = _priced(setup, cells, s, contents[batch], beta[batch])[2]
+        np.minimum.at(best, key[batch], values[1][batch])
 
 
 def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray, shape) -> tuple:

@@ -138,17 +138,15 @@ def _event_peak(setup: BalanceSetup, body_activation: np.ndarray, contents: np.n
     cells = np.broadcast_to(body_activation, (*shape, setup.chunks)) + np.moveaxis(
         peaks.fixed_activation(setup)[:, stages], 0, -1)
     working_cells = np.broadcast_to(peaks.cell_working(setup, contents, stages), cells.shape)
-    overhead, working = np.zeros(shape), np.zeros(shape)
-    for s in np.unique(stages):
-        at = stages == s
-        events = peaks.stage_events(setup, int(s))
-        values = events.peak(cells[at], working_cells[at])
-        top = values.argmax(axis=-1)
-        running = events.running[top]
-        held_working = np.where(running >= 0, np.take_along_axis(working_cells[at], np.maximum(running, 0)[:, None],
-                                                                 axis=-1)[:, 0], 0.0)
-        working[at] = held_working
-        overhead[at] = values.max(axis=-1) - held_working - cells[at] @ setup.in_flight[:, int(s)]
+    tables = peaks.event_table(setup)  # held and the one-hot running cell, [stage, event, chunk]
+    if shape[-1:] != (setup.stages,) or (stages != np.arange(setup.stages)).any():
+        tables = tuple(table[stages] for table in tables)  # else every stage in order: broadcast, no copy
+    held, charged = ((table @ per_cell[..., None])[..., 0] for table, per_cell in zip(tables, (cells, working_cells)))
+    values = held + charged
+    top = values.argmax(axis=-1)[..., None]
+    working = np.take_along_axis(charged, top, axis=-1)[..., 0]
+    flight = np.moveaxis(setup.in_flight[:, stages], 0, -1)
+    overhead = np.take_along_axis(values, top, axis=-1)[..., 0] - working - (cells * flight).sum(axis=-1)
     return overhead, working
 
 

@@ -18,18 +18,41 @@ constraints (one per event) stay exact. For one chunk it is the 1F1B rule:
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..pipeline.memory_events import StageEvents, memory_events
 from .setup import BalanceSetup
 
-__all__ = ["stage_events", "fixed_activation", "cell_working"]
+__all__ = ["stage_events", "event_table", "fixed_activation", "cell_working"]
 
 
 def stage_events(setup: BalanceSetup, s: int) -> StageEvents:
     """Stage ``s``'s undominated memory events under ``setup``'s pipeline."""
     return memory_events(setup.schedule, setup.stages, setup.micro_batches, setup.chunks, setup.less_memory,
                          setup.seq_split)[s]
+
+
+def event_table(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray]:
+    """Every stage's events in one table: held ``[stage, event, chunk]`` and which cell's working set each
+    holds, one-hot ``[stage, event, chunk]``; stages with fewer events padded with repeats of their first (so a
+    maximum over events, and its first place, are unchanged)."""
+    return _event_table(setup.schedule, setup.stages, setup.micro_batches, setup.chunks, setup.less_memory,
+                        setup.seq_split)
+
+
+@lru_cache(maxsize=32)
+def _event_table(*shape) -> tuple[np.ndarray, np.ndarray]:
+    events = memory_events(*shape)
+    width = max(len(e.running) for e in events)
+    pad = [np.r_[np.arange(len(e.running)), np.zeros(width - len(e.running), dtype=int)] for e in events]
+    held = np.stack([e.held[index] for e, index in zip(events, pad)])
+    running = np.stack([e.running[index] for e, index in zip(events, pad)])
+    charged = (running[..., None] == np.arange(held.shape[-1])).astype(float)
+    for array in (held, charged):
+        array.flags.writeable = False
+    return held, charged
 
 
 def fixed_activation(setup: BalanceSetup) -> np.ndarray:
