@@ -236,7 +236,7 @@ def _least_beta(setup, cells, s, contents, grid, low, exact: bool) -> np.ndarray
     """Per content the least index into ``grid`` (from ``low``) whose backward cap lets the stage fit the
     memory limit (relaxed or exact); ``len(grid)`` where none does: a bisection, memory falls as the cap
     grows."""
-    limit = setup.memory_mb + EPS * max(1.0, setup.memory_mb)
+    limit = _limit(setup)
     lo, hi = low.copy(), np.full(len(contents), len(grid))
     while (lo < hi).any():
         mid = (lo + hi) // 2
@@ -293,19 +293,32 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest):
     values = [np.full(len(contents), np.inf), np.full(len(contents), np.inf)]
     beta, group = np.full(len(contents), np.inf), np.zeros(len(contents), dtype=int)
     waiting = np.ones(len(contents), bool)
+    width = 1
     while True:
         open_ = order[waiting[order] & (bound[order] < best[key[order]] - EPS * np.maximum(1.0, bound[order]))]
         if not open_.size:
             return values, beta, group
-        batch = open_[np.r_[True, key[open_][1:] != key[open_][:-1]]]  # each group's least bound
+        starts = np.flatnonzero(np.r_[True, key[open_][1:] != key[open_][:-1]])
+        rank = np.arange(len(open_)) - np.repeat(starts, np.diff(np.r_[starts, len(open_)]))
+        batch = open_[rank < width]  # each group's least bounds, more every round
+        width *= 2
         waiting[batch] = False
-        for exact in (False, True):
-            index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], exact)
-            fits = index < len(grid)
-            values[exact][batch] = np.where(fits, forward[batch] + grid[np.minimum(index, len(grid) - 1)], np.inf)
+        index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], exact=False)
+        probe = grid[np.minimum(index, len(grid) - 1)]
+        # exact memory is never below relaxed: where it fits at the relaxed cap that cap is its least too
+        misses = (index < len(grid)) & (_priced(setup, cells, s, contents[batch], probe)[1] > _limit(setup))
+        exact_index = index.copy()
+        exact_index[misses] = _least_beta(setup, cells, s, contents[batch][misses], grid, index[misses], exact=True)
+        for which, found in ((0, index), (1, exact_index)):
+            values[which][batch] = np.where(found < len(grid), forward[batch] + grid[np.minimum(found, len(grid) - 1)],
+                                            np.inf)
         beta[batch] = values[1][batch] - forward[batch]
         group[batch] = _priced(setup, cells, s, contents[batch], beta[batch])[2]
         np.minimum.at(best, key[batch], values[1][batch])
+
+
+def _limit(setup: BalanceSetup) -> float:
+    return setup.memory_mb + EPS * max(1.0, setup.memory_mb)
 
 
 def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray, shape) -> tuple:
