@@ -10,17 +10,21 @@ cell itself as earlier). So for a boundary chunk ``c*`` every stage's cells
 follow one of three patterns: the one of the stages before ``s*`` in the
 DP's stage order, the boundary stage's, the one after.
 
-Per stage and pattern the search lists every product of cell contents (each
-a point of its kind's Pareto front, or of the two kinds' run front on the
-boundary cell, :func:`~sappkit.balancer.segments.run_front`) whose stage time
-stays under a cap ``tau`` and keeps, per layers of each kind ``(n0, n1)``, the
-fastest that fits. A DP over stages with state (before or after the
-boundary, ``n0``, ``n1``) finds the least largest stage time: the ``sapp``
-objective at levels 0 and 1 where ``m != p`` (``m = p`` splits it, and goes to
-the integer program). ``tau`` grows until the optimum lies under it, which
-proves it: a better placement would use only listed contents. As in
-:mod:`.exact`, relaxed memory (the interleaved overhead without its
-rounding) gives the lower bound, exact memory the placement.
+Per stage and pattern the search lists every product of the cells'
+compositions (layers of each kind) whose stage time can stay under a cap
+``tau``. A cell's contents are points of its composition's front
+(:func:`~sappkit.balancer.segments.run_front`), and for a backward cap
+``beta`` the lightest point under it is all memory needs (memory grows with
+every cell's activation and charged working set; a charged cell keeps one
+such staircase per working set), so a product is priced at the least
+``beta`` that fits, by bisection, and contents are priced per layers of
+each kind ``(n0, n1)`` only while they could beat the best found. A DP over
+stages with state (before or after the boundary, ``n0``, ``n1``) finds the
+least largest stage time: the ``sapp`` objective at levels 0 and 1 where
+``m != p`` (``m = p`` splits it, and goes to the integer program). ``tau``
+grows until the optimum lies under it, which proves it: a better placement
+would use only listed contents. As in :mod:`.exact`, relaxed memory gives
+the lower bound, exact memory the placement.
 """
 
 from __future__ import annotations

@@ -4,8 +4,9 @@ Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
 optimisation levels 0 and 1 (every objective of the ``sapp`` table but
 approach A); several body kinds on one chunk go to :mod:`.segments` (a DP
-on the model position); otherwise :func:`search` returns None and the
-integer program runs alone. Every schedule is covered.
+on the model position), two on more chunks to :mod:`.boundary` (a DP that
+carries the cell where the first kind ends); otherwise :func:`search`
+returns None and the integer program runs alone. Every schedule is covered.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes
