@@ -32,6 +32,7 @@ from ..errors import InputError
 from ..limits import MAX_MEMORY_MB, MAX_STAGES
 from ..layers.table import LayerTable, as_layer_table
 from ..layers.units import with_time_unit
+from .memory_events import NO_BACKWARD, memory_events
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator import STATIC_MB
 
@@ -226,18 +227,22 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
                  schedule: str = "1f1b", less_memory: bool = False, seq_split: int = 1,
                  const_mb: float | None = None, limit_mb: float | None = None,
                  working_set: bool = True) -> pd.DataFrame:
-    """Per-stage memory in the shared schema from the micro-batches in flight.
+    """Per-stage memory in the shared schema: the peak the simulator measures, from the schedule's order alone.
 
     ``activation_mb`` is Σ over the stage's cells of the cell's activation ×
     ``in_flight(s, c)`` plus ``memory_once_mb`` (for ``seqpipe`` the counts
     are slices and the layer table's activations per slice, as
     :func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe` makes them);
     ``param_mb`` the layers' (and head's or tail's) parameters; ``const_mb``
-    the table's constant unless given; ``working_mb`` the end-of-warm-up
-    working set: the ``working_mb`` :func:`cell_costs` gives the stage's
-    last-chunk cell, whose backward is the stage's first (0 with
-    ``working_set=False``, seed 003's model); ``overhead_mb`` 0 (the
-    balancer adds the interleaved overhead); ``memory_mb`` the sum.
+    the table's constant unless given. By default the stage's memory is its
+    peak over its memory events (:mod:`sappkit.pipeline.memory_events`), the
+    balancer's and the chooser's model too: ``working_mb`` the working set
+    (:func:`cell_costs`' ``working_mb``) of the cell whose backward runs at
+    the peak, ``overhead_mb`` the peak's activations above ``Σ in_flight ×
+    activation`` (0 for 1F1B, where the peak is the last-chunk cell's first
+    backward; it may be negative where no event holds every cell's in-flight
+    count). With ``working_set=False`` (seed 003's model without its
+    interleaved overhead) both are 0. ``memory_mb`` is the sum.
 
     Examples
     --------
@@ -262,10 +267,21 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     activation = per_stage(costs[ACTIVATION_MB].to_numpy().reshape(v, p) * counts) + per_stage(costs[MEMORY_ONCE_MB])
     if not isinstance(working_set, bool):
         raise InputError(f"working_set must be a bool; got {working_set!r}")
-    working = costs[WORKING_MB].to_numpy().reshape(v, p)[-1] if working_set else np.zeros(p)
+    overhead, working = np.zeros(p), np.zeros(p)
+    if working_set:
+        cell_activation = costs[ACTIVATION_MB].to_numpy().reshape(v, p)
+        cell_working = costs[WORKING_MB].to_numpy().reshape(v, p)
+        in_flight = per_stage(cell_activation * counts)
+        for s, events in enumerate(memory_events(schedule, stages, micro_batches, chunks, less_memory, seq_split)):
+            peaks = events.peak(cell_activation[:, s], cell_working[:, s])
+            event = int(np.argmax(peaks))  # the first of equal peaks, as the simulator reports it
+            running = int(events.running[event])
+            working[s] = cell_working[running, s] if running != NO_BACKWARD else 0.0
+            overhead[s] = peaks[event] - working[s] - in_flight[s]
     return pd.DataFrame({
-        STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: 0.0, WORKING_MB: working,
-        CONST_MB: const, MEMORY_MB: param + activation + working + const, LIMIT_MB: limit,
+        STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: overhead,
+        WORKING_MB: working, CONST_MB: const, MEMORY_MB: param + activation + overhead + working + const,
+        LIMIT_MB: limit,
     })
 
 
