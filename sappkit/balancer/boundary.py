@@ -37,6 +37,7 @@ import numpy as np
 from .cells import (
     COMBO_BUDGET, EPS, Cache, charged_chunks, fixed_memory, floor_weights, memory_bounds, monotone_chunks,
 )
+from ..columns import MEMORY_MB
 from .evaluate import evaluate
 from .segments import run_front
 from .setup import V_SHAPED, BalanceSetup
@@ -133,7 +134,7 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
     backward; ``"memory"``: their least memory on an otherwise empty stage), with their fronts."""
     charge = c in charged_chunks(setup, s)
     forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
-    least_work = _per_kind(setup, setup.forward + setup.backward)
+    least_work, lightest = _per_kind(setup, setup.forward + setup.backward), _per_kind(setup, setup.activation)
     fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
     floor = fixed_memory(setup, s)
     flight, charged = (weights[c] for weights in floor_weights(setup, s))
@@ -143,9 +144,11 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
         kept = float(layers @ kept_per)
         if measure == "time" and layers @ least_work + fixed_f + fixed_b > cap + EPS * max(1.0, cap):
             continue
-        front = run_front(setup, composition, cache, working=charge)
-        least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
         limit = setup.memory_mb if measure == "time" else cap
+        if floor + kept + flight * float(layers @ lightest) > limit + EPS * max(1.0, limit):
+            continue  # no point of its front fits: skip building it
+        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
+        least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
         if least_mb > limit + EPS * max(1.0, limit):
             continue
         rows.append((layers, float(layers @ forward_per) + fixed_f, kept, front))
@@ -488,8 +491,11 @@ def _fits(setup: BalanceSetup, cache: Cache) -> bool | None:
 
 
 def least_memory(setup: BalanceSetup, cache: Cache) -> np.ndarray | None:
-    """The placement whose largest stage memory is least (time ignored); None past the enumeration budget."""
-    cap = setup.memory_mb
+    """The placement whose largest stage memory is least (time ignored); None past the enumeration budget.
+
+    The cap starts at what the even, lightest placement needs: the optimum lies under it, so one listing
+    usually proves it."""
+    cap = float(evaluate(setup, _even_lightest(setup)).stages[MEMORY_MB].max())
     while True:
         found = _optimum(setup, cache, cap, "memory")
         if found is None:
