@@ -39,7 +39,8 @@ from .cells import (
 )
 from ..columns import MEMORY_MB
 from .evaluate import evaluate
-from .segments import run_front
+from . import segments
+from .segments import per_kind, run_front, within
 from .setup import V_SHAPED, BalanceSetup
 
 __all__ = ["applicable", "search", "least_memory"]
@@ -52,16 +53,11 @@ def applicable(setup: BalanceSetup) -> str:
     """Why the search does not apply to ``setup`` ('' when it does)."""
     if len(setup.kinds) != 2:
         return "more than two body kinds with more than one chunk"
-    if setup.level >= 2:
-        return "optimization_level >= 2"
-    if setup.bottleneck_split:
+    if setup.bottleneck_split and setup.level < 2:
         return "the split objective of m = p with more than one chunk and two body kinds"
-    if setup.consistency is not None:
-        return "recompute consistency between body kinds"
-    for kind in setup.kinds:
-        index = setup.item_indices(kind)
-        if np.ptp(setup.forward[index]) > 0 or np.ptp(setup.once[index]) > 0:
-            return f"options of {kind!r} with different forward times or memory kept once"
+    shared = segments.applicable(setup)
+    if shared:
+        return shared
     if not all(monotone_chunks(setup, s).all() for s in range(setup.stages)):
         return "a chunk whose stage memory falls as it holds more (DualPipeV under seed 003's overhead)"
     return ""
@@ -113,11 +109,6 @@ class _Cell:
         return self.fronts[composition].mix[self.point[composition, group, step]]
 
 
-def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
-    """Per body kind, the least of ``values`` over its options."""
-    return np.array([values[setup.item_indices(kind)].min() for kind in setup.kinds])
-
-
 def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int, int]]:
     """Layers of each kind the cell may hold: ``holds`` is 0 or 1 (one kind), or ``"both"`` (the boundary
     cell: at least one layer of the first kind, the second's only where the cell may hold both)."""
@@ -133,8 +124,8 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
     """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
     backward; ``"memory"``: their least memory on an otherwise empty stage), with their fronts."""
     charge = c in charged_chunks(setup, s)
-    forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
-    least_work, lightest = _per_kind(setup, setup.forward + setup.backward), _per_kind(setup, setup.activation)
+    forward_per, kept_per = per_kind(setup, setup.forward), per_kind(setup, setup.param + setup.once)
+    least_work, lightest = per_kind(setup, setup.forward + setup.backward), per_kind(setup, setup.activation)
     fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
     floor = fixed_memory(setup, s)
     flight, charged = (weights[c] for weights in floor_weights(setup, s))
@@ -142,14 +133,14 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
     for composition in _compositions(setup, c, s, holds):
         layers = np.array(composition)
         kept = float(layers @ kept_per)
-        if measure == "time" and layers @ least_work + fixed_f + fixed_b > cap + EPS * max(1.0, cap):
+        if measure == "time" and not within(layers @ least_work + fixed_f + fixed_b, cap):
             continue
         limit = setup.memory_mb if measure == "time" else cap
-        if floor + kept + flight * float(layers @ lightest) > limit + EPS * max(1.0, limit):
+        if not within(floor + kept + flight * float(layers @ lightest), limit):
             continue  # no point of its front fits: skip building it
         front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
         least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
-        if least_mb > limit + EPS * max(1.0, limit):
+        if not within(least_mb, limit):
             continue
         rows.append((layers, float(layers @ forward_per) + fixed_f, kept, front))
     groups = np.unique(np.concatenate([front.charged() for *_, front in rows] + [np.zeros(0 if rows else 1)]))
@@ -206,9 +197,9 @@ def _contents(setup: BalanceSetup, cells: list[_Cell], s: int, cap: float, measu
         new_forward = np.maximum(forward[left], cell.forward[right])
         new_backward = np.maximum(backward[left], fastest[right])
         new_memory = memory[left] + cell.kept[right] + lightest[right]
-        keep = (new_layers[:, 0] <= n0) & (new_layers[:, 1] <= n1) & (new_memory <= limit + EPS * max(1.0, limit))
+        keep = (new_layers[:, 0] <= n0) & (new_layers[:, 1] <= n1) & within(new_memory, limit)
         if measure == "time":
-            keep &= new_forward + new_backward <= cap + EPS * max(1.0, cap)
+            keep &= within(new_forward + new_backward, cap)
         if keep.sum() > COMBO_BUDGET:
             return None
         contents = np.column_stack([contents[left[keep]], right[keep]])
@@ -243,13 +234,12 @@ def _least_beta(setup, cells, s, contents, grid, low, exact: bool) -> np.ndarray
     """Per content the least index into ``grid`` (from ``low``) whose backward cap lets the stage fit the
     memory limit (relaxed or exact); ``len(grid)`` where none does: a bisection, memory falls as the cap
     grows."""
-    limit = _limit(setup)
     lo, hi = low.copy(), np.full(len(contents), len(grid))
     while (lo < hi).any():
         mid = (lo + hi) // 2
         probe = np.minimum(mid, len(grid) - 1)
         relaxed, exact_mb, _ = _priced(setup, cells, s, contents, grid[probe])
-        fits = ((exact_mb if exact else relaxed) <= limit) & (mid < len(grid))
+        fits = within(exact_mb if exact else relaxed, setup.memory_mb) & (mid < len(grid))
         active = lo < hi
         hi = np.where(active & fits, mid, hi)
         lo = np.where(active & ~fits, mid + 1, lo)
@@ -313,7 +303,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest):
         index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], exact=False)
         probe = grid[np.minimum(index, len(grid) - 1)]
         # exact memory is never below relaxed: where it fits at the relaxed cap that cap is its least too
-        misses = (index < len(grid)) & (_priced(setup, cells, s, contents[batch], probe)[1] > _limit(setup))
+        misses = (index < len(grid)) & ~within(_priced(setup, cells, s, contents[batch], probe)[1], setup.memory_mb)
         exact_index = index.copy()
         exact_index[misses] = _least_beta(setup, cells, s, contents[batch][misses], grid, index[misses], exact=True)
         for which, found in ((0, index), (1, exact_index)):
@@ -322,10 +312,6 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest):
         beta[batch] = values[1][batch] - forward[batch]
         group[batch] = _priced(setup, cells, s, contents[batch], beta[batch])[2]
         np.minimum.at(best, key[batch], values[1][batch])
-
-
-def _limit(setup: BalanceSetup) -> float:
-    return setup.memory_mb + EPS * max(1.0, setup.memory_mb)
 
 
 def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray, shape) -> tuple:
@@ -449,7 +435,7 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
     if not evaluate(setup, _even_lightest(setup)).fits and _fits(setup, cache) is False:
         return True, None, np.inf, np.inf
     fixed = setup.fixed_forward.sum() + setup.fixed_backward.sum()
-    least_work = float(setup.counts @ _per_kind(setup, setup.forward + setup.backward) + fixed)
+    least_work = float(setup.counts @ per_kind(setup, setup.forward + setup.backward) + fixed)
     most_work = float(setup.counts @ np.array([(setup.forward + setup.backward)[setup.item_indices(k)].max()
                                                for k in setup.kinds]) + fixed)
     tau, lower = least_work / (setup.stages * setup.chunks), -np.inf
@@ -458,10 +444,10 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
         if found is None:
             return None
         relaxed, value, counts = found
-        if relaxed <= tau + EPS * max(1.0, tau):
+        if within(relaxed, tau):
             lower = relaxed
-            if counts is not None and value <= tau + EPS * max(1.0, tau):
-                return bool(value <= lower + EPS * max(1.0, abs(lower))), counts, value, lower
+            if counts is not None and within(value, tau):
+                return bool(within(value, lower)), counts, value, lower
         else:
             lower = max(lower, tau)
         if tau >= most_work:  # every content was listed: no placement fits with exact memory
@@ -487,7 +473,7 @@ def _even_lightest(setup: BalanceSetup) -> np.ndarray:
 def _fits(setup: BalanceSetup, cache: Cache) -> bool | None:
     """Whether some placement's relaxed memory fits the limit (False proves none fits); None past the budget."""
     found = _optimum(setup, cache, setup.memory_mb, "memory")
-    return None if found is None else bool(found[0] <= setup.memory_mb + EPS * max(1.0, setup.memory_mb))
+    return None if found is None else bool(within(found[0], setup.memory_mb))
 
 
 def least_memory(setup: BalanceSetup, cache: Cache) -> np.ndarray | None:
@@ -501,6 +487,6 @@ def least_memory(setup: BalanceSetup, cache: Cache) -> np.ndarray | None:
         if found is None:
             return None
         _, value, counts = found
-        if counts is not None and value <= cap + EPS * max(1.0, cap):
+        if counts is not None and within(value, cap):
             return counts
         cap *= _MEMORY_GROWTH

@@ -27,14 +27,15 @@ import numpy as np
 from .cells import EPS, Cache, Front, _subset_fronts, _undominated, fixed_memory, working_fronts
 from .setup import BalanceSetup
 
-__all__ = ["applicable", "search", "least_memory", "run_front"]
+__all__ = ["applicable", "search", "least_memory", "run_front", "per_kind", "within"]
 
 #: How the cap on a stage's value grows when no placement lies under it.
 _GROWTH = 1.06
 
 
 def applicable(setup: BalanceSetup) -> str:
-    """Why the search over runs does not apply to ``setup``, one chunk ('' when it does)."""
+    """Why the searches over several body kinds (this one on one chunk, :mod:`.boundary` on more) do not apply to
+    ``setup`` ('' when they do)."""
     if setup.level >= 2:
         return "optimization_level >= 2"
     if setup.consistency is not None:
@@ -164,12 +165,13 @@ class _Table:
         return np.maximum(start, 0), np.where(start >= 0, index[np.maximum(start, 0), lengths[None, :]], -1)
 
 
-def _per_layer(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
+def per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
     """Per body kind, the least of ``values`` over its options."""
     return np.array([values[setup.item_indices(kind)].min() for kind in setup.kinds])
 
 
-def _within(value, cap: float):
+def within(value, cap: float):
+    """``value <= cap`` up to the float rounding of sums (:data:`~sappkit.balancer.cells.EPS`)."""
     return value <= cap + EPS * max(1.0, abs(cap))
 
 
@@ -178,7 +180,7 @@ def _stage_memory(setup: BalanceSetup, layers: np.ndarray, activation: np.ndarra
     working sets."""
     base = np.array([fixed_memory(setup, s) for s in range(setup.stages)])
     working = np.array([setup.working_set and s != setup.tail_ends_warm_up for s in range(setup.stages)])
-    kept = layers @ _per_layer(setup, setup.param + setup.once)
+    kept = layers @ per_kind(setup, setup.param + setup.once)
     return (base[:, None] + kept + setup.in_flight[0][:, None] * activation[None, :]
             + working[:, None] * charged[None, :])
 
@@ -187,7 +189,7 @@ def _least_memory(setup: BalanceSetup, runs: _Runs) -> np.ndarray:
     """Least memory ``[stage, run]`` of every run, in closed form: each kind on its lightest option, but the
     last kind present may end on any option (charging its working set) with the lightest allowed before it."""
     flight = setup.in_flight[0][:, None]
-    lightest = _per_layer(setup, setup.activation)
+    lightest = per_kind(setup, setup.activation)
     plain = _stage_memory(setup, runs.layers, runs.layers @ lightest, np.zeros(len(runs.start)))
     if not setup.working_set:
         return plain
@@ -210,16 +212,16 @@ def _table(setup: BalanceSetup, cache: Cache, cap: float, measure: str) -> _Tabl
     p = setup.stages
     fixed = setup.fixed_forward[0] + setup.fixed_backward[0]
     if measure == "time":
-        per_layer, floor = _per_layer(setup, setup.forward + setup.backward), float(fixed.min())
+        per_layer, floor = per_kind(setup, setup.forward + setup.backward), float(fixed.min())
     else:
-        per_layer = (_per_layer(setup, setup.param + setup.once)
-                     + setup.in_flight[0].min() * _per_layer(setup, setup.activation))
+        per_layer = (per_kind(setup, setup.param + setup.once)
+                     + setup.in_flight[0].min() * per_kind(setup, setup.activation))
         floor = min(fixed_memory(setup, s) for s in range(p))
     total = int(setup.counts.sum())
     cheapest = float(per_layer.min())
     longest = total if cheapest <= 0 or not np.isfinite(cap) else min(total, int((cap - floor) / cheapest + 1))
     runs = _runs(setup, max(longest, 0))
-    listed = _within(runs.layers @ per_layer + floor, cap)
+    listed = within(runs.layers @ per_layer + floor, cap)
     value = np.full((p, len(runs.start)), np.inf)
     point = np.full((p, len(runs.start)), -1)
     if measure == "memory":
@@ -228,13 +230,13 @@ def _table(setup: BalanceSetup, cache: Cache, cap: float, measure: str) -> _Tabl
         by_composition: dict[tuple[int, ...], list[int]] = {}
         for r in np.flatnonzero(listed):
             by_composition.setdefault(runs.composition(r), []).append(int(r))
-        forward = _per_layer(setup, setup.forward)
+        forward = per_kind(setup, setup.forward)
         for composition, members in by_composition.items():
             front = run_front(setup, composition, cache, working=setup.working_set)
             layers = np.array(composition)
             memory = _stage_memory(setup, layers, front.activation, front.charged())
             time = float(layers @ forward) + fixed[:, None] + front.backward[None, :]
-            score = np.where(_within(memory, setup.memory_mb) & _within(time, cap), time, np.inf)
+            score = np.where(within(memory, setup.memory_mb) & within(time, cap), time, np.inf)
             best = score.argmin(axis=1)
             value[:, members] = score[np.arange(p), best][:, None]
             point[:, members] = best[:, None]
@@ -286,15 +288,15 @@ def _placement(setup: BalanceSetup, table: _Table, picks: list[int], cache: Cach
 
 def search(setup: BalanceSetup, cache: Cache) -> tuple[np.ndarray | None, float]:
     """The placement of least ``sapp`` objective and its value, or (None, inf) when no placement fits."""
-    if not _within(least_memory(setup, cache)[1], setup.memory_mb):
+    if not within(least_memory(setup, cache)[1], setup.memory_mb):
         return None, np.inf
-    least = float(setup.counts @ _per_layer(setup, setup.forward + setup.backward)
+    least = float(setup.counts @ per_kind(setup, setup.forward + setup.backward)
                   + setup.fixed_forward.sum() + setup.fixed_backward.sum())
     goal = least / setup.stages
     while True:
         table = _table(setup, cache, goal, "time")
         value, picks = _dp(setup, table)
-        if picks and _within(value, goal):
+        if picks and within(value, goal):
             return _placement(setup, table, picks, cache, lightest=False), value
         if np.isinf(goal):
             return None, np.inf
@@ -308,7 +310,7 @@ def least_memory(setup: BalanceSetup, cache: Cache) -> tuple[np.ndarray | None, 
     while True:
         table = _table(setup, cache, cap, "memory")
         value, picks = _dp(setup, table)
-        if picks and _within(value, cap):
+        if picks and within(value, cap):
             return _placement(setup, table, picks, cache, lightest=True), value
         if table.complete:
             return None, np.inf
