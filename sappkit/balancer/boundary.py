@@ -1,4 +1,4 @@
-"""Exact search for two body kinds over several chunks: a DP over stages that carries the kind boundary.
+"""Exact search for one or two body kinds over several chunks: a DP over stages that carries the kind boundary.
 
 With ``v > 1`` chunks a stage holds ``v`` cells far apart in model order, so
 the run DP of :mod:`.segments` does not apply. With two kinds in model order
@@ -8,7 +8,10 @@ it the second only, and it may hold the end of the first and the start of
 the second (not on DualPipeV's chunk 1, where seed 003's frontier counts the
 cell itself as earlier). So for a boundary chunk ``c*`` every stage's cells
 follow one of three patterns: the one of the stages before ``s*`` in the
-DP's stage order, the boundary stage's, the one after.
+DP's stage order, the boundary stage's, the one after. One kind is the
+case ``n1 = 0`` with one pattern; pricing a cell's layer count rather
+than every product of its front points is what makes this search faster
+than :mod:`.exact`'s enumeration there too.
 
 Per stage and pattern the search lists every product of the cells'
 compositions (layers of each kind) whose stage time can stay under a cap
@@ -21,7 +24,7 @@ such staircase per working set), so a product is priced at the least
 each kind ``(n0, n1)`` only while they could beat the best found. A DP over
 stages with state (before or after the boundary, ``n0``, ``n1``) finds the
 least largest stage time: the ``sapp`` objective at levels 0 and 1 where
-``m != p`` (``m = p`` splits it, and goes to the integer program). ``tau``
+``m != p`` (``m = p`` splits it, and goes to :mod:`.exact` or the integer program). ``tau``
 grows until the optimum lies under it, which proves it: a better placement
 would use only listed contents. As in :mod:`.exact`, relaxed memory gives
 the lower bound, exact memory the placement.
@@ -51,7 +54,7 @@ _GROWTH, _MEMORY_GROWTH = 1.15, 1.3
 
 def applicable(setup: BalanceSetup) -> str:
     """Why the search does not apply to ``setup`` ('' when it does)."""
-    if len(setup.kinds) != 2:
+    if len(setup.kinds) > 2:
         return "more than two body kinds with more than one chunk"
     if setup.bottleneck_split and setup.level < 2:
         return "the split objective of m = p with more than one chunk and two body kinds"
@@ -109,10 +112,20 @@ class _Cell:
         return self.fronts[composition].mix[self.point[composition, group, step]]
 
 
+def _counts(setup: BalanceSetup) -> tuple[int, int]:
+    """Layers of each body kind, ``(n, 0)`` with one kind: the search always counts two."""
+    return int(setup.counts[0]), int(setup.counts[1]) if len(setup.kinds) == 2 else 0
+
+
+def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
+    """:func:`~sappkit.balancer.segments.per_kind` for the two kinds :func:`_counts` counts."""
+    return np.r_[per_kind(setup, values), np.zeros(2 - len(setup.kinds))]
+
+
 def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int, int]]:
     """Layers of each kind the cell may hold: ``holds`` is 0 or 1 (one kind), or ``"both"`` (the boundary
     cell: at least one layer of the first kind, the second's only where the cell may hold both)."""
-    n0, n1 = (int(n) for n in setup.counts)
+    n0, n1 = _counts(setup)
     if holds == "both":
         second = range(n1 + 1) if not (setup.schedule in V_SHAPED and c == 1) else range(1)
         return [(a, b) for a in range(1, n0 + 1) for b in second]
@@ -124,8 +137,8 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
     """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
     backward; ``"memory"``: their least memory on an otherwise empty stage), with their fronts."""
     charge = c in charged_chunks(setup, s)
-    forward_per, kept_per = per_kind(setup, setup.forward), per_kind(setup, setup.param + setup.once)
-    least_work, lightest = per_kind(setup, setup.forward + setup.backward), per_kind(setup, setup.activation)
+    forward_per, kept_per = _per_kind(setup, setup.forward), _per_kind(setup, setup.param + setup.once)
+    least_work, lightest = _per_kind(setup, setup.forward + setup.backward), _per_kind(setup, setup.activation)
     fixed_f, fixed_b = setup.fixed_forward[c, s], setup.fixed_backward[c, s]
     floor = fixed_memory(setup, s)
     flight, charged = (weights[c] for weights in floor_weights(setup, s))
@@ -182,7 +195,7 @@ class _StageTable:
 def _contents(setup: BalanceSetup, cells: list[_Cell], s: int, cap: float, measure: str):
     """Every product of the cells' compositions within the layer counts and under ``cap`` at its least
     (stage time with every cell on its fastest point; or memory), as composition indices per cell."""
-    n0, n1 = (int(n) for n in setup.counts)
+    n0, n1 = _counts(setup)
     contents = np.zeros((1, 0), dtype=int)
     layers, forward, backward = np.zeros((1, 2), dtype=int), np.zeros(1), np.zeros(1)
     memory = np.full(1, fixed_memory(setup, s))
@@ -263,7 +276,7 @@ def _stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap:
     if listed is None:
         return None
     contents, layers, forward, fastest = listed
-    shape = tuple(int(n) + 1 for n in setup.counts)
+    shape = tuple(n + 1 for n in _counts(setup))
     everything = np.ones(len(contents), bool)
     if measure == "memory":
         relaxed, exact, group = _priced(setup, cells, s, contents, np.full(len(contents), np.inf))
@@ -284,7 +297,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest):
     grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in cells] + [[0.0]]))
     low = np.searchsorted(grid, fastest - EPS * np.maximum(1.0, fastest))
     bound = forward + grid[np.minimum(low, len(grid) - 1)]
-    key = layers[:, 0] * (int(setup.counts[1]) + 1) + layers[:, 1]
+    key = layers[:, 0] * (_counts(setup)[1] + 1) + layers[:, 1]
     order = np.lexsort((bound, key))
     best = np.full(int(key.max(initial=0)) + 1, np.inf)
     values = [np.full(len(contents), np.inf), np.full(len(contents), np.inf)]
@@ -331,7 +344,10 @@ def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray
 
 
 def _patterns(setup: BalanceSetup, boundary_chunk: int) -> tuple[tuple, tuple, tuple]:
-    """What each chunk holds on stages before the boundary stage (in stage order), on it, and after it."""
+    """What each chunk holds on stages before the boundary stage (in stage order), on it, and after it (with one
+    kind the three coincide, so any stage may play the boundary stage's part)."""
+    if len(setup.kinds) == 1:
+        return ((0,) * setup.chunks,) * 3
     c = boundary_chunk
     reversed_chunk = setup.schedule in V_SHAPED and c == 1  # runs back up the V: later stages come first
     first, then = (1, 0) if reversed_chunk else (0, 1)
@@ -362,7 +378,7 @@ def _advance(state: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def _solve(setup: BalanceSetup, tables: list[tuple[_StageTable, _StageTable, _StageTable]],
            exact: bool) -> tuple[float, list[tuple[int, int]]]:
     """Least largest stage value for one boundary chunk, and per stage (which pattern, content index)."""
-    n0, n1 = (int(n) for n in setup.counts)
+    n0, n1 = _counts(setup)
     before = np.full((n0 + 1, n1 + 1), np.inf)
     before[0, 0] = -np.inf
     after = np.full_like(before, np.inf)
@@ -413,7 +429,7 @@ def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str):
     """(relaxed optimum, exact optimum, its placement or None) over every boundary chunk under ``cap``; None past
     the enumeration budget."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
-    for boundary_chunk in range(setup.chunks):
+    for boundary_chunk in range(setup.chunks if len(setup.kinds) == 2 else 1):
         patterns = _patterns(setup, boundary_chunk)
         tables = []
         for s in range(setup.stages):

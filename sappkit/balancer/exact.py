@@ -4,9 +4,12 @@ Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
 optimisation levels 0 and 1 (every objective of the ``sapp`` table but
 approach A); several body kinds on one chunk go to :mod:`.segments` (a DP
-on the model position), two on more chunks to :mod:`.boundary` (a DP that
-carries the cell where the first kind ends); otherwise :func:`search`
-returns None and the integer program runs alone. Every schedule is covered.
+on the model position), one or two on more chunks to :mod:`.boundary` (a
+DP that carries the cell where the first kind ends) where it applies;
+otherwise :func:`search` returns None and the integer program runs alone.
+Every schedule is covered. What follows is the search for one kind where
+:mod:`.boundary` does not apply: one chunk, the split objective of
+``m = p``, and chunks whose memory is not monotone.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes
@@ -224,12 +227,13 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
     if applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
-    if len(setup.kinds) != 1 and setup.chunks > 1:
-        found = boundary.search(setup, cache)
-        if found is None:
-            return None
+    # several chunks: the boundary search, unless past its budget with one kind, where the enumeration below may not be
+    found = boundary.search(setup, cache) if setup.chunks > 1 and not boundary.applicable(setup) else None
+    if found is not None:
         proven, counts, _, lower = found
         return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
+    if len(setup.kinds) != 1 and setup.chunks > 1:
+        return None
     if len(setup.kinds) != 1:
         counts, value = segments.search(setup, cache)
         return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)

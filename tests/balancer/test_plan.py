@@ -98,8 +98,10 @@ def test_two_chunk_peak_includes_the_seeds_overhead():
     # without working sets (seed 003's model), since a later first-chunk backward can peak with its own.
     table = TABLE.with_frame(TABLE.frame.assign(activation_mb=TABLE.frame.activation_mb.where(
         TABLE.frame.role == "body", 0.0)))
-    plan = sappkit.balance(table, stages=2, micro_batches=4, chunks=2, memory_mb=1500, working_set=False)
-    assert plan.stages.overhead_mb.sum() > 0
+    # stage 0's first chunk one layer heavier than the second: the overhead bites there
+    plan = sappkit.plan_from_offsets(table, stages=2, micro_batches=4, chunks=2, memory_mb=1500, working_set=False,
+                                     offset=[[1, -1], [0, 0]])
+    assert plan.stages.overhead_mb.tolist() == [30.0, 0.0]
     simulated = sappkit.simulate(plan.costs().assign(working_mb=0.0), schedule="interleaved", micro_batches=4)
     np.testing.assert_allclose(simulated.stages.memory_mb, plan.stages.memory_mb)
 
