@@ -8,8 +8,8 @@ on the model position), one or two on more chunks to :mod:`.boundary` (a
 DP that carries the cell where the first kind ends) where it applies;
 otherwise :func:`search` returns None and the integer program runs alone.
 Every schedule is covered. What follows is the search for one kind where
-:mod:`.boundary` does not apply: one chunk, the split objective of
-``m = p``, and chunks whose memory is not monotone.
+:mod:`.boundary` does not apply (one chunk, chunks whose memory is not
+monotone) or stops past its budgets.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
    options; where stage memory grows with the cell's activation only mixes

@@ -28,7 +28,9 @@ from .test_optimise import brute_force, loose_limit, placements, solve_both_ways
 
 def follows_model_order(setup, counts) -> bool:
     """No first-kind layer on a cell once the second kind has started on a cell before it (seed 003's
-    frontier: :meth:`~sappkit.balancer.setup.BalanceSetup.earlier_cells`)."""
+    frontier: :meth:`~sappkit.balancer.setup.BalanceSetup.earlier_cells`); any placement of one kind."""
+    if len(setup.kinds) == 1:
+        return True
     first, second = (counts[setup.item_indices(kind)].sum(axis=0) for kind in setup.kinds)
     return not any(first[c, s] > 0 and any(second[d, t] > 0 for d, t in setup.earlier_cells(c, s))
                    for c, s in setup.cells)
@@ -58,8 +60,12 @@ def solved(setup):
                                               ((2, 3), dict(stages=2, chunks=2, micro_batches=3)),
                                               ((2, 4), dict(stages=2, chunks=3, micro_batches=4)),
                                               ((1, 5), dict(stages=3, chunks=2, micro_batches=6)),
-                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=4))],
-                         ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1"])
+                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=4)),
+                                              ((2, 3), dict(stages=2, chunks=2, micro_batches=2)),
+                                              ((2, 4), dict(stages=2, chunks=3, micro_batches=2)),
+                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=3))],
+                         ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1",
+                              "split v2", "split v3", "split p3"])
 def test_the_search_equals_seed_003s_objective_over_every_placement(counts, pipeline):
     rng = np.random.default_rng(11)
     for trial in range(3):
@@ -91,9 +97,32 @@ def test_the_search_equals_every_placement_in_model_order_with_the_working_set(s
             assert solved(setup) == pytest.approx(best_fitting(placed, setup.memory_mb), rel=1e-9)
 
 
+@pytest.mark.parametrize("schedule, counts, stages, chunks", [
+    ("interleaved", (2, 2), 2, 2), ("interleaved", (1, 3), 3, 2), ("interleaved", (2, 3), 2, 3),
+    ("interleaved", (5, 0), 2, 2), ("interleaved", (6, 0), 2, 3)],
+    ids=["v2", "p3", "v3", "one kind v2", "one kind v3"])
+def test_the_split_objective_of_m_equal_p_equals_every_placement_with_the_working_set(schedule, counts, stages,
+                                                                                      chunks):
+    # m = p: S + max(L, S), a bound on S tried per candidate; one kind is the search's n1 = 0.
+    rng = np.random.default_rng(8)
+    pipeline = dict(stages=stages, chunks=chunks, micro_batches=stages, schedule=schedule)
+    kinds = 1 if counts[1] == 0 else 2
+    for trial in range(2):
+        frame = with_working_sets(rng, table(rng, kinds=kinds, counts=counts[:kinds], options=("none", "full"),
+                                             tail=bool(trial)))
+        limit = loose_limit(frame, **pipeline)
+        setup = make_setup(frame, memory_mb=limit, working_set=True, consistent_recompute=False, **pipeline)
+        assert setup.bottleneck_split and boundary.applicable(setup) == ""
+        placed = in_model_order(setup)
+        for scale in (0.75, 1.0, 1.5):
+            setup = make_setup(frame, memory_mb=limit * scale, working_set=True, consistent_recompute=False,
+                               **pipeline)
+            assert solved(setup) == pytest.approx(best_fitting(placed, setup.memory_mb), rel=1e-9)
+
+
 @pytest.mark.parametrize("working", [False, True], ids=["no working set", "working set"])
 def test_the_search_agrees_with_the_ilp(rng, working):
-    for chunks, micro_batches in ((2, 8), (3, 6)):
+    for chunks, micro_batches in ((2, 8), (3, 6), (2, 3), (3, 3)):
         frame = table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full"))
         frame = with_working_sets(rng, frame) if working else frame
         pipeline = dict(stages=3, chunks=chunks, micro_batches=micro_batches, working_set=working,
@@ -103,6 +132,23 @@ def test_the_search_agrees_with_the_ilp(rng, working):
             fast, ilp, status = solve_both_ways(frame, memory_mb=limit * scale, **pipeline)
             assert status in ("optimal", "infeasible")
             assert fast is not None and fast == pytest.approx(ilp, rel=1e-6)
+
+
+@pytest.mark.parametrize("budget", [1, 3])
+def test_the_split_search_past_its_budget_hands_its_best_placement_to_the_integer_program(rng, monkeypatch, budget):
+    frame = with_working_sets(rng, table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full")))
+    pipeline = dict(stages=3, chunks=2, micro_batches=3, working_set=True, consistent_recompute=False)
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), **pipeline)
+    optimum = search(setup)
+    assert optimum.proven and optimum.counts is not None
+    monkeypatch.setattr(boundary, "_SPLIT_BUDGET", budget)
+    cut = search(setup)
+    if cut is not None:  # the best placement found, a real one, and a lower bound the optimum respects
+        assert not cut.proven and cut.counts is not None and cut.upper >= optimum.upper * (1 - 1e-9)
+        assert cut.lower <= optimum.upper * (1 + 1e-9)
+    plan = balance(frame, memory_mb=setup.memory_mb, **pipeline)
+    assert plan.status == "optimal" and "ilp" in plan.method
+    assert plan.objective == pytest.approx(optimum.upper, rel=1e-6)
 
 
 def test_least_memory_is_the_least_over_every_placement_and_infeasible_limits_are_proven(rng):
@@ -122,7 +168,5 @@ def test_what_the_search_leaves_to_the_integer_program(rng):
     assert "more than two body kinds" in applicable(make_setup(frame, stages=2, chunks=2, micro_batches=4,
                                                                memory_mb=1e9, consistent_recompute=False))
     two = table(rng, kinds=2, counts=(3, 3), options=("none", "full"))
-    assert "split objective" in applicable(make_setup(two, stages=2, chunks=2, micro_batches=2, memory_mb=1e9,
-                                                      consistent_recompute=False))
     assert "consistency" in applicable(make_setup(two, stages=2, chunks=2, micro_batches=4, memory_mb=1e9,
                                                   consistent_recompute=True))

@@ -130,7 +130,6 @@ def test_least_memory_and_infeasible_limits(rng):
 
 
 @pytest.mark.parametrize("change, reason", [
-    (dict(chunks=2, micro_batches=2), "the split objective of m = p with more than one chunk and two body kinds"),
     (dict(consistent_recompute=True), "recompute consistency between body kinds"),
     (dict(optimization_level=2), "optimization_level >= 2"),
 ])

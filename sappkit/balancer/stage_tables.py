@@ -1,0 +1,377 @@
+"""What a stage may hold for :mod:`.boundary`'s search: cells as staircases per composition, the products
+of their compositions a cap lets through, and the stage tables that price them.
+
+A cell's *composition* is its layers of each body kind. Its contents are
+points of the composition's front (:func:`~sappkit.balancer.segments.run_front`);
+for a backward cap ``beta`` the lightest point under it is all memory
+needs (memory grows with every cell's activation and charged working set;
+a charged cell keeps one such staircase per working set). A stage's
+*content* is one composition per cell, priced at the least cap that fits
+the memory limit, by bisection (:func:`stage_table`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from .cells import COMBO_BUDGET, EPS, Cache, charged_chunks, fixed_memory, floor_weights, memory_bounds
+from .segments import per_kind, run_front, within
+from .setup import V_SHAPED, BalanceSetup
+
+__all__ = ["Cell", "StageTable", "cells_of", "counts_of", "stage_table"]
+
+
+# ------------------------------------------------------------------ what a cell may hold
+
+
+@dataclass(frozen=True)
+class Cell:
+    """What one cell may hold, per composition (layers of each kind): its forward, parameters + memory kept
+    once, and its front as staircases per working-set group (``working``): backward ascending, the least
+    activation up to each backward and the front point giving it (inf / -1 padded)."""
+
+    layers: np.ndarray  # [composition, kind]
+    forward: np.ndarray  # [composition]
+    kept: np.ndarray  # [composition]
+    backward: np.ndarray  # [composition, group, step]
+    activation: np.ndarray  # [composition, group, step]
+    point: np.ndarray  # [composition, group, step]
+    working: np.ndarray  # [group]
+    fronts: list
+
+    def least_activation(self, composition: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row and group: the least activation with backward <= ``beta`` (inf where none), and its step."""
+        groups, steps = self.backward.shape[1:]
+        row = composition[:, None] * groups + np.arange(groups)[None, :]
+        top = self._span / 4
+        query = np.minimum(beta, top) + EPS * np.maximum(1.0, np.minimum(np.abs(beta), top))
+        step = np.searchsorted(self._sorted, query[:, None] + row * self._span, side="right") - row * steps - 1
+        activation = self.activation[composition[:, None], np.arange(groups)[None, :], np.maximum(step, 0)]
+        return np.where(step >= 0, activation, np.inf), step
+
+    @cached_property
+    def _span(self) -> float:
+        finite = self.backward[np.isfinite(self.backward)]
+        return 4.0 * (float(finite.max(initial=0.0)) + 1.0)
+
+    @cached_property
+    def _sorted(self) -> np.ndarray:
+        """Every staircase's backward in one ascending array (row ``r`` shifted by ``r`` spans; padding above
+        any query), for one :func:`np.searchsorted` over many rows."""
+        span = self._span
+        padded = np.where(np.isfinite(self.backward), self.backward, span / 2)
+        return (padded.reshape(-1, padded.shape[-1]) + np.arange(padded.shape[0] * padded.shape[1])[:, None]
+                * span).ravel()
+
+    def mix(self, composition: int, group: int, step: int) -> np.ndarray:
+        return self.fronts[composition].mix[self.point[composition, group, step]]
+
+
+def counts_of(setup: BalanceSetup) -> tuple[int, int]:
+    """Layers of each body kind, ``(n, 0)`` with one kind: the search always counts two."""
+    return int(setup.counts[0]), int(setup.counts[1]) if len(setup.kinds) == 2 else 0
+
+
+def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
+    """:func:`~sappkit.balancer.segments.per_kind` for the two kinds :func:`counts_of` counts."""
+    return np.r_[per_kind(setup, values), np.zeros(2 - len(setup.kinds))]
+
+
+def _term(setup: BalanceSetup, c: int, s: int, measure: str) -> tuple[np.ndarray, float]:
+    """What cell ``(c, s)`` adds to its stage's value beside its backward, per layer of each kind and fixed:
+    its forward (the stage time takes the largest), or under the split objective the last chunk's ``Fht + f_s
+    / m * Fbody`` of ``L`` (0 on the other chunks)."""
+    forward = _per_kind(setup, setup.forward)
+    if measure != "split":
+        return forward, float(setup.fixed_forward[c, s])
+    if c < setup.chunks - 1:
+        return 0.0 * forward, 0.0
+    return setup.last_chunk_factors[s] / setup.slices * forward, float(setup.fixed_forward[c, s])
+
+
+def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int, int]]:
+    """Layers of each kind the cell may hold: ``holds`` is 0 or 1 (one kind), or ``"both"`` (the boundary
+    cell: at least one layer of the first kind, the second's only where the cell may hold both)."""
+    n0, n1 = counts_of(setup)
+    if holds == "both":
+        second = range(n1 + 1) if not (setup.schedule in V_SHAPED and c == 1) else range(1)
+        return [(a, b) for a in range(1, n0 + 1) for b in second]
+    low = 0 if (c, s) in setup.reserved else 1
+    return [(n, 0) if holds == 0 else (0, n) for n in range(low, (n0, n1)[holds] + 1)]
+
+
+def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> Cell:
+    """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
+    backward; ``"split"``: their least backward within ``cap / 2`` on a chunk but the last, their least ``L``
+    term within ``cap`` on the last; ``"memory"``: their least memory on an otherwise empty stage), with their
+    fronts and ``forward``, what they add to the stage's value beside the backward (:func:`_term`)."""
+    charge = c in charged_chunks(setup, s)
+    term_per, term_fixed = _term(setup, c, s, measure)
+    kept_per, lightest = _per_kind(setup, setup.param + setup.once), _per_kind(setup, setup.activation)
+    least_backward = _per_kind(setup, setup.backward)
+    fixed_b = setup.fixed_backward[c, s]
+    room = cap / 2 if measure == "split" and c < setup.chunks - 1 else cap
+    floor = fixed_memory(setup, s)
+    flight, charged = (weights[c] for weights in floor_weights(setup, s))
+    rows = []
+    for composition in _compositions(setup, c, s, holds):
+        layers = np.array(composition)
+        kept = float(layers @ kept_per)
+        term = float(layers @ term_per) + term_fixed
+        if measure != "memory" and not within(term + layers @ least_backward + fixed_b, room):
+            continue
+        limit = setup.memory_mb if measure != "memory" else cap
+        if not within(floor + kept + flight * float(layers @ lightest), limit):
+            continue  # no point of its front fits: skip building it
+        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
+        least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
+        if not within(least_mb, limit):
+            continue
+        rows.append((layers, term, kept, front))
+    groups = np.unique(np.concatenate([front.charged() for *_, front in rows] + [np.zeros(0 if rows else 1)]))
+    width = max([len(front.backward) for *_, front in rows], default=1)
+    shape = (len(rows), len(groups), width)
+    backward, activation, point = np.full(shape, np.inf), np.full(shape, np.inf), np.full(shape, -1)
+    for k, (*_, front) in enumerate(rows):
+        for g, w in enumerate(groups):
+            members = np.flatnonzero(front.charged() == w)
+            members = members[np.argsort(front.backward[members], kind="stable")]
+            lightest = np.minimum.accumulate(front.activation[members])
+            steps = np.arange(len(members))
+            newest = np.maximum.accumulate(np.where(front.activation[members] <= lightest, steps, 0))
+            backward[k, g, :len(members)] = front.backward[members] + fixed_b
+            activation[k, g, :len(members)], point[k, g, :len(members)] = lightest, members[newest]
+    return Cell(np.array([r[0] for r in rows], dtype=int).reshape(-1, 2), np.array([r[1] for r in rows]),
+                 np.array([r[2] for r in rows]), backward, activation, point, groups, [r[3] for r in rows])
+
+
+# ------------------------------------------------------------------ stage tables
+
+
+@dataclass(frozen=True)
+class StageTable:
+    """One stage under one pattern: per layers ``(n0, n1)`` the best value and its content, with relaxed and
+    with exact memory; a content is the cells' compositions (``contents``) with the backward cap and the
+    working-set group of its exact pricing."""
+
+    relaxed: np.ndarray  # [n0, n1] value
+    exact: np.ndarray
+    relaxed_pick: np.ndarray  # [n0, n1] content index
+    exact_pick: np.ndarray
+    contents: np.ndarray  # [content, chunk] composition index per cell
+    beta: np.ndarray  # [content, chunk] the cells' backward caps in the exact pricing
+    group: np.ndarray  # [content] the cells' working-set groups in the exact pricing (an index into their product)
+    cells: list[Cell]
+    index: np.ndarray | None = None  # [content] the relaxed pricing's index into the cap grid; -1 where not priced
+
+
+def _contents(setup: BalanceSetup, cells: list[Cell], s: int, cap: float, measure: str):
+    """Every product of the cells' compositions within the layer counts and under ``cap`` at its least
+    (:func:`_least_value` with every cell on its fastest point; or memory), as composition indices per cell,
+    with its layers of each kind, the largest of the cells' terms and every cell's fastest backward."""
+    n0, n1 = counts_of(setup)
+    contents = np.zeros((1, 0), dtype=int)
+    layers, forward, fastest = np.zeros((1, 2), dtype=int), np.zeros(1), np.zeros((1, 0))
+    memory = np.full(1, fixed_memory(setup, s))
+    limit = setup.memory_mb if measure != "memory" else cap
+    flights, charges = floor_weights(setup, s)
+    for c, cell in enumerate(cells):
+        quickest = cell.backward[:, :, 0].min(axis=1)
+        lightest = (flights[c] * cell.activation.min(axis=-1) + charges[c] * cell.working[None, :]).min(axis=1)
+        left = np.repeat(np.arange(len(contents)), len(cell.kept))
+        right = np.tile(np.arange(len(cell.kept)), len(contents))
+        new_layers = layers[left] + cell.layers[right]
+        new_forward = np.maximum(forward[left], cell.forward[right])
+        new_fastest = np.column_stack([fastest[left], quickest[right]])
+        new_memory = memory[left] + cell.kept[right] + lightest[right]
+        keep = (new_layers[:, 0] <= n0) & (new_layers[:, 1] <= n1) & within(new_memory, limit)
+        if measure != "memory":
+            keep &= within(_least_value(setup, new_forward, new_fastest, measure), cap)
+        if keep.sum() > COMBO_BUDGET:
+            return None
+        contents = np.column_stack([contents[left[keep]], right[keep]])
+        layers, forward, fastest, memory = new_layers[keep], new_forward[keep], new_fastest[keep], new_memory[keep]
+    return contents, layers, forward, fastest
+
+
+def _least_value(setup: BalanceSetup, forward: np.ndarray, fastest: np.ndarray, measure: str) -> np.ndarray:
+    """The least a content (its cells so far) can add to the objective with every cell at least as slow as
+    ``fastest``: its stage time, or under the split objective ``S + max(L, S)`` of this stage alone."""
+    if measure == "time":
+        return forward + fastest.max(axis=1)
+    first = np.maximum(fastest[:, : setup.chunks - 1].max(axis=1, initial=0.0), 0.0)
+    last = forward + (fastest[:, -1] if fastest.shape[1] == setup.chunks else 0.0)
+    return first + np.maximum(last, first)
+
+
+def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, beta: np.ndarray):
+    """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
+    ``beta`` (per content and cell), each the least over the cells' working-set
+    groups, and the exact one's groups (one index into their product)."""
+    rows = len(contents)
+    sizes = [len(cell.working) for cell in cells]
+    groups = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
+    activation = np.zeros((rows, len(groups), setup.chunks))
+    kept = np.zeros(rows)
+    for c, cell in enumerate(cells):
+        least, _ = cell.least_activation(contents[:, c], beta[:, c])
+        activation[:, :, c] = least[:, groups[:, c]]
+        kept += cell.kept[contents[:, c]]
+    working = np.broadcast_to(np.stack([cell.working[groups[:, c]] for c, cell in enumerate(cells)], axis=1),
+                              activation.shape).reshape(-1, setup.chunks)
+    flat = activation.reshape(-1, setup.chunks)
+    finite = np.isfinite(flat).all(axis=1)
+    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0), working)
+    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(groups)) + kept[:, None]
+    exact = np.where(finite, exact, np.inf).reshape(rows, len(groups)) + kept[:, None]
+    return relaxed.min(axis=1), exact.min(axis=1), exact.argmin(axis=1)
+
+
+def _least_beta(setup, cells, s, contents, grid, low, exact: bool, caps, high=None) -> np.ndarray:
+    """Per content the least index into ``grid`` (from ``low``, up to ``high`` where it is known to fit) whose
+    backward cap (the cells' caps ``caps(cap)``) lets the stage fit the memory limit (relaxed or exact);
+    ``len(grid)`` where none does: a bisection, memory falls as the cap grows."""
+    lo, hi = low.copy(), (np.full(len(contents), len(grid)) if high is None else high.copy())
+    while (lo < hi).any():
+        mid = (lo + hi) // 2
+        probe = np.minimum(mid, len(grid) - 1)
+        relaxed, exact_mb, _ = _priced(setup, cells, s, contents, caps(grid[probe]))
+        fits = within(exact_mb if exact else relaxed, setup.memory_mb) & (mid < len(grid))
+        active = lo < hi
+        hi = np.where(active & fits, mid, hi)
+        lo = np.where(active & ~fits, mid + 1, lo)
+    return lo
+
+
+def cells_of(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str) -> list[Cell]:
+    """Stage ``s``'s cells under ``pattern`` and ``cap`` (:func:`_cell`), cached."""
+    cells = []
+    for c, holds in enumerate(pattern):
+        key = ("boundary cell", measure, c, s, holds, round(cap, 9))
+        if key not in cache.stages:
+            cache.stages[key] = _cell(setup, cache, c, s, holds, cap, measure)
+        cells.append(cache.stages[key])
+    return cells
+
+
+def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str,
+                 sigma: float | None = None) -> StageTable | None:
+    """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
+    least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
+    memory (``"memory"``); None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
+    key = ("boundary", measure, s, pattern, round(cap, 9), sigma)
+    if key in cache.stages:
+        return cache.stages[key]
+    cells = cells_of(setup, cache, s, pattern, cap, measure)
+    listed_key = ("boundary contents", measure, s, pattern, round(cap, 9))
+    if listed_key not in cache.stages:
+        cache.stages[listed_key] = _contents(setup, cells, s, cap, measure)
+    listed = cache.stages[listed_key]
+    if listed is None:
+        return None
+    contents, layers, forward, fastest = listed
+    shape = tuple(n + 1 for n in counts_of(setup))
+    if measure == "memory":
+        beta = np.full(contents.shape, np.inf)
+        relaxed, exact, group = _priced(setup, cells, s, contents, beta)
+        everything = np.ones(len(contents), bool)
+        tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
+    else:
+        tried = cache.stages.setdefault(("boundary sigmas", s, pattern, round(cap, 9)), {})
+        values, beta, group, index = _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma,
+                                                       _bracket(tried, sigma))
+        tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
+        if sigma is not None:
+            tried[sigma] = index
+    table = StageTable(tables[0][0], tables[1][0], tables[0][1], tables[1][1], contents, beta, group, cells)
+    cache.stages[key] = table
+    return table
+
+
+def _bracket(tried: dict, sigma: float | None):
+    """The relaxed pricing's grid indices at the nearest larger and smaller ``sigma`` tried (None where none):
+    a content's least cap never grows with ``sigma``, so they bound it from below and above."""
+    if sigma is None:
+        return None, None
+    above = [t for t in tried if t > sigma]
+    below = [t for t in tried if t < sigma]
+    return tried[min(above)] if above else None, tried[max(below)] if below else None
+
+
+def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma=None, bracket=(None, None)):
+    """Per content its least value that fits (relaxed and exact memory), the cells' backward caps and groups,
+    and the relaxed value's index into the cap grid (-1 where not priced); inf where none fits or where
+    another content of the same layers is known to be as fast: contents are priced in rounds, each group's
+    fastest-bounded first, until none left could beat its group's best.
+
+    The value is ``forward`` plus one backward cap on every cell (the stage time), or with ``sigma`` (the
+    split objective) plus the last cell's cap, every other cell's cap being ``sigma``; ``bracket`` holds the
+    indices priced at a larger and a smaller ``sigma`` (:func:`_bracket`)."""
+    if sigma is None:
+        priced_cells, least = cells, fastest.max(axis=1)
+
+        def caps(beta):
+            return np.broadcast_to(beta[:, None], (len(beta), setup.chunks))
+    else:
+        priced_cells, least = cells[-1:], fastest[:, -1]
+
+        def caps(beta):
+            return np.column_stack([np.full((len(beta), setup.chunks - 1), sigma), beta])
+    grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in priced_cells] + [[0.0]]))
+    low = np.searchsorted(grid, least - EPS * np.maximum(1.0, least))
+    above, below = bracket
+    high = np.full(len(contents), len(grid))
+    if above is not None:  # what did not fit at a larger sigma does not fit here
+        low = np.maximum(low, above)
+    if below is not None:  # what fitted at a smaller sigma fits here
+        high = np.where(below >= 0, np.maximum(below, low), high)
+    bound = np.where(low < len(grid), forward + grid[np.minimum(low, len(grid) - 1)], np.inf)
+    if sigma is not None:  # a content whose other cells cannot stay within sigma takes no part
+        bound = np.where(within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma), bound, np.inf)
+    key = layers[:, 0] * (counts_of(setup)[1] + 1) + layers[:, 1]
+    order = np.lexsort((bound, key))
+    best = np.full(int(key.max(initial=0)) + 1, np.inf)
+    values = [np.full(len(contents), np.inf), np.full(len(contents), np.inf)]
+    beta, group = np.full(contents.shape, np.inf), np.zeros(len(contents), dtype=int)
+    waiting = np.ones(len(contents), bool)
+    priced = np.full(len(contents), -1)
+    width = 1
+    while True:
+        ready = order[waiting[order] & np.isfinite(bound[order])]
+        open_ = ready[bound[ready] < best[key[ready]] - EPS * np.maximum(1.0, bound[ready])]
+        if not open_.size:
+            return values, beta, group, priced
+        starts = np.flatnonzero(np.r_[True, key[open_][1:] != key[open_][:-1]])
+        rank = np.arange(len(open_)) - np.repeat(starts, np.diff(np.r_[starts, len(open_)]))
+        batch = open_[rank < width]  # each group's least bounds, more every round
+        width *= 2
+        waiting[batch] = False
+        index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], False, caps, high[batch])
+        priced[batch] = index
+        probe = caps(grid[np.minimum(index, len(grid) - 1)])
+        # exact memory is never below relaxed: where it fits at the relaxed cap that cap is its least too
+        misses = (index < len(grid)) & ~within(_priced(setup, cells, s, contents[batch], probe)[1], setup.memory_mb)
+        exact_index = index.copy()
+        exact_index[misses] = _least_beta(setup, cells, s, contents[batch][misses], grid, index[misses], True, caps)
+        for which, found in ((0, index), (1, exact_index)):
+            values[which][batch] = np.where(found < len(grid), forward[batch] + grid[np.minimum(found, len(grid) - 1)],
+                                            np.inf)
+        beta[batch] = caps(values[1][batch] - forward[batch])
+        group[batch] = _priced(setup, cells, s, contents[batch], beta[batch])[2]
+        np.minimum.at(best, key[batch], values[1][batch])
+
+
+def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray, shape) -> tuple:
+    """Per ``(n0, n1)``: the least value among feasible contents and its index (inf, -1 where none)."""
+    best, pick = np.full(shape, np.inf), np.full(shape, -1)
+    ok = np.flatnonzero(feasible)
+    if ok.size:
+        order = ok[np.lexsort((value[ok], layers[ok, 1], layers[ok, 0]))]
+        first = np.r_[True, (np.diff(layers[order, 0]) != 0) | (np.diff(layers[order, 1]) != 0)]
+        chosen = order[first]
+        best[layers[chosen, 0], layers[chosen, 1]] = value[chosen]
+        pick[layers[chosen, 0], layers[chosen, 1]] = chosen
+    return best, pick
