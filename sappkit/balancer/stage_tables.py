@@ -17,7 +17,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .cells import COMBO_BUDGET, EPS, Cache, charged_chunks, fixed_memory, floor_weights, memory_bounds
+from .cells import COMBO_BUDGET, EPS, Cache, Front, charged_chunks, fixed_memory, floor_weights, memory_bounds
 from .segments import per_kind, run_front, within
 from .setup import V_SHAPED, BalanceSetup
 
@@ -103,6 +103,22 @@ def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int,
     return [(n, 0) if holds == 0 else (0, n) for n in range(low, (n0, n1)[holds] + 1)]
 
 
+def _staircases(cache: Cache, front: Front, key: tuple) -> dict:
+    """Per working set of ``front`` (the run front :func:`_cell` takes for ``key``): its points by backward
+    ascending, the least activation up to each, and the point giving it; cached."""
+    key = ("staircases", *key)
+    if key not in cache.fronts:
+        stairs = {}
+        for w in np.unique(front.charged()):
+            members = np.flatnonzero(front.charged() == w)
+            members = members[np.argsort(front.backward[members], kind="stable")]
+            least = np.minimum.accumulate(front.activation[members])
+            newest = np.maximum.accumulate(np.where(front.activation[members] <= least, np.arange(len(members)), 0))
+            stairs[float(w)] = (front.backward[members], least, members[newest])
+        cache.fronts[key] = stairs
+    return cache.fronts[key]
+
+
 def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> Cell:
     """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
     backward; ``"split"``: their least backward within ``cap / 2`` on a chunk but the last, their least ``L``
@@ -130,20 +146,16 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
         least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
         if not within(least_mb, limit):
             continue
-        rows.append((layers, term, kept, front))
-    groups = np.unique(np.concatenate([front.charged() for *_, front in rows] + [np.zeros(0 if rows else 1)]))
-    width = max([len(front.backward) for *_, front in rows], default=1)
+        rows.append((layers, term, kept, front, _staircases(cache, front, (composition, charge, measure == "memory"))))
+    groups = np.unique(np.concatenate([front.charged() for *_, front, _ in rows] + [np.zeros(0 if rows else 1)]))
+    width = max([len(front.backward) for *_, front, _ in rows], default=1)
     shape = (len(rows), len(groups), width)
     backward, activation, point = np.full(shape, np.inf), np.full(shape, np.inf), np.full(shape, -1)
-    for k, (*_, front) in enumerate(rows):
-        for g, w in enumerate(groups):
-            members = np.flatnonzero(front.charged() == w)
-            members = members[np.argsort(front.backward[members], kind="stable")]
-            lightest = np.minimum.accumulate(front.activation[members])
-            steps = np.arange(len(members))
-            newest = np.maximum.accumulate(np.where(front.activation[members] <= lightest, steps, 0))
-            backward[k, g, :len(members)] = front.backward[members] + fixed_b
-            activation[k, g, :len(members)], point[k, g, :len(members)] = lightest, members[newest]
+    for k, (*_, stairs) in enumerate(rows):
+        for w, (steps_backward, steps_activation, steps_point) in stairs.items():
+            g, n = int(np.searchsorted(groups, w)), len(steps_backward)
+            backward[k, g, :n], activation[k, g, :n], point[k, g, :n] = steps_backward + fixed_b, steps_activation, \
+                steps_point
     return Cell(np.array([r[0] for r in rows], dtype=int).reshape(-1, 2), np.array([r[1] for r in rows]),
                  np.array([r[2] for r in rows]), backward, activation, point, groups, [r[3] for r in rows])
 
@@ -246,11 +258,17 @@ def _least_beta(setup, cells, s, contents, grid, low, exact: bool, caps, high=No
     return lo
 
 
+def _key(setup: BalanceSetup, *parts) -> tuple:
+    """A key into the cache's stage entries: what the search keeps depends on the memory limit, which a cache
+    outlives (:class:`~sappkit.balancer.cells.Cache` serves every limit of one instance)."""
+    return ("boundary", setup.memory_mb, *parts)
+
+
 def cells_of(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str) -> list[Cell]:
     """Stage ``s``'s cells under ``pattern`` and ``cap`` (:func:`_cell`), cached."""
     cells = []
     for c, holds in enumerate(pattern):
-        key = ("boundary cell", measure, c, s, holds, round(cap, 9))
+        key = _key(setup, "cell", measure, c, s, holds, round(cap, 9))
         if key not in cache.stages:
             cache.stages[key] = _cell(setup, cache, c, s, holds, cap, measure)
         cells.append(cache.stages[key])
@@ -262,11 +280,11 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
     memory (``"memory"``); None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
-    key = ("boundary", measure, s, pattern, round(cap, 9), sigma)
+    key = _key(setup, "table", measure, s, pattern, round(cap, 9), sigma)
     if key in cache.stages:
         return cache.stages[key]
     cells = cells_of(setup, cache, s, pattern, cap, measure)
-    listed_key = ("boundary contents", measure, s, pattern, round(cap, 9))
+    listed_key = _key(setup, "contents", measure, s, pattern, round(cap, 9))
     if listed_key not in cache.stages:
         cache.stages[listed_key] = _contents(setup, cells, s, cap, measure)
     listed = cache.stages[listed_key]
@@ -280,9 +298,10 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
         everything = np.ones(len(contents), bool)
         tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
     else:
-        tried = cache.stages.setdefault(("boundary sigmas", s, pattern, round(cap, 9)), {})
+        tried = cache.stages.setdefault(_key(setup, "sigmas", s, pattern, round(cap, 9)), {})
+        known = None if sigma is not None else cache.stages.setdefault(_key(setup, "priced", s, pattern), {})
         values, beta, group, index = _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma,
-                                                       _bracket(tried, sigma))
+                                                       _bracket(tried, sigma), known)
         tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
         if sigma is not None:
             tried[sigma] = index
@@ -301,7 +320,18 @@ def _bracket(tried: dict, sigma: float | None):
     return tried[min(above)] if above else None, tried[max(below)] if below else None
 
 
-def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma=None, bracket=(None, None)):
+def _codes(setup: BalanceSetup, cells: list[Cell], contents: np.ndarray) -> np.ndarray | None:
+    """One integer per content naming its cells' layers of each kind, the same under every cap (None where
+    they would not fit in 62 bits)."""
+    radix = max(counts_of(setup)) + 1
+    if radix ** (2 * len(cells)) >= 2**62:
+        return None
+    digits = np.concatenate([cell.layers[contents[:, c]] for c, cell in enumerate(cells)], axis=1)
+    return digits @ radix ** np.arange(digits.shape[1], dtype=np.int64)
+
+
+def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma=None, bracket=(None, None),
+                      known=None):
     """Per content its least value that fits (relaxed and exact memory), the cells' backward caps and groups,
     and the relaxed value's index into the cap grid (-1 where not priced); inf where none fits or where
     another content of the same layers is known to be as fast: contents are priced in rounds, each group's
@@ -309,7 +339,9 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
 
     The value is ``forward`` plus one backward cap on every cell (the stage time), or with ``sigma`` (the
     split objective) plus the last cell's cap, every other cell's cap being ``sigma``; ``bracket`` holds the
-    indices priced at a larger and a smaller ``sigma`` (:func:`_bracket`)."""
+    indices priced at a larger and a smaller ``sigma`` (:func:`_bracket`). ``known`` maps a content's code
+    (:func:`_codes`) to its least relaxed cap, priced under a smaller cap on the stage time: it needs no
+    bisection again, and it is updated."""
     if sigma is None:
         priced_cells, least = cells, fastest.max(axis=1)
 
@@ -328,6 +360,13 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
         low = np.maximum(low, above)
     if below is not None:  # what fitted at a smaller sigma fits here
         high = np.where(below >= 0, np.maximum(below, low), high)
+    codes = None if known is None else _codes(setup, cells, contents)
+    if codes is not None:
+        remembered = np.array([known.get(code, np.nan) for code in codes.tolist()])
+        seen, fits = ~np.isnan(remembered), np.isfinite(remembered)
+        low[seen & ~fits] = high[seen & ~fits] = len(grid)
+        at = np.searchsorted(grid, remembered[fits] - EPS * np.maximum(1.0, np.abs(remembered[fits])))
+        low[fits] = high[fits] = at
     bound = np.where(low < len(grid), forward + grid[np.minimum(low, len(grid) - 1)], np.inf)
     if sigma is not None:  # a content whose other cells cannot stay within sigma takes no part
         bound = np.where(within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma), bound, np.inf)
@@ -351,6 +390,9 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
         waiting[batch] = False
         index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], False, caps, high[batch])
         priced[batch] = index
+        if codes is not None:
+            known.update(zip(codes[batch].tolist(), np.where(index < len(grid), grid[np.minimum(index, len(grid) - 1)],
+                                                             np.inf).tolist()))
         probe = caps(grid[np.minimum(index, len(grid) - 1)])
         # exact memory is never below relaxed: where it fits at the relaxed cap that cap is its least too
         misses = (index < len(grid)) & ~within(_priced(setup, cells, s, contents[batch], probe)[1], setup.memory_mb)

@@ -151,6 +151,20 @@ def test_the_split_search_past_its_budget_hands_its_best_placement_to_the_intege
     assert plan.objective == pytest.approx(optimum.upper, rel=1e-6)
 
 
+@pytest.mark.parametrize("micro_batches", [6, 3], ids=["stage time", "split"])
+def test_one_cache_serves_every_memory_limit(rng, micro_batches):
+    # sweep_memory and the dashboard keep one cache per pipeline across limits
+    frame = with_working_sets(rng, table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full")))
+    pipeline = dict(stages=3, chunks=2, micro_batches=micro_batches, working_set=True, consistent_recompute=False)
+    limit = loose_limit(frame, **pipeline)
+    shared = Cache()
+    for scale in (1.3, 0.8, 1.0, 0.7):
+        setup = make_setup(frame, memory_mb=limit * scale, **pipeline)
+        alone, reused = search(setup), search(setup, cache=shared)
+        assert alone.proven and reused.proven and (alone.counts is None) == (reused.counts is None)
+        assert alone.counts is None or reused.upper == pytest.approx(alone.upper, rel=1e-9)
+
+
 def test_least_memory_is_the_least_over_every_placement_and_infeasible_limits_are_proven(rng):
     frame = with_working_sets(rng, table(rng, kinds=2, counts=(2, 2), options=("none", "selective", "full")))
     pipeline = dict(stages=2, chunks=2, micro_batches=4, working_set=True, consistent_recompute=False)
