@@ -52,10 +52,12 @@ def test_the_second_peak_binds():
     check_reported_memory(choice, fsdp=True)
 
 
-def test_interleaved_equals_brute_force(rng):
-    for _ in range(12):
-        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)))
-        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=2, most=2)
+def assert_equals_brute_force(rng, trials, chunks, tail):
+    """On ``trials`` random tables and partitions (``chunks()`` chunks, a tail where ``tail()``), the chooser's
+    stage times equal brute force's, and it reports what it holds."""
+    for _ in range(trials):
+        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=tail())
+        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=chunks(), most=2)
         offered = {kind: table.front(kind) for kind in table.body_kinds}
         limit = limit_between(table, part, offered, rng)
         choice = choose_recompute(table, part, memory_mb=limit)
@@ -65,6 +67,10 @@ def test_interleaved_equals_brute_force(rng):
             continue
         assert choice.stages["time"].tolist() == pytest.approx(expected, rel=1e-9)
         check_reported_memory(choice)
+
+
+def test_interleaved_equals_brute_force(rng):
+    assert_equals_brute_force(rng, 12, chunks=lambda: 2, tail=lambda: True)
 
 
 def test_interleaved_two_peaks_fit_and_are_never_better_than_brute_force(rng):
@@ -235,19 +241,7 @@ def test_offload_per_layer_reports_mode_off_and_sweeps(rng):
 
 def test_interleaved_memory_events_equal_brute_force(rng):
     # Two and three chunks, m from p to 2p (multiples of p and not), heads, tails, working sets.
-    for _ in range(16):
-        frame = random_table(rng, once=True, kinds=int(rng.integers(1, 3)), tail=bool(rng.integers(2)))
-        table, part = random_partition(rng, frame, stages=int(rng.integers(2, 4)), chunks=int(rng.integers(2, 4)),
-                                       most=2)
-        offered = {kind: table.front(kind) for kind in table.body_kinds}
-        limit = limit_between(table, part, offered, rng)
-        choice = choose_recompute(table, part, memory_mb=limit)
-        expected = brute_force_stages(table, part, limit, offered)
-        if any(math.isinf(t) for t in expected):
-            assert not choice.chosen
-            continue
-        assert choice.stages["time"].tolist() == pytest.approx(expected, rel=1e-9)
-        check_reported_memory(choice)
+    assert_equals_brute_force(rng, 16, chunks=lambda: int(rng.integers(2, 4)), tail=lambda: bool(rng.integers(2)))
 
 
 def test_interleaved_knapsacks_per_event_fit_and_are_never_better_than_brute_force(rng, monkeypatch):
