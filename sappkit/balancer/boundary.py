@@ -47,7 +47,7 @@ from .cells import Cache, monotone_chunks
 from ..columns import MEMORY_MB
 from .evaluate import evaluate
 from . import segments
-from .segments import per_kind, within
+from .segments import within
 from .setup import V_SHAPED, BalanceSetup
 from .stage_tables import StageTable, cells_of, counts_of, stage_table
 
@@ -73,6 +73,16 @@ def applicable(setup: BalanceSetup) -> str:
 
 
 # ------------------------------------------------------------------ the DP over stages
+
+
+def _boundary_chunks(setup: BalanceSetup) -> range:
+    """The chunks the first kind may end on (one stands for all with one kind, whose patterns coincide)."""
+    return range(setup.chunks if len(setup.kinds) == 2 else 1)
+
+
+def _work(setup: BalanceSetup, values: np.ndarray, pick) -> float:
+    """Every layer's ``values`` on the option ``pick`` (min or max) takes for its kind, summed."""
+    return float(setup.counts @ np.array([pick(values[setup.item_indices(kind)]) for kind in setup.kinds]))
 
 
 def _patterns(setup: BalanceSetup, boundary_chunk: int) -> tuple[tuple, tuple, tuple]:
@@ -161,7 +171,7 @@ def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma:
     stage time, ``L`` under ``sigma``, or memory) over every boundary chunk under ``cap``; None past the
     enumeration budget."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
-    for boundary_chunk in range(setup.chunks if len(setup.kinds) == 2 else 1):
+    for boundary_chunk in _boundary_chunks(setup):
         patterns = _patterns(setup, boundary_chunk)
         tables = []
         for s in range(setup.stages):
@@ -185,9 +195,8 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
     if setup.bottleneck_split:
         return _search_split(setup, cache)
     fixed = setup.fixed_forward.sum() + setup.fixed_backward.sum()
-    least_work = float(setup.counts @ per_kind(setup, setup.forward + setup.backward) + fixed)
-    most_work = float(setup.counts @ np.array([(setup.forward + setup.backward)[setup.item_indices(k)].max()
-                                               for k in setup.kinds]) + fixed)
+    least_work = _work(setup, setup.forward + setup.backward, np.min) + fixed
+    most_work = _work(setup, setup.forward + setup.backward, np.max) + fixed
     tau, lower = least_work / (setup.stages * setup.chunks), -np.inf
     while True:
         found = _optimum(setup, cache, tau, "time")
@@ -209,10 +218,9 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
 def _search_split(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, float, float] | None:
     """:func:`search` for the split objective ``S + max(L, S)``: the cap ``tau`` on it grows as for the stage
     time, and each round bounds ``S`` by ``sigma`` (:func:`_split_round`)."""
-    fixed = setup.fixed_backward.sum()
-    least_backward = float(setup.counts @ per_kind(setup, setup.backward) + fixed)
-    most_work = float(setup.counts @ np.array([(setup.forward + setup.backward)[setup.item_indices(k)].max()
-                                               for k in setup.kinds]) + fixed + setup.fixed_forward.sum())
+    least_backward = _work(setup, setup.backward, np.min) + setup.fixed_backward.sum()
+    most_work = _work(setup, setup.forward + setup.backward, np.max) + setup.fixed_backward.sum() \
+        + setup.fixed_forward.sum()
     tau, lower = 2 * least_backward / (setup.stages * setup.chunks), -np.inf
     budget, kept = [_SPLIT_BUDGET], (np.inf, None)
     while True:
@@ -262,6 +270,7 @@ def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int
     last = len(sigmas) - 1
     if not evaluate_at(last):
         return best, counts, None
+
     def bound(lo, hi):
         """The least objective candidates ``lo .. hi - 1`` could reach (``hi`` evaluated), or None when none can
         beat ``tau`` or a smaller evaluated candidate: ``lower`` takes what proves it."""
@@ -304,7 +313,7 @@ def _sigmas(setup: BalanceSetup, cache: Cache, tau: float) -> np.ndarray:
     """Every bound on ``S`` worth trying under ``tau``: 0 and the backward caps of the cells but the last chunk's
     within ``tau / 2``, ascending."""
     values = [np.zeros(1)]
-    for boundary_chunk in range(setup.chunks if len(setup.kinds) == 2 else 1):
+    for boundary_chunk in _boundary_chunks(setup):
         for pattern in _patterns(setup, boundary_chunk):
             for s in range(setup.stages):
                 for cell in cells_of(setup, cache, s, pattern, tau, "split")[:-1]:

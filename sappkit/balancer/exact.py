@@ -227,13 +227,13 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
     if applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
-    # several chunks: the boundary search, unless past its budget with one kind, where the enumeration below may not be
-    found = boundary.search(setup, cache) if setup.chunks > 1 and not boundary.applicable(setup) else None
-    if found is not None:
-        proven, counts, _, lower = found
-        return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
-    if len(setup.kinds) != 1 and setup.chunks > 1:
-        return None
+    if setup.chunks > 1 and not boundary.applicable(setup):
+        found = boundary.search(setup, cache)
+        if found is not None:
+            proven, counts, _, lower = found
+            return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
+        if len(setup.kinds) != 1:
+            return None  # past its budgets; one kind falls back on the enumeration below
     if len(setup.kinds) != 1:
         counts, value = segments.search(setup, cache)
         return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)

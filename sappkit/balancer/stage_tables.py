@@ -88,7 +88,7 @@ def _term(setup: BalanceSetup, c: int, s: int, measure: str) -> tuple[np.ndarray
     if measure != "split":
         return forward, float(setup.fixed_forward[c, s])
     if c < setup.chunks - 1:
-        return 0.0 * forward, 0.0
+        return np.zeros_like(forward), 0.0
     return setup.last_chunk_factors[s] / setup.slices * forward, float(setup.fixed_forward[c, s])
 
 
@@ -177,7 +177,6 @@ class StageTable:
     beta: np.ndarray  # [content, chunk] the cells' backward caps in the exact pricing
     group: np.ndarray  # [content] the cells' working-set groups in the exact pricing (an index into their product)
     cells: list[Cell]
-    index: np.ndarray | None = None  # [content] the relaxed pricing's index into the cap grid; -1 where not priced
 
 
 def _contents(setup: BalanceSetup, cells: list[Cell], s: int, cap: float, measure: str):
@@ -298,23 +297,25 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
         everything = np.ones(len(contents), bool)
         tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
     else:
-        tried = cache.stages.setdefault(_key(setup, "sigmas", s, pattern, round(cap, 9)), {})
-        known = None if sigma is not None else cache.stages.setdefault(_key(setup, "priced", s, pattern), {})
+        if sigma is None:  # caps priced under a smaller cap on the stage time hold under this one
+            tried, bracket = None, (None, None)
+            known = cache.stages.setdefault(_key(setup, "priced", s, pattern), {})
+        else:  # caps priced at other bounds on S bracket these
+            tried = cache.stages.setdefault(_key(setup, "sigmas", s, pattern, round(cap, 9)), {})
+            bracket, known = _bracket(tried, sigma), None
         values, beta, group, index = _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma,
-                                                       _bracket(tried, sigma), known)
+                                                       bracket, known)
         tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
-        if sigma is not None:
+        if tried is not None:
             tried[sigma] = index
     table = StageTable(tables[0][0], tables[1][0], tables[0][1], tables[1][1], contents, beta, group, cells)
     cache.stages[key] = table
     return table
 
 
-def _bracket(tried: dict, sigma: float | None):
+def _bracket(tried: dict, sigma: float):
     """The relaxed pricing's grid indices at the nearest larger and smaller ``sigma`` tried (None where none):
     a content's least cap never grows with ``sigma``, so they bound it from below and above."""
-    if sigma is None:
-        return None, None
     above = [t for t in tried if t > sigma]
     below = [t for t in tried if t < sigma]
     return tried[min(above)] if above else None, tried[max(below)] if below else None
