@@ -119,45 +119,76 @@ def _staircases(cache: Cache, front: Front, key: tuple) -> dict:
     return cache.fronts[key]
 
 
+@dataclass(frozen=True)
+class _Catalogue:
+    """Every composition cell ``(c, s)`` may hold, whatever the cap: its term (:func:`_term`), memory kept once,
+    least value (term + least backward) and a lower bound on its stage's memory, and per composition built so
+    far its least stage memory (nan until built) with its front and staircases (``built``)."""
+
+    layers: np.ndarray  # [composition, kind]
+    term: np.ndarray
+    kept: np.ndarray
+    least_value: np.ndarray
+    bound_mb: np.ndarray
+    least_mb: np.ndarray
+    built: dict
+
+
+def _catalogue(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, measure: str) -> _Catalogue:
+    """Cell ``(c, s)``'s :class:`_Catalogue`, cached for every memory limit: what a cap only filters."""
+    key = ("boundary", "catalogue", measure, c, s, holds)
+    if key not in cache.stages:
+        layers = np.array(_compositions(setup, c, s, holds), dtype=int).reshape(-1, 2)
+        term_per, term_fixed = _term(setup, c, s, measure)
+        term = layers @ term_per + term_fixed
+        kept = layers @ _per_kind(setup, setup.param + setup.once)
+        flight = floor_weights(setup, s)[0][c]
+        bound_mb = fixed_memory(setup, s) + kept + flight * (layers @ _per_kind(setup, setup.activation))
+        least_value = term + layers @ _per_kind(setup, setup.backward) + setup.fixed_backward[c, s]
+        cache.stages[key] = _Catalogue(layers, term, kept, least_value, bound_mb, np.full(len(layers), np.nan), {})
+    return cache.stages[key]
+
+
+def _build(setup: BalanceSetup, cache: Cache, catalogue: _Catalogue, c: int, s: int, measure: str,
+           compositions: np.ndarray) -> None:
+    """Build the fronts of ``compositions`` (indices into ``catalogue``) and record their least stage memory."""
+    charge = c in charged_chunks(setup, s)
+    flight, charged = (weights[c] for weights in floor_weights(setup, s))
+    floor = fixed_memory(setup, s)
+    for k in compositions.tolist():
+        composition = tuple(int(n) for n in catalogue.layers[k])
+        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
+        catalogue.least_mb[k] = floor + catalogue.kept[k] + (flight * front.activation + charged
+                                                             * front.charged()).min()
+        catalogue.built[k] = (front, _staircases(cache, front, (composition, charge, measure == "memory")))
+
+
 def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> Cell:
     """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
     backward; ``"split"``: their least backward within ``cap / 2`` on a chunk but the last, their least ``L``
     term within ``cap`` on the last; ``"memory"``: their least memory on an otherwise empty stage), with their
     fronts and ``forward``, what they add to the stage's value beside the backward (:func:`_term`)."""
-    charge = c in charged_chunks(setup, s)
-    term_per, term_fixed = _term(setup, c, s, measure)
-    kept_per, lightest = _per_kind(setup, setup.param + setup.once), _per_kind(setup, setup.activation)
-    least_backward = _per_kind(setup, setup.backward)
-    fixed_b = setup.fixed_backward[c, s]
+    catalogue = _catalogue(setup, cache, c, s, holds, measure)
+    limit = setup.memory_mb if measure != "memory" else cap
     room = cap / 2 if measure == "split" and c < setup.chunks - 1 else cap
-    floor = fixed_memory(setup, s)
-    flight, charged = (weights[c] for weights in floor_weights(setup, s))
-    rows = []
-    for composition in _compositions(setup, c, s, holds):
-        layers = np.array(composition)
-        kept = float(layers @ kept_per)
-        term = float(layers @ term_per) + term_fixed
-        if measure != "memory" and not within(term + layers @ least_backward + fixed_b, room):
-            continue
-        limit = setup.memory_mb if measure != "memory" else cap
-        if not within(floor + kept + flight * float(layers @ lightest), limit):
-            continue  # no point of its front fits: skip building it
-        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
-        least_mb = floor + kept + (flight * front.activation + charged * front.charged()).min()
-        if not within(least_mb, limit):
-            continue
-        rows.append((layers, term, kept, front, _staircases(cache, front, (composition, charge, measure == "memory"))))
-    groups = np.unique(np.concatenate([front.charged() for *_, front, _ in rows] + [np.zeros(0 if rows else 1)]))
-    width = max([len(front.backward) for *_, front, _ in rows], default=1)
+    wanted = within(catalogue.bound_mb, limit)  # no point of a front past it fits: never built
+    if measure != "memory":
+        wanted &= within(catalogue.least_value, room)
+    _build(setup, cache, catalogue, c, s, measure, np.flatnonzero(wanted & np.isnan(catalogue.least_mb)))
+    chosen = np.flatnonzero(wanted & within(np.nan_to_num(catalogue.least_mb, nan=np.inf), limit))
+    rows = [catalogue.built[k] for k in chosen.tolist()]
+    groups = np.unique(np.concatenate([front.charged() for front, _ in rows] + [np.zeros(0 if rows else 1)]))
+    width = max([len(front.backward) for front, _ in rows], default=1)
     shape = (len(rows), len(groups), width)
     backward, activation, point = np.full(shape, np.inf), np.full(shape, np.inf), np.full(shape, -1)
-    for k, (*_, stairs) in enumerate(rows):
+    fixed_backward = setup.fixed_backward[c, s]
+    for k, (_, stairs) in enumerate(rows):
         for w, (steps_backward, steps_activation, steps_point) in stairs.items():
             g, n = int(np.searchsorted(groups, w)), len(steps_backward)
-            backward[k, g, :n], activation[k, g, :n], point[k, g, :n] = steps_backward + fixed_b, steps_activation, \
-                steps_point
-    return Cell(np.array([r[0] for r in rows], dtype=int).reshape(-1, 2), np.array([r[1] for r in rows]),
-                 np.array([r[2] for r in rows]), backward, activation, point, groups, [r[3] for r in rows])
+            backward[k, g, :n], activation[k, g, :n], point[k, g, :n] = steps_backward + fixed_backward, \
+                steps_activation, steps_point
+    return Cell(catalogue.layers[chosen], catalogue.term[chosen], catalogue.kept[chosen], backward, activation,
+                point, groups, [front for front, _ in rows])
 
 
 # ------------------------------------------------------------------ stage tables
@@ -220,41 +251,81 @@ def _least_value(setup: BalanceSetup, forward: np.ndarray, fastest: np.ndarray, 
 
 def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, beta: np.ndarray):
     """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
-    ``beta`` (per content and cell), each the least over the cells' working-set
-    groups, and the exact one's groups (one index into their product)."""
+    ``beta`` (per content and cell), each the least over the cells' working-set groups, and the exact one's
+    groups (one index into their product).
+
+    Memory grows with a cell's activation and its charged working set, so per content only the groups lighter
+    than every group of a smaller working set are priced (groups ascend by working set): about two per cell
+    where a cell keeps four to eight."""
     rows = len(contents)
-    sizes = [len(cell.working) for cell in cells]
-    groups = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
-    activation = np.zeros((rows, len(groups), setup.chunks))
-    kept = np.zeros(rows)
+    options, kept = [], np.zeros(rows)
     for c, cell in enumerate(cells):
         least, _ = cell.least_activation(contents[:, c], beta[:, c])
-        activation[:, :, c] = least[:, groups[:, c]]
+        useful = least < np.minimum.accumulate(np.c_[np.full(rows, np.inf), least[:, :-1]], axis=1)
+        order = np.argsort(~useful, axis=1, kind="stable")[:, : max(1, int(useful.sum(axis=1).max(initial=0)))]
+        options.append((np.where(np.take_along_axis(useful, order, axis=1), np.take_along_axis(least, order, axis=1),
+                                 np.inf), cell.working[order], order))
         kept += cell.kept[contents[:, c]]
-    working = np.broadcast_to(np.stack([cell.working[groups[:, c]] for c, cell in enumerate(cells)], axis=1),
-                              activation.shape).reshape(-1, setup.chunks)
+    sizes = [activation.shape[1] for activation, _, _ in options]
+    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
+    activation = np.stack([a[:, picks[:, c]] for c, (a, _, _) in enumerate(options)], axis=2)
+    working = np.stack([w[:, picks[:, c]] for c, (_, w, _) in enumerate(options)], axis=2)
     flat = activation.reshape(-1, setup.chunks)
     finite = np.isfinite(flat).all(axis=1)
-    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0), working)
-    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(groups)) + kept[:, None]
-    exact = np.where(finite, exact, np.inf).reshape(rows, len(groups)) + kept[:, None]
-    return relaxed.min(axis=1), exact.min(axis=1), exact.argmin(axis=1)
+    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0),
+                                   working.reshape(-1, setup.chunks))
+    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(picks)) + kept[:, None]
+    exact = np.where(finite, exact, np.inf).reshape(rows, len(picks)) + kept[:, None]
+    chosen = exact.argmin(axis=1)
+    groups = [order[np.arange(rows), picks[chosen, c]] for c, (_, _, order) in enumerate(options)]
+    group = np.ravel_multi_index(groups, [len(cell.working) for cell in cells]) if cells else np.zeros(rows, int)
+    return relaxed.min(axis=1), exact.min(axis=1), group
 
 
-def _least_beta(setup, cells, s, contents, grid, low, exact: bool, caps, high=None) -> np.ndarray:
-    """Per content the least index into ``grid`` (from ``low``, up to ``high`` where it is known to fit) whose
-    backward cap (the cells' caps ``caps(cap)``) lets the stage fit the memory limit (relaxed or exact);
-    ``len(grid)`` where none does: a bisection, memory falls as the cap grows."""
-    lo, hi = low.copy(), (np.full(len(contents), len(grid)) if high is None else high.copy())
-    while (lo < hi).any():
-        mid = (lo + hi) // 2
-        probe = np.minimum(mid, len(grid) - 1)
-        relaxed, exact_mb, _ = _priced(setup, cells, s, contents, caps(grid[probe]))
-        fits = within(exact_mb if exact else relaxed, setup.memory_mb) & (mid < len(grid))
-        active = lo < hi
-        hi = np.where(active & fits, mid, hi)
-        lo = np.where(active & ~fits, mid + 1, lo)
-    return lo
+#: Caps probed per content at once by :func:`_least_caps`: each round narrows a content's interval
+#: ``_PROBES``-fold, and costs about what one probe does (the pricing is numpy overhead at these sizes).
+_PROBES = 8
+
+
+def _least_caps(setup, cells, s, contents, grid, low, high, caps, exact_low=None, exact_high=None):
+    """Per content the least indices into ``grid`` whose backward cap (the cells' caps ``caps(cap)``) lets the
+    stage fit the memory limit, relaxed and exact (``len(grid)`` where none does), and the exact pricing's
+    working-set groups at the latter (-1 where no probe met it).
+
+    The relaxed answer lies in ``[low, high]``, the exact one in ``[exact_low, exact_high]`` (by default
+    ``[low, len(grid)]``); memory falls as the cap grows and the exact is never below the relaxed, so one
+    search over the grid, :data:`_PROBES` probes a round from the lower end, narrows both."""
+    n = len(grid)
+    lo_r, hi_r = low.copy(), high.copy()
+    lo_e = low.copy() if exact_low is None else exact_low.copy()
+    hi_e = np.full(len(contents), n) if exact_high is None else exact_high.copy()
+    group = np.full(len(contents), -1)
+    while True:
+        lo_e, hi_r = np.maximum(lo_e, lo_r), np.minimum(hi_r, hi_e)
+        relaxed_open = lo_r < hi_r
+        active = np.flatnonzero(relaxed_open | (lo_e < hi_e))
+        if not active.size:
+            return lo_r, lo_e, group
+        start = np.where(relaxed_open, lo_r, lo_e)[active]
+        span = np.where(relaxed_open, hi_r, hi_e)[active] - start
+        probes = start[:, None] + (span[:, None] * np.arange(_PROBES)[None, :]) // _PROBES
+        relaxed, exact, groups = _priced(setup, cells, s, contents[np.repeat(active, _PROBES)],
+                                         caps(grid[probes.ravel()]))
+        _narrow(lo_r, hi_r, active, probes, within(relaxed, setup.memory_mb).reshape(-1, _PROBES))
+        met, column = _narrow(lo_e, hi_e, active, probes, within(exact, setup.memory_mb).reshape(-1, _PROBES))
+        group[active[met]] = groups.reshape(-1, _PROBES)[met, column[met]]
+
+
+def _narrow(lo, hi, active, probes, fits) -> tuple[np.ndarray, np.ndarray]:
+    """Narrow the ``active`` rows' intervals ``[lo, hi]`` in place by their probes' fits: the least probe that
+    fits bounds the answer from above, the greatest that does not from below. Returns where the upper end
+    moved to a probe, and that probe's column."""
+    rows = np.arange(len(active))
+    column = np.where(fits, probes, np.iinfo(probes.dtype).max).argmin(axis=1)
+    met = fits[rows, column] & (probes[rows, column] < hi[active])
+    hi[active] = np.where(met, probes[rows, column], hi[active])
+    lo[active] = np.maximum(lo[active], np.where(fits, 0, probes + 1).max(axis=1))
+    return met, column
 
 
 def _key(setup: BalanceSetup, *parts) -> tuple:
@@ -354,20 +425,20 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
         def caps(beta):
             return np.column_stack([np.full((len(beta), setup.chunks - 1), sigma), beta])
     grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in priced_cells] + [[0.0]]))
-    low = np.searchsorted(grid, least - EPS * np.maximum(1.0, least))
+    low = _index_of(grid, least)
     above, below = bracket
     high = np.full(len(contents), len(grid))
     if above is not None:  # what did not fit at a larger sigma does not fit here
         low = np.maximum(low, above)
     if below is not None:  # what fitted at a smaller sigma fits here
         high = np.where(below >= 0, np.maximum(below, low), high)
+    exact_low, exact_high = low.copy(), np.full(len(contents), len(grid))
     codes = None if known is None else _codes(setup, cells, contents)
     if codes is not None:
-        remembered = np.array([known.get(code, np.nan) for code in codes.tolist()])
-        seen, fits = ~np.isnan(remembered), np.isfinite(remembered)
-        low[seen & ~fits] = high[seen & ~fits] = len(grid)
-        at = np.searchsorted(grid, remembered[fits] - EPS * np.maximum(1.0, np.abs(remembered[fits])))
-        low[fits] = high[fits] = at
+        remembered = np.array([known.get(code, (np.nan, np.nan)) for code in codes.tolist()]).reshape(-1, 2)
+        seen = ~np.isnan(remembered[:, 0])
+        for lo, hi, cap in ((low, high, remembered[:, 0]), (exact_low, exact_high, remembered[:, 1])):
+            lo[seen] = hi[seen] = _index_of(grid, cap[seen])
     bound = np.where(low < len(grid), forward + grid[np.minimum(low, len(grid) - 1)], np.inf)
     if sigma is not None:  # a content whose other cells cannot stay within sigma takes no part
         bound = np.where(within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma), bound, np.inf)
@@ -389,22 +460,31 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
         batch = open_[rank < width]  # each group's least bounds, more every round
         width *= 2
         waiting[batch] = False
-        index = _least_beta(setup, cells, s, contents[batch], grid, low[batch], False, caps, high[batch])
+        index, exact_index, found = _least_caps(setup, cells, s, contents[batch], grid, low[batch], high[batch], caps,
+                                                exact_low[batch], exact_high[batch])
         priced[batch] = index
         if codes is not None:
-            known.update(zip(codes[batch].tolist(), np.where(index < len(grid), grid[np.minimum(index, len(grid) - 1)],
-                                                             np.inf).tolist()))
-        probe = caps(grid[np.minimum(index, len(grid) - 1)])
-        # exact memory is never below relaxed: where it fits at the relaxed cap that cap is its least too
-        misses = (index < len(grid)) & ~within(_priced(setup, cells, s, contents[batch], probe)[1], setup.memory_mb)
-        exact_index = index.copy()
-        exact_index[misses] = _least_beta(setup, cells, s, contents[batch][misses], grid, index[misses], True, caps)
-        for which, found in ((0, index), (1, exact_index)):
-            values[which][batch] = np.where(found < len(grid), forward[batch] + grid[np.minimum(found, len(grid) - 1)],
-                                            np.inf)
+            known.update(zip(codes[batch].tolist(), zip(_caps_at(grid, index).tolist(),
+                                                        _caps_at(grid, exact_index).tolist())))
+        for which, found_index in ((0, index), (1, exact_index)):
+            values[which][batch] = forward[batch] + _caps_at(grid, found_index)
         beta[batch] = caps(values[1][batch] - forward[batch])
-        group[batch] = _priced(setup, cells, s, contents[batch], beta[batch])[2]
+        unknown = (found < 0) & (exact_index < len(grid))  # met without a probe (a remembered cap): price it
+        found[unknown] = _priced(setup, cells, s, contents[batch][unknown], beta[batch][unknown])[2]
+        group[batch] = np.maximum(found, 0)
         np.minimum.at(best, key[batch], values[1][batch])
+
+
+def _index_of(grid: np.ndarray, caps: np.ndarray) -> np.ndarray:
+    """Per cap, the index of the least grid value not below it (``len(grid)`` past the end, for inf too)."""
+    finite = np.isfinite(caps)
+    safe = np.where(finite, caps, 0.0)
+    return np.where(finite, np.searchsorted(grid, safe - EPS * np.maximum(1.0, np.abs(safe))), len(grid))
+
+
+def _caps_at(grid: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """The caps at ``index`` into ``grid`` (inf past its end)."""
+    return np.where(index < len(grid), grid[np.minimum(index, len(grid) - 1)], np.inf)
 
 
 def _best_per_layers(layers: np.ndarray, value: np.ndarray, feasible: np.ndarray, shape) -> tuple:
