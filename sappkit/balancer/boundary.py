@@ -43,13 +43,14 @@ import heapq
 
 import numpy as np
 
-from .cells import Cache, monotone_chunks
+from .cells import EPS, Cache, monotone_chunks
 from ..columns import MEMORY_MB
 from .evaluate import evaluate
 from . import segments
 from .segments import within
 from .setup import V_SHAPED, BalanceSetup
-from .stage_tables import StageTable, cells_of, counts_of, stage_table
+from .stage_cells import cells_of, counts_of
+from .stage_tables import StageTable, stage_table
 
 __all__ = ["applicable", "search", "least_memory"]
 
@@ -57,7 +58,7 @@ __all__ = ["applicable", "search", "least_memory"]
 _GROWTH, _MEMORY_GROWTH = 1.15, 1.3
 #: Bounds on ``S`` the split objective's search may try (each a DP over every stage's priced contents) before it
 #: hands its best placement, unproven, to the integer program.
-_SPLIT_BUDGET = 40
+_SPLIT_BUDGET = 60
 
 
 def applicable(setup: BalanceSetup) -> str:
@@ -103,18 +104,27 @@ def _patterns(setup: BalanceSetup, boundary_chunk: int) -> tuple[tuple, tuple, t
 
 def _advance(state: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One stage of the min-max DP: per ``(n0, n1)`` after it, the best over the table's entries ``(a, b)`` of
-    ``max(state[n0 - a, n1 - b], table[a, b])``, and the entry taken (its a, b)."""
-    a, b = np.nonzero(np.isfinite(table))
+    ``max(state[n0 - a, n1 - b], table[a, b])``, and the entry taken (its a, b); computed only within the box
+    the entries the state holds (below inf) reach."""
     shape = state.shape
-    if not a.size:
-        return np.full(shape, np.inf), np.zeros(shape, int), np.zeros(shape, int)
-    n0, n1 = np.meshgrid(np.arange(shape[0]), np.arange(shape[1]), indexing="ij")
+    best, best_a, best_b = np.full(shape, np.inf), np.zeros(shape, int), np.zeros(shape, int)
+    a, b = np.nonzero(np.isfinite(table))
+    held0, held1 = np.nonzero(state < np.inf)
+    if not a.size or not held0.size:
+        return best, best_a, best_b
+    box = tuple(slice(held.min() + step.min(), min(size, held.max() + step.max() + 1))
+                for held, step, size in ((held0, a, shape[0]), (held1, b, shape[1])))
+    if any(side.start >= side.stop for side in box):
+        return best, best_a, best_b
+    n0, n1 = np.meshgrid(np.arange(box[0].start, box[0].stop), np.arange(box[1].start, box[1].stop), indexing="ij")
     src0, src1 = n0[None] - a[:, None, None], n1[None] - b[:, None, None]
     valid = (src0 >= 0) & (src1 >= 0)
     offered = np.where(valid, np.maximum(state[np.maximum(src0, 0), np.maximum(src1, 0)],
                                          table[a, b][:, None, None]), np.inf)
     entry = offered.argmin(axis=0)
-    return np.take_along_axis(offered, entry[None], axis=0)[0], a[entry], b[entry]
+    best[box] = np.take_along_axis(offered, entry[None], axis=0)[0]
+    best_a[box], best_b[box] = a[entry], b[entry]
+    return best, best_a, best_b
 
 
 def _solve(setup: BalanceSetup, tables: list[tuple[StageTable, StageTable, StageTable]],
@@ -162,7 +172,7 @@ def _placement(setup: BalanceSetup, tables, picks) -> np.ndarray:
         for c, cell in enumerate(table.cells):
             composition = table.contents[content, c:c + 1]
             _, step = cell.least_activation(composition, table.beta[content, c:c + 1])
-            counts[:, c, s] = cell.mix(int(composition[0]), int(groups[c]), int(step[0, groups[c]]))
+            counts[:, c, s] = cell.mix(int(composition[0]), int(step[0, groups[c]]))
     return counts
 
 
@@ -317,8 +327,9 @@ def _sigmas(setup: BalanceSetup, cache: Cache, tau: float) -> np.ndarray:
         for pattern in _patterns(setup, boundary_chunk):
             for s in range(setup.stages):
                 for cell in cells_of(setup, cache, s, pattern, tau, "split")[:-1]:
-                    values.append(cell.backward[np.isfinite(cell.backward) & within(cell.backward, tau / 2)])
-    return np.unique(np.concatenate(values))
+                    values.append(cell.values[within(cell.values, tau / 2)])
+    values = np.unique(np.concatenate(values))
+    return values[np.r_[True, np.diff(values) > EPS * np.maximum(1.0, values[1:])]]  # sums in another order: one
 
 
 def _even_lightest(setup: BalanceSetup) -> np.ndarray:

@@ -229,14 +229,22 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
     cache = (cache if cache is not None else Cache()).bind(setup)
     if setup.chunks > 1 and not boundary.applicable(setup):
         found = boundary.search(setup, cache)
-        if found is not None:
-            proven, counts, _, lower = found
-            return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
-        if len(setup.kinds) != 1:
-            return None  # past its budgets; one kind falls back on the enumeration below
+        bounded = None if found is None else (SearchResult(found[0], None, None, found[3]) if found[1] is None
+                                              else _result(setup, found[1], found[3]))
+        if len(setup.kinds) != 1 or (bounded is not None and bounded.proven):
+            return bounded
+        # one kind: the enumeration below may prove what the boundary search's budgets left open
+        enumerated = _enumerate(setup, cache)
+        return enumerated if bounded is None or (enumerated is not None and enumerated.proven) else bounded
     if len(setup.kinds) != 1:
         counts, value = segments.search(setup, cache)
         return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)
+    return _enumerate(setup, cache)
+
+
+def _enumerate(setup: BalanceSetup, cache: Cache) -> SearchResult | None:
+    """:func:`search` for one kind by enumerating each stage's products of front points under a growing cap;
+    None past the enumeration budget."""
     fits = _least_memory(setup, cache, setup.memory_mb, proof=True)
     if isinstance(fits, str) and fits == "none":
         return SearchResult(proven=True, counts=None, upper=None, lower=np.inf)

@@ -1,194 +1,24 @@
-"""What a stage may hold for :mod:`.boundary`'s search: cells as staircases per composition, the products
-of their compositions a cap lets through, and the stage tables that price them.
+"""The stage tables of :mod:`.boundary`'s search: per stage and pattern, the products of its cells'
+compositions (:mod:`.stage_cells`) a cap lets through, priced.
 
-A cell's *composition* is its layers of each body kind. Its contents are
-points of the composition's front (:func:`~sappkit.balancer.segments.run_front`);
-for a backward cap ``beta`` the lightest point under it is all memory
-needs (memory grows with every cell's activation and charged working set;
-a charged cell keeps one such staircase per working set). A stage's
-*content* is one composition per cell, priced at the least cap that fits
-the memory limit, by bisection (:func:`stage_table`).
+A stage's *content* is one composition per cell. It is priced at the
+least backward cap that fits the memory limit (:func:`_least_caps`, a
+search over the cells' backward values), and per layers of each kind only
+while it could beat the best content found (:func:`stage_table`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numpy as np
 
-from .cells import COMBO_BUDGET, EPS, Cache, Front, charged_chunks, fixed_memory, floor_weights, memory_bounds
-from .segments import per_kind, run_front, within
-from .setup import V_SHAPED, BalanceSetup
+from .cells import COMBO_BUDGET, EPS, Cache, fixed_memory, floor_weights, memory_bounds
+from .segments import within
+from .setup import BalanceSetup
+from .stage_cells import Cell, cells_of, counts_of, stage_key
 
-__all__ = ["Cell", "StageTable", "cells_of", "counts_of", "stage_table"]
-
-
-# ------------------------------------------------------------------ what a cell may hold
-
-
-@dataclass(frozen=True)
-class Cell:
-    """What one cell may hold, per composition (layers of each kind): its forward, parameters + memory kept
-    once, and its front as staircases per working-set group (``working``): backward ascending, the least
-    activation up to each backward and the front point giving it (inf / -1 padded)."""
-
-    layers: np.ndarray  # [composition, kind]
-    forward: np.ndarray  # [composition]
-    kept: np.ndarray  # [composition]
-    backward: np.ndarray  # [composition, group, step]
-    activation: np.ndarray  # [composition, group, step]
-    point: np.ndarray  # [composition, group, step]
-    working: np.ndarray  # [group]
-    fronts: list
-
-    def least_activation(self, composition: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row and group: the least activation with backward <= ``beta`` (inf where none), and its step."""
-        groups, steps = self.backward.shape[1:]
-        row = composition[:, None] * groups + np.arange(groups)[None, :]
-        top = self._span / 4
-        query = np.minimum(beta, top) + EPS * np.maximum(1.0, np.minimum(np.abs(beta), top))
-        step = np.searchsorted(self._sorted, query[:, None] + row * self._span, side="right") - row * steps - 1
-        activation = self.activation[composition[:, None], np.arange(groups)[None, :], np.maximum(step, 0)]
-        return np.where(step >= 0, activation, np.inf), step
-
-    @cached_property
-    def _span(self) -> float:
-        finite = self.backward[np.isfinite(self.backward)]
-        return 4.0 * (float(finite.max(initial=0.0)) + 1.0)
-
-    @cached_property
-    def _sorted(self) -> np.ndarray:
-        """Every staircase's backward in one ascending array (row ``r`` shifted by ``r`` spans; padding above
-        any query), for one :func:`np.searchsorted` over many rows."""
-        span = self._span
-        padded = np.where(np.isfinite(self.backward), self.backward, span / 2)
-        return (padded.reshape(-1, padded.shape[-1]) + np.arange(padded.shape[0] * padded.shape[1])[:, None]
-                * span).ravel()
-
-    def mix(self, composition: int, group: int, step: int) -> np.ndarray:
-        return self.fronts[composition].mix[self.point[composition, group, step]]
-
-
-def counts_of(setup: BalanceSetup) -> tuple[int, int]:
-    """Layers of each body kind, ``(n, 0)`` with one kind: the search always counts two."""
-    return int(setup.counts[0]), int(setup.counts[1]) if len(setup.kinds) == 2 else 0
-
-
-def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
-    """:func:`~sappkit.balancer.segments.per_kind` for the two kinds :func:`counts_of` counts."""
-    return np.r_[per_kind(setup, values), np.zeros(2 - len(setup.kinds))]
-
-
-def _term(setup: BalanceSetup, c: int, s: int, measure: str) -> tuple[np.ndarray, float]:
-    """What cell ``(c, s)`` adds to its stage's value beside its backward, per layer of each kind and fixed:
-    its forward (the stage time takes the largest), or under the split objective the last chunk's ``Fht + f_s
-    / m * Fbody`` of ``L`` (0 on the other chunks)."""
-    forward = _per_kind(setup, setup.forward)
-    if measure != "split":
-        return forward, float(setup.fixed_forward[c, s])
-    if c < setup.chunks - 1:
-        return np.zeros_like(forward), 0.0
-    return setup.last_chunk_factors[s] / setup.slices * forward, float(setup.fixed_forward[c, s])
-
-
-def _compositions(setup: BalanceSetup, c: int, s: int, holds) -> list[tuple[int, int]]:
-    """Layers of each kind the cell may hold: ``holds`` is 0 or 1 (one kind), or ``"both"`` (the boundary
-    cell: at least one layer of the first kind, the second's only where the cell may hold both)."""
-    n0, n1 = counts_of(setup)
-    if holds == "both":
-        second = range(n1 + 1) if not (setup.schedule in V_SHAPED and c == 1) else range(1)
-        return [(a, b) for a in range(1, n0 + 1) for b in second]
-    low = 0 if (c, s) in setup.reserved else 1
-    return [(n, 0) if holds == 0 else (0, n) for n in range(low, (n0, n1)[holds] + 1)]
-
-
-def _staircases(cache: Cache, front: Front, key: tuple) -> dict:
-    """Per working set of ``front`` (the run front :func:`_cell` takes for ``key``): its points by backward
-    ascending, the least activation up to each, and the point giving it; cached."""
-    key = ("staircases", *key)
-    if key not in cache.fronts:
-        stairs = {}
-        for w in np.unique(front.charged()):
-            members = np.flatnonzero(front.charged() == w)
-            members = members[np.argsort(front.backward[members], kind="stable")]
-            least = np.minimum.accumulate(front.activation[members])
-            newest = np.maximum.accumulate(np.where(front.activation[members] <= least, np.arange(len(members)), 0))
-            stairs[float(w)] = (front.backward[members], least, members[newest])
-        cache.fronts[key] = stairs
-    return cache.fronts[key]
-
-
-@dataclass(frozen=True)
-class _Catalogue:
-    """Every composition cell ``(c, s)`` may hold, whatever the cap: its term (:func:`_term`), memory kept once,
-    least value (term + least backward) and a lower bound on its stage's memory, and per composition built so
-    far its least stage memory (nan until built) with its front and staircases (``built``)."""
-
-    layers: np.ndarray  # [composition, kind]
-    term: np.ndarray
-    kept: np.ndarray
-    least_value: np.ndarray
-    bound_mb: np.ndarray
-    least_mb: np.ndarray
-    built: dict
-
-
-def _catalogue(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, measure: str) -> _Catalogue:
-    """Cell ``(c, s)``'s :class:`_Catalogue`, cached for every memory limit: what a cap only filters."""
-    key = ("boundary", "catalogue", measure, c, s, holds)
-    if key not in cache.stages:
-        layers = np.array(_compositions(setup, c, s, holds), dtype=int).reshape(-1, 2)
-        term_per, term_fixed = _term(setup, c, s, measure)
-        term = layers @ term_per + term_fixed
-        kept = layers @ _per_kind(setup, setup.param + setup.once)
-        flight = floor_weights(setup, s)[0][c]
-        bound_mb = fixed_memory(setup, s) + kept + flight * (layers @ _per_kind(setup, setup.activation))
-        least_value = term + layers @ _per_kind(setup, setup.backward) + setup.fixed_backward[c, s]
-        cache.stages[key] = _Catalogue(layers, term, kept, least_value, bound_mb, np.full(len(layers), np.nan), {})
-    return cache.stages[key]
-
-
-def _build(setup: BalanceSetup, cache: Cache, catalogue: _Catalogue, c: int, s: int, measure: str,
-           compositions: np.ndarray) -> None:
-    """Build the fronts of ``compositions`` (indices into ``catalogue``) and record their least stage memory."""
-    charge = c in charged_chunks(setup, s)
-    flight, charged = (weights[c] for weights in floor_weights(setup, s))
-    floor = fixed_memory(setup, s)
-    for k in compositions.tolist():
-        composition = tuple(int(n) for n in catalogue.layers[k])
-        front = run_front(setup, composition, cache, working=charge, lightest=measure == "memory")
-        catalogue.least_mb[k] = floor + catalogue.kept[k] + (flight * front.activation + charged
-                                                             * front.charged()).min()
-        catalogue.built[k] = (front, _staircases(cache, front, (composition, charge, measure == "memory")))
-
-
-def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, measure: str) -> Cell:
-    """The compositions of cell ``(c, s)`` that may stay under ``cap`` (``"time"``: their least forward +
-    backward; ``"split"``: their least backward within ``cap / 2`` on a chunk but the last, their least ``L``
-    term within ``cap`` on the last; ``"memory"``: their least memory on an otherwise empty stage), with their
-    fronts and ``forward``, what they add to the stage's value beside the backward (:func:`_term`)."""
-    catalogue = _catalogue(setup, cache, c, s, holds, measure)
-    limit = setup.memory_mb if measure != "memory" else cap
-    room = cap / 2 if measure == "split" and c < setup.chunks - 1 else cap
-    wanted = within(catalogue.bound_mb, limit)  # no point of a front past it fits: never built
-    if measure != "memory":
-        wanted &= within(catalogue.least_value, room)
-    _build(setup, cache, catalogue, c, s, measure, np.flatnonzero(wanted & np.isnan(catalogue.least_mb)))
-    chosen = np.flatnonzero(wanted & within(np.nan_to_num(catalogue.least_mb, nan=np.inf), limit))
-    rows = [catalogue.built[k] for k in chosen.tolist()]
-    groups = np.unique(np.concatenate([front.charged() for front, _ in rows] + [np.zeros(0 if rows else 1)]))
-    width = max([len(front.backward) for front, _ in rows], default=1)
-    shape = (len(rows), len(groups), width)
-    backward, activation, point = np.full(shape, np.inf), np.full(shape, np.inf), np.full(shape, -1)
-    fixed_backward = setup.fixed_backward[c, s]
-    for k, (_, stairs) in enumerate(rows):
-        for w, (steps_backward, steps_activation, steps_point) in stairs.items():
-            g, n = int(np.searchsorted(groups, w)), len(steps_backward)
-            backward[k, g, :n], activation[k, g, :n], point[k, g, :n] = steps_backward + fixed_backward, \
-                steps_activation, steps_point
-    return Cell(catalogue.layers[chosen], catalogue.term[chosen], catalogue.kept[chosen], backward, activation,
-                point, groups, [front for front, _ in rows])
+__all__ = ["StageTable", "stage_table"]
 
 
 # ------------------------------------------------------------------ stage tables
@@ -221,8 +51,8 @@ def _contents(setup: BalanceSetup, cells: list[Cell], s: int, cap: float, measur
     limit = setup.memory_mb if measure != "memory" else cap
     flights, charges = floor_weights(setup, s)
     for c, cell in enumerate(cells):
-        quickest = cell.backward[:, :, 0].min(axis=1)
-        lightest = (flights[c] * cell.activation.min(axis=-1) + charges[c] * cell.working[None, :]).min(axis=1)
+        quickest = cell.quickest
+        lightest = (flights[c] * cell.lightest + charges[c] * cell.working[None, :]).min(axis=1, initial=np.inf)
         left = np.repeat(np.arange(len(contents)), len(cell.kept))
         right = np.tile(np.arange(len(cell.kept)), len(contents))
         new_layers = layers[left] + cell.layers[right]
@@ -258,13 +88,16 @@ def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray
     than every group of a smaller working set are priced (groups ascend by working set): about two per cell
     where a cell keeps four to eight."""
     rows = len(contents)
-    options, kept = [], np.zeros(rows)
+    if not rows:
+        return np.zeros(0), np.zeros(0), np.zeros(0, int)
+    options, kept, every = [], np.zeros(rows), np.arange(rows)[:, None]
     for c, cell in enumerate(cells):
         least, _ = cell.least_activation(contents[:, c], beta[:, c])
-        useful = least < np.minimum.accumulate(np.c_[np.full(rows, np.inf), least[:, :-1]], axis=1)
+        lighter = np.full_like(least, np.inf)  # the least activation of every smaller working set
+        lighter[:, 1:] = np.minimum.accumulate(least[:, :-1], axis=1)
+        useful = least < lighter
         order = np.argsort(~useful, axis=1, kind="stable")[:, : max(1, int(useful.sum(axis=1).max(initial=0)))]
-        options.append((np.where(np.take_along_axis(useful, order, axis=1), np.take_along_axis(least, order, axis=1),
-                                 np.inf), cell.working[order], order))
+        options.append((np.where(useful[every, order], least[every, order], np.inf), cell.working[order], order))
         kept += cell.kept[contents[:, c]]
     sizes = [activation.shape[1] for activation, _, _ in options]
     picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
@@ -328,33 +161,16 @@ def _narrow(lo, hi, active, probes, fits) -> tuple[np.ndarray, np.ndarray]:
     return met, column
 
 
-def _key(setup: BalanceSetup, *parts) -> tuple:
-    """A key into the cache's stage entries: what the search keeps depends on the memory limit, which a cache
-    outlives (:class:`~sappkit.balancer.cells.Cache` serves every limit of one instance)."""
-    return ("boundary", setup.memory_mb, *parts)
-
-
-def cells_of(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str) -> list[Cell]:
-    """Stage ``s``'s cells under ``pattern`` and ``cap`` (:func:`_cell`), cached."""
-    cells = []
-    for c, holds in enumerate(pattern):
-        key = _key(setup, "cell", measure, c, s, holds, round(cap, 9))
-        if key not in cache.stages:
-            cache.stages[key] = _cell(setup, cache, c, s, holds, cap, measure)
-        cells.append(cache.stages[key])
-    return cells
-
-
 def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str,
                  sigma: float | None = None) -> StageTable | None:
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
     memory (``"memory"``); None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
-    key = _key(setup, "table", measure, s, pattern, round(cap, 9), sigma)
+    key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma)
     if key in cache.stages:
         return cache.stages[key]
     cells = cells_of(setup, cache, s, pattern, cap, measure)
-    listed_key = _key(setup, "contents", measure, s, pattern, round(cap, 9))
+    listed_key = stage_key(setup, "contents", measure, s, pattern, round(cap, 9))
     if listed_key not in cache.stages:
         cache.stages[listed_key] = _contents(setup, cells, s, cap, measure)
     listed = cache.stages[listed_key]
@@ -370,12 +186,12 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
     else:
         if sigma is None:  # caps priced under a smaller cap on the stage time hold under this one
             tried, bracket = None, (None, None)
-            known = cache.stages.setdefault(_key(setup, "priced", s, pattern), {})
+            known = cache.stages.setdefault(stage_key(setup, "priced", s, pattern), {})
         else:  # caps priced at other bounds on S bracket these
-            tried = cache.stages.setdefault(_key(setup, "sigmas", s, pattern, round(cap, 9)), {})
+            tried = cache.stages.setdefault(stage_key(setup, "sigmas", s, pattern, round(cap, 9)), {})
             bracket, known = _bracket(tried, sigma), None
-        values, beta, group, index = _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma,
-                                                       bracket, known)
+        pricing = _Pricing.of(setup, cells, forward, fastest, sigma)
+        values, beta, group, index = _fastest_that_fit(setup, cells, s, contents, layers, pricing, bracket, known)
         tables = [_best_per_layers(layers, value, np.isfinite(value), shape) for value in values]
         if tried is not None:
             tried[sigma] = index
@@ -392,6 +208,31 @@ def _bracket(tried: dict, sigma: float):
     return tried[min(above)] if above else None, tried[max(below)] if below else None
 
 
+@dataclass(frozen=True)
+class _Pricing:
+    """How a table prices its contents: the cells whose backward cap is searched (one cap shared), each
+    content's least such cap, the cells' caps for a searched cap (``caps``), what a content's value adds to
+    its searched cap (``offset``), and the contents taking part."""
+
+    cells: list[Cell]
+    least: np.ndarray
+    caps: object
+    offset: np.ndarray
+    part: np.ndarray
+
+    @staticmethod
+    def of(setup: BalanceSetup, cells: list[Cell], forward: np.ndarray, fastest: np.ndarray,
+           sigma: float | None) -> _Pricing:
+        """The stage time (``sigma`` None: every cell's cap plus the forward), or ``L`` (the last cell's cap plus
+        its term, the others' caps ``sigma``)."""
+        if sigma is None:
+            return _Pricing(cells, fastest.max(axis=1), lambda beta: np.repeat(beta[:, None], setup.chunks, axis=1),
+                            forward, np.ones(len(forward), bool))
+        return _Pricing(cells[-1:], fastest[:, -1],
+                        lambda beta: np.column_stack([np.full((len(beta), setup.chunks - 1), sigma), beta]),
+                        forward, within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma))
+
+
 def _codes(setup: BalanceSetup, cells: list[Cell], contents: np.ndarray) -> np.ndarray | None:
     """One integer per content naming its cells' layers of each kind, the same under every cap (None where
     they would not fit in 62 bits)."""
@@ -402,30 +243,19 @@ def _codes(setup: BalanceSetup, cells: list[Cell], contents: np.ndarray) -> np.n
     return digits @ radix ** np.arange(digits.shape[1], dtype=np.int64)
 
 
-def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma=None, bracket=(None, None),
-                      known=None):
+def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, bracket=(None, None), known=None):
     """Per content its least value that fits (relaxed and exact memory), the cells' backward caps and groups,
     and the relaxed value's index into the cap grid (-1 where not priced); inf where none fits or where
     another content of the same layers is known to be as fast: contents are priced in rounds, each group's
     fastest-bounded first, until none left could beat its group's best.
 
-    The value is ``forward`` plus one backward cap on every cell (the stage time), or with ``sigma`` (the
-    split objective) plus the last cell's cap, every other cell's cap being ``sigma``; ``bracket`` holds the
-    indices priced at a larger and a smaller ``sigma`` (:func:`_bracket`). ``known`` maps a content's code
-    (:func:`_codes`) to its least relaxed cap, priced under a smaller cap on the stage time: it needs no
-    bisection again, and it is updated."""
-    if sigma is None:
-        priced_cells, least = cells, fastest.max(axis=1)
-
-        def caps(beta):
-            return np.broadcast_to(beta[:, None], (len(beta), setup.chunks))
-    else:
-        priced_cells, least = cells[-1:], fastest[:, -1]
-
-        def caps(beta):
-            return np.column_stack([np.full((len(beta), setup.chunks - 1), sigma), beta])
-    grid = np.unique(np.concatenate([cell.backward[np.isfinite(cell.backward)] for cell in priced_cells] + [[0.0]]))
-    low = _index_of(grid, least)
+    The value is the searched cap plus the pricing's offset (:class:`_Pricing`); ``bracket`` holds the
+    indices priced at a larger and a smaller ``sigma`` (:func:`_bracket`). ``known`` maps a
+    content's code (:func:`_codes`) to its least relaxed and exact caps, priced under a smaller cap on the stage
+    time: they need no search again, and it is updated."""
+    offset, caps = pricing.offset, pricing.caps
+    grid = np.unique(np.concatenate([cell.values for cell in pricing.cells] + [[0.0]]))
+    low = _index_of(grid, pricing.least)
     above, below = bracket
     high = np.full(len(contents), len(grid))
     if above is not None:  # what did not fit at a larger sigma does not fit here
@@ -439,9 +269,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
         seen = ~np.isnan(remembered[:, 0])
         for lo, hi, cap in ((low, high, remembered[:, 0]), (exact_low, exact_high, remembered[:, 1])):
             lo[seen] = hi[seen] = _index_of(grid, cap[seen])
-    bound = np.where(low < len(grid), forward + grid[np.minimum(low, len(grid) - 1)], np.inf)
-    if sigma is not None:  # a content whose other cells cannot stay within sigma takes no part
-        bound = np.where(within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma), bound, np.inf)
+    bound = np.where((low < len(grid)) & pricing.part, offset + grid[np.minimum(low, len(grid) - 1)], np.inf)
     key = layers[:, 0] * (counts_of(setup)[1] + 1) + layers[:, 1]
     order = np.lexsort((bound, key))
     best = np.full(int(key.max(initial=0)) + 1, np.inf)
@@ -467,8 +295,8 @@ def _fastest_that_fit(setup, cells, s, contents, layers, forward, fastest, sigma
             known.update(zip(codes[batch].tolist(), zip(_caps_at(grid, index).tolist(),
                                                         _caps_at(grid, exact_index).tolist())))
         for which, found_index in ((0, index), (1, exact_index)):
-            values[which][batch] = forward[batch] + _caps_at(grid, found_index)
-        beta[batch] = caps(values[1][batch] - forward[batch])
+            values[which][batch] = offset[batch] + _caps_at(grid, found_index)
+        beta[batch] = caps(values[1][batch] - offset[batch])
         unknown = (found < 0) & (exact_index < len(grid))  # met without a probe (a remembered cap): price it
         found[unknown] = _priced(setup, cells, s, contents[batch][unknown], beta[batch][unknown])[2]
         group[batch] = np.maximum(found, 0)

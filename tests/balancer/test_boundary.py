@@ -20,6 +20,7 @@ from sappkit import balance
 from sappkit.balancer import boundary
 from sappkit.balancer.cells import Cache
 from sappkit.balancer.exact import applicable, search
+from sappkit.balancer.evaluate import evaluate, split_terms
 from sappkit.balancer.setup import make_setup
 
 from .test_exact import brute_force as best_fitting, judged, with_working_sets
@@ -36,14 +37,19 @@ def follows_model_order(setup, counts) -> bool:
                    for c, s in setup.cells)
 
 
-def in_model_order(setup):
-    """(largest stage memory, ``sapp`` objective) of every placement whose kinds follow the model order."""
+def model_order_placements(setup):
+    """Every placement whose kinds follow the model order."""
     per_kind = []
     for k, kind in enumerate(setup.kinds):
         shape = (len(setup.item_indices(kind)), setup.chunks, setup.stages)
         per_kind.append(placements(int(setup.counts[k]), int(np.prod(shape))).reshape(-1, *shape))
     placed = (np.concatenate(parts) for parts in itertools.product(*per_kind))
-    return judged(setup, (counts for counts in placed if follows_model_order(setup, counts)))
+    return (counts for counts in placed if follows_model_order(setup, counts))
+
+
+def in_model_order(setup):
+    """(largest stage memory, ``sapp`` objective) of every placement whose kinds follow the model order."""
+    return judged(setup, model_order_placements(setup))
 
 
 def solved(setup):
@@ -118,6 +124,52 @@ def test_the_split_objective_of_m_equal_p_equals_every_placement_with_the_workin
             setup = make_setup(frame, memory_mb=limit * scale, working_set=True, consistent_recompute=False,
                                **pipeline)
             assert solved(setup) == pytest.approx(best_fitting(placed, setup.memory_mb), rel=1e-9)
+
+
+def split_parts(setup, counts):
+    """``(S, L)`` of ``counts`` under the split objective, or None where it leaves a cell empty that must hold
+    a layer or does not fit the memory limit."""
+    occupied = counts.sum(axis=0)
+    if any(occupied[c, s] == 0 for c, s in setup.cells if (c, s) not in setup.reserved):
+        return None
+    result = evaluate(setup, counts)
+    if result.stages["memory_mb"].max() > setup.memory_mb * (1 + 1e-9) + 1e-6:
+        return None
+    return split_terms(setup, result.forward, result.backward, result.forward - setup.fixed_forward)
+
+
+@pytest.mark.parametrize("counts, chunks", [((2, 2), 2), ((2, 3), 3), ((5, 0), 2)], ids=["v2", "v3", "one kind"])
+def test_the_least_l_with_s_bounded_equals_every_placement(counts, chunks):
+    # The split objective's branch and bound rests on one DP: the least L with S within sigma.
+    rng = np.random.default_rng(4)
+    pipeline = dict(stages=2, chunks=chunks, micro_batches=2, schedule="interleaved")
+    kinds = 1 if counts[1] == 0 else 2
+    frame = with_working_sets(rng, table(rng, kinds=kinds, counts=counts[:kinds], options=("none", "full")))
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), working_set=True, consistent_recompute=False,
+                       **pipeline)
+    parts = np.array([part for part in map(lambda counts: split_parts(setup, counts), model_order_placements(setup))
+                      if part is not None])
+    assert len(parts)
+    cache, everything = Cache().bind(setup), 1e9
+    for sigma in np.unique(parts[:, 0]):
+        _, least, counts = boundary._optimum(setup, cache, everything, "split", float(sigma))
+        assert least == pytest.approx(parts[parts[:, 0] <= sigma * (1 + 1e-12), 1].min(), rel=1e-9)
+        placed = split_parts(setup, counts)
+        assert placed is not None and placed[0] <= sigma * (1 + 1e-9) and placed[1] <= least * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_one_kind_past_the_split_budget_is_proven_by_the_enumeration(rng, monkeypatch, budget):
+    frame = with_working_sets(rng, table(rng, kinds=1, counts=(12,), options=("none", "selective", "full")))
+    pipeline = dict(stages=3, chunks=2, micro_batches=3, working_set=True, consistent_recompute=False)
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), **pipeline)
+    optimum = search(setup)
+    assert optimum.proven and optimum.counts is not None
+    monkeypatch.setattr(boundary, "_SPLIT_BUDGET", budget)
+    cut = boundary.search(setup, Cache().bind(setup))
+    assert cut is None or not cut[0]  # nothing, or a placement unproven
+    enumerated = search(setup)
+    assert enumerated.proven and enumerated.upper == pytest.approx(optimum.upper, rel=1e-9)
 
 
 @pytest.mark.parametrize("working", [False, True], ids=["no working set", "working set"])
