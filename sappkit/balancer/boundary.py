@@ -176,21 +176,25 @@ def _placement(setup: BalanceSetup, tables, picks) -> np.ndarray:
     return counts
 
 
-def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma: float | None = None):
+def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma: float | None = None,
+             priced: bool = True):
     """(relaxed optimum, exact optimum, its placement or None) of the min-max over stages of their values (the
     stage time, ``L`` under ``sigma``, or memory) over every boundary chunk under ``cap``; None past the
-    enumeration budget."""
+    enumeration budget. Unpriced (:func:`~sappkit.balancer.stage_tables.stage_table`), the relaxed optimum
+    alone: a lower bound of the stage time's."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
     for boundary_chunk in _boundary_chunks(setup):
         patterns = _patterns(setup, boundary_chunk)
         tables = []
         for s in range(setup.stages):
-            stage = tuple(stage_table(setup, cache, s, pattern, cap, measure, sigma) for pattern in patterns)
+            stage = tuple(stage_table(setup, cache, s, pattern, cap, measure, sigma, priced) for pattern in patterns)
             if any(table is None for table in stage):
                 return None
             tables.append(stage)
         relaxed, _ = _solve(setup, tables, exact=False)
         relaxed_best = min(relaxed_best, relaxed)
+        if not priced:
+            continue
         value, picks = _solve(setup, tables, exact=True)
         if picks and value < exact_best:
             exact_best, counts = value, _placement(setup, tables, picks)
@@ -207,7 +211,17 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
     fixed = setup.fixed_forward.sum() + setup.fixed_backward.sum()
     least_work = _work(setup, setup.forward + setup.backward, np.min) + fixed
     most_work = _work(setup, setup.forward + setup.backward, np.max) + fixed
-    tau, lower = least_work / (setup.stages * setup.chunks), -np.inf
+    tau = least_work / (setup.stages * setup.chunks)
+    while True:  # the optimum with every content at its least stage time, memory past its lightest aside
+        found = _optimum(setup, cache, tau, "time", priced=False)
+        if found is None:
+            return None
+        if within(found[0], tau):
+            break  # every content of a better placement is listed: a lower bound, found without pricing
+        if tau >= most_work:
+            return False, None, np.inf, tau
+        tau = min(tau * _GROWTH, most_work)
+    tau = lower = found[0]
     while True:
         found = _optimum(setup, cache, tau, "time")
         if found is None:

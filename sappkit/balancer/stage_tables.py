@@ -162,11 +162,12 @@ def _narrow(lo, hi, active, probes, fits) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str,
-                 sigma: float | None = None) -> StageTable | None:
+                 sigma: float | None = None, priced: bool = True) -> StageTable | None:
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
-    memory (``"memory"``); None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
-    key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma)
+    memory (``"memory"``); unpriced (``priced=False``, the stage time), at their least stage time whatever
+    their memory beyond their lightest point's; None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
+    key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma, priced)
     if key in cache.stages:
         return cache.stages[key]
     cells = cells_of(setup, cache, s, pattern, cap, measure)
@@ -178,6 +179,13 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
         return None
     contents, layers, forward, fastest = listed
     shape = tuple(n + 1 for n in counts_of(setup))
+    if not priced:
+        least = _least_value(setup, forward, fastest, measure)
+        best, pick = _best_per_layers(layers, least, np.ones(len(contents), bool), shape)
+        table = StageTable(best, best, pick, pick, contents, np.full(contents.shape, np.inf),
+                           np.zeros(len(contents), int), cells)
+        cache.stages[key] = table
+        return table
     if measure == "memory":
         beta = np.full(contents.shape, np.inf)
         relaxed, exact, group = _priced(setup, cells, s, contents, beta)
