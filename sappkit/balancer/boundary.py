@@ -20,14 +20,16 @@ compositions (layers of each kind) whose stage time can stay under a cap
 ``beta`` the lightest point under it is all memory needs (memory grows with
 every cell's activation and charged working set; a charged cell keeps one
 such staircase per working set), so a product is priced at the least
-``beta`` that fits, by bisection, and contents are priced per layers of
-each kind ``(n0, n1)`` only while they could beat the best found. A DP over
-stages with state (before or after the boundary, ``n0``, ``n1``) finds the
-least largest stage time: the ``sapp`` objective at levels 0 and 1 where
-``m != p``. ``tau`` grows until the optimum lies under it, which proves
-it: a better placement would use only listed contents. As in
-:mod:`.exact`, relaxed memory gives the lower bound, exact memory the
-placement.
+``beta`` that fits, by a search over the cells' backward values
+(:mod:`.stage_tables`), and contents are priced per layers of each kind
+``(n0, n1)`` only while they could beat the best found. A DP over stages
+with state (before or after the boundary, ``n0``, ``n1``) finds the least
+largest stage time: the ``sapp`` objective at levels 0 and 1 where ``m !=
+p``. ``tau`` grows until the optimum lies under it, which proves it: a
+better placement would use only listed contents. It starts at the same
+DP's optimum with every content at its least stage time (no pricing, only
+listings), a lower bound. As in :mod:`.exact`, relaxed memory gives the
+lower bound, exact memory the placement.
 
 Where ``m = p`` the objective splits into ``S + max(L, S)`` (``S`` the
 largest backward of a chunk but the last, ``L`` the last chunk's term):

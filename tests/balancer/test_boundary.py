@@ -138,6 +138,21 @@ def split_parts(setup, counts):
     return split_terms(setup, result.forward, result.backward, result.forward - setup.fixed_forward)
 
 
+def test_the_unpriced_optimum_bounds_the_stage_time_and_is_it_without_a_memory_limit(rng):
+    # The stage time's cap starts at the DP's optimum with every content at its least stage time.
+    frame = with_working_sets(rng, table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full")))
+    pipeline = dict(stages=3, chunks=2, micro_batches=6, working_set=True, consistent_recompute=False)
+    limit = loose_limit(frame, **pipeline)
+    for memory_mb in (0.8 * limit, limit, 1e9):
+        setup = make_setup(frame, memory_mb=memory_mb, **pipeline)
+        optimum = solved(setup)
+        unpriced, _, placed = boundary._optimum(setup, Cache().bind(setup), 1e9, "time", priced=False)
+        assert placed is None
+        assert unpriced <= optimum * (1 + 1e-9)
+        if memory_mb == 1e9:
+            assert unpriced == pytest.approx(optimum, rel=1e-9)
+
+
 @pytest.mark.parametrize("counts, chunks", [((2, 2), 2), ((2, 3), 3), ((5, 0), 2)], ids=["v2", "v3", "one kind"])
 def test_the_least_l_with_s_bounded_equals_every_placement(counts, chunks):
     # The split objective's branch and bound rests on one DP: the least L with S within sigma.
