@@ -183,7 +183,7 @@ def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma:
     """(relaxed optimum, exact optimum, its placement or None) of the min-max over stages of their values (the
     stage time, ``L`` under ``sigma``, or memory) over every boundary chunk under ``cap``; None past the
     enumeration budget. Unpriced (:func:`~sappkit.balancer.stage_tables.stage_table`), the relaxed optimum
-    alone: a lower bound of the stage time's."""
+    alone (:func:`_unpriced_bound`)."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
     for boundary_chunk in _boundary_chunks(setup):
         patterns = _patterns(setup, boundary_chunk)
@@ -213,17 +213,9 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
     fixed = setup.fixed_forward.sum() + setup.fixed_backward.sum()
     least_work = _work(setup, setup.forward + setup.backward, np.min) + fixed
     most_work = _work(setup, setup.forward + setup.backward, np.max) + fixed
-    tau = least_work / (setup.stages * setup.chunks)
-    while True:  # the optimum with every content at its least stage time, memory past its lightest aside
-        found = _optimum(setup, cache, tau, "time", priced=False)
-        if found is None:
-            return None
-        if within(found[0], tau):
-            break  # every content of a better placement is listed: a lower bound, found without pricing
-        if tau >= most_work:
-            return False, None, np.inf, tau
-        tau = min(tau * _GROWTH, most_work)
-    tau = lower = found[0]
+    tau = lower = _unpriced_bound(setup, cache, least_work / (setup.stages * setup.chunks), most_work, "time")
+    if tau is None or not np.isfinite(tau):
+        return None if tau is None else (False, None, np.inf, most_work)
     while True:
         found = _optimum(setup, cache, tau, "time")
         if found is None:
@@ -247,7 +239,10 @@ def _search_split(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray |
     least_backward = _work(setup, setup.backward, np.min) + setup.fixed_backward.sum()
     most_work = _work(setup, setup.forward + setup.backward, np.max) + setup.fixed_backward.sum() \
         + setup.fixed_forward.sum()
-    tau, lower = 2 * least_backward / (setup.stages * setup.chunks), -np.inf
+    lower = _unpriced_bound(setup, cache, 2 * least_backward / (setup.stages * setup.chunks), 3 * most_work, "split")
+    if lower is None or not np.isfinite(lower):
+        return None if lower is None else (False, None, np.inf, 3 * most_work)
+    tau = lower * _GROWTH  # S and L peak on different stages: the bound is seldom within reach
     budget, kept = [_SPLIT_BUDGET], (np.inf, None)
     while True:
         value, counts, round_lower = _split_round(setup, cache, tau, budget)
@@ -261,6 +256,23 @@ def _search_split(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray |
         if tau >= 3 * most_work:  # every content was listed: no placement fits with exact memory
             return False, None, np.inf, lower
         tau = min(tau * _GROWTH, 3 * most_work, value if counts is not None else np.inf)
+
+
+def _unpriced_bound(setup: BalanceSetup, cache: Cache, tau: float, ceiling: float, measure: str) -> float | None:
+    """The min-max DP's optimum with every content at its least value (memory past its lightest point aside),
+    from the cap ``tau`` grown until the optimum lies under it: every content of a better placement is then
+    listed, so it bounds the objective from below, found with listings and DPs alone (the split objective's
+    stage value ``S_s + max(L_s, S_s)`` is at most its ``S + max(L, S)``). None past the enumeration budget,
+    inf where nothing is listed up to ``ceiling``."""
+    while True:
+        found = _optimum(setup, cache, tau, measure, priced=False)
+        if found is None:
+            return None
+        if within(found[0], tau):
+            return found[0]
+        if tau >= ceiling:
+            return np.inf
+        tau = min(tau * _GROWTH, ceiling)
 
 
 def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int]):
