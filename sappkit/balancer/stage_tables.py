@@ -79,26 +79,33 @@ def _least_value(setup: BalanceSetup, forward: np.ndarray, fastest: np.ndarray, 
     return first + np.maximum(last, first)
 
 
-def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, beta: np.ndarray):
-    """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
-    ``beta`` (per content and cell), each the least over the cells' working-set groups, and the exact one's
-    groups (one index into their product).
+def _groups(cell: Cell, composition: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, the cell's working-set groups worth pricing at backward cap ``beta``: their least activation
+    (inf padded), working set and index.
 
-    Memory grows with a cell's activation and its charged working set, so per content only the groups lighter
-    than every group of a smaller working set are priced (groups ascend by working set): about two per cell
-    where a cell keeps four to eight."""
+    Memory grows with a cell's activation and its charged working set, so only the groups lighter than every
+    group of a smaller working set count (groups ascend by working set): about two where a cell keeps four to
+    eight."""
+    least, _ = cell.least_activation(composition, beta)
+    every = np.arange(len(least))[:, None]
+    lighter = np.full_like(least, np.inf)  # the least activation of every smaller working set
+    lighter[:, 1:] = np.minimum.accumulate(least[:, :-1], axis=1)
+    useful = least < lighter
+    order = np.argsort(~useful, axis=1, kind="stable")[:, : max(1, int(useful.sum(axis=1).max(initial=0)))]
+    return np.where(useful[every, order], least[every, order], np.inf), cell.working[order], order
+
+
+def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, beta: np.ndarray,
+            held: list | None = None):
+    """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
+    ``beta`` (per content and cell), each the least over the cells' working-set groups (:func:`_groups`; a
+    cell's given in ``held`` where not None), and the exact one's groups (one index into their product)."""
     rows = len(contents)
     if not rows:
         return np.zeros(0), np.zeros(0), np.zeros(0, int)
-    options, kept, every = [], np.zeros(rows), np.arange(rows)[:, None]
-    for c, cell in enumerate(cells):
-        least, _ = cell.least_activation(contents[:, c], beta[:, c])
-        lighter = np.full_like(least, np.inf)  # the least activation of every smaller working set
-        lighter[:, 1:] = np.minimum.accumulate(least[:, :-1], axis=1)
-        useful = least < lighter
-        order = np.argsort(~useful, axis=1, kind="stable")[:, : max(1, int(useful.sum(axis=1).max(initial=0)))]
-        options.append((np.where(useful[every, order], least[every, order], np.inf), cell.working[order], order))
-        kept += cell.kept[contents[:, c]]
+    options = [held[c] if held is not None and held[c] is not None else _groups(cell, contents[:, c], beta[:, c])
+               for c, cell in enumerate(cells)]
+    kept = sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells))
     sizes = [activation.shape[1] for activation, _, _ in options]
     picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
     activation = np.stack([a[:, picks[:, c]] for c, (a, _, _) in enumerate(options)], axis=2)
@@ -120,15 +127,18 @@ def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray
 _PROBES = 8
 
 
-def _least_caps(setup, cells, s, contents, grid, low, high, caps, exact_low=None, exact_high=None):
-    """Per content the least indices into ``grid`` whose backward cap (the cells' caps ``caps(cap)``) lets the
-    stage fit the memory limit, relaxed and exact (``len(grid)`` where none does), and the exact pricing's
-    working-set groups at the latter (-1 where no probe met it).
+def _least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exact_low=None, exact_high=None):
+    """Per content the least indices into ``grid`` whose backward cap (the cells' caps ``caps(cap)``; those of
+    the cells not ``searched`` the same for every cap) lets the stage fit the memory limit, relaxed and exact
+    (``len(grid)`` where none does), and the exact pricing's working-set groups at the latter (-1 where no probe
+    met it).
 
     The relaxed answer lies in ``[low, high]``, the exact one in ``[exact_low, exact_high]`` (by default
     ``[low, len(grid)]``); memory falls as the cap grows and the exact is never below the relaxed, so one
     search over the grid, :data:`_PROBES` probes a round from the lower end, narrows both."""
     n = len(grid)
+    fixed = caps(grid[np.minimum(low, n - 1)])
+    held = [None if c in searched else _groups(cell, contents[:, c], fixed[:, c]) for c, cell in enumerate(cells)]
     lo_r, hi_r = low.copy(), high.copy()
     lo_e = low.copy() if exact_low is None else exact_low.copy()
     hi_e = np.full(len(contents), n) if exact_high is None else exact_high.copy()
@@ -142,8 +152,9 @@ def _least_caps(setup, cells, s, contents, grid, low, high, caps, exact_low=None
         start = np.where(relaxed_open, lo_r, lo_e)[active]
         span = np.where(relaxed_open, hi_r, hi_e)[active] - start
         probes = start[:, None] + (span[:, None] * np.arange(_PROBES)[None, :]) // _PROBES
-        relaxed, exact, groups = _priced(setup, cells, s, contents[np.repeat(active, _PROBES)],
-                                         caps(grid[probes.ravel()]))
+        rows = np.repeat(active, _PROBES)
+        relaxed, exact, groups = _priced(setup, cells, s, contents[rows], caps(grid[probes.ravel()]),
+                                         [None if h is None else tuple(part[rows] for part in h) for h in held])
         _narrow(lo_r, hi_r, active, probes, within(relaxed, setup.memory_mb).reshape(-1, _PROBES))
         met, column = _narrow(lo_e, hi_e, active, probes, within(exact, setup.memory_mb).reshape(-1, _PROBES))
         group[active[met]] = groups.reshape(-1, _PROBES)[met, column[met]]
@@ -218,11 +229,12 @@ def _bracket(tried: dict, sigma: float):
 
 @dataclass(frozen=True)
 class _Pricing:
-    """How a table prices its contents: the cells whose backward cap is searched (one cap shared), each
-    content's least such cap, the cells' caps for a searched cap (``caps``), what a content's value adds to
+    """How a table prices its contents: the cells whose backward cap is searched (one cap shared) and their
+    indices among the stage's, each content's least such cap, the cells' caps for a searched cap (``caps``), what a content's value adds to
     its searched cap (``offset``), and the contents taking part."""
 
     cells: list[Cell]
+    searched: range  # the cells' indices among the stage's
     least: np.ndarray
     caps: object
     offset: np.ndarray
@@ -234,9 +246,10 @@ class _Pricing:
         """The stage time (``sigma`` None: every cell's cap plus the forward), or ``L`` (the last cell's cap plus
         its term, the others' caps ``sigma``)."""
         if sigma is None:
-            return _Pricing(cells, fastest.max(axis=1), lambda beta: np.repeat(beta[:, None], setup.chunks, axis=1),
-                            forward, np.ones(len(forward), bool))
-        return _Pricing(cells[-1:], fastest[:, -1],
+            return _Pricing(cells, range(len(cells)), fastest.max(axis=1),
+                            lambda beta: np.repeat(beta[:, None], setup.chunks, axis=1), forward,
+                            np.ones(len(forward), bool))
+        return _Pricing(cells[-1:], range(len(cells) - 1, len(cells)), fastest[:, -1],
                         lambda beta: np.column_stack([np.full((len(beta), setup.chunks - 1), sigma), beta]),
                         forward, within(fastest[:, :-1].max(axis=1, initial=-np.inf), sigma))
 
@@ -297,7 +310,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
         width *= 2
         waiting[batch] = False
         index, exact_index, found = _least_caps(setup, cells, s, contents[batch], grid, low[batch], high[batch], caps,
-                                                exact_low[batch], exact_high[batch])
+                                                pricing.searched, exact_low[batch], exact_high[batch])
         priced[batch] = index
         if codes is not None:
             known.update(zip(codes[batch].tolist(), zip(_caps_at(grid, index).tolist(),
