@@ -35,8 +35,10 @@ Where ``m = p`` the objective splits into ``S + max(L, S)`` (``S`` the
 largest backward of a chunk but the last, ``L`` the last chunk's term):
 for a bound ``sigma`` on ``S`` the same DP finds the least largest ``L``,
 and a branch and bound over ``sigma`` (:func:`_split_round`) finds the
-least objective under ``tau``. Past :data:`_SPLIT_BUDGET` bounds tried it
-hands its best placement, unproven, to the integer program.
+least objective under ``tau``, which starts a growth step above the
+unpriced bound (:func:`_unpriced_bound`). Past :data:`_SPLIT_BUDGET`
+bounds tried it hands its best placement, unproven, to the integer program
+(with one kind, :mod:`.exact`'s enumeration may prove it first).
 """
 
 from __future__ import annotations

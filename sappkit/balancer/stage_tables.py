@@ -52,7 +52,8 @@ def _contents(setup: BalanceSetup, cells: list[Cell], s: int, cap: float, measur
     flights, charges = floor_weights(setup, s)
     for c, cell in enumerate(cells):
         quickest = cell.quickest
-        lightest = (flights[c] * cell.lightest + charges[c] * cell.working[None, :]).min(axis=1, initial=np.inf)
+        held = np.where(np.isfinite(cell.lightest), flights[c] * cell.lightest, np.inf)  # no 0 * inf for no group
+        lightest = (held + charges[c] * cell.working[None, :]).min(axis=1, initial=np.inf)
         left = np.repeat(np.arange(len(contents)), len(cell.kept))
         right = np.tile(np.arange(len(cell.kept)), len(contents))
         new_layers = layers[left] + cell.layers[right]
