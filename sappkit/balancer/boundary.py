@@ -47,12 +47,13 @@ import heapq
 
 import numpy as np
 
-from .cells import EPS, Cache, monotone_chunks
+from .cells import EPS, Cache
 from ..columns import MEMORY_MB
 from .evaluate import evaluate
 from . import segments
 from .segments import within
 from .setup import V_SHAPED, BalanceSetup
+from .stage_bounds import monotone_chunks
 from .stage_cells import cells_of, counts_of
 from .stage_tables import StageTable, stage_table
 

@@ -21,14 +21,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .evaluate import OVERHEAD_TOLERANCE
-from .peaks import fixed_activation, stage_events
 from .setup import BalanceSetup
+from .stage_bounds import charged_chunks, memory_bounds, monotone_chunks
 
-__all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "charged_chunks",
-           "enumerate_stage", "floor_weights",
-           "fixed_memory", "kind_fronts", "memory_bounds", "min_max", "monotone_chunks",
-           "pareto_fronts", "placement", "split_values", "stage_time", "subset",
+__all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
+           "kind_fronts", "min_max", "pareto_fronts", "placement", "split_values", "stage_time", "subset",
            "working_fronts"]
 
 #: Stage enumerations larger than this hand the instance to the integer program.
@@ -60,20 +57,6 @@ class Cache:
             self.stages.clear()
             self.instance = instance
         return self
-
-
-def monotone_chunks(setup: BalanceSetup, s: int) -> np.ndarray:
-    """Per chunk: stage memory never falls as the chunk's activation grows.
-
-    Without the working set, relaxed memory is ``Σ_c if_c A_c + max(0, Σ_c
-    d_c A_c)``; a chunk whose ``if_c + d_c`` is negative (DualPipeV's second
-    chunk under the seed's overhead) can lower it by holding more. With it,
-    the peak over memory events is monotone in every cell.
-    """
-    if setup.working_set:
-        return np.ones(setup.chunks, dtype=bool)
-    weights = setup.overhead_weights(s) if setup.overhead_active else 0.0
-    return setup.in_flight[:, s] + np.minimum(weights, 0.0) >= 0
 
 
 # ------------------------------------------------------------------ fronts
@@ -247,16 +230,6 @@ def cell_fronts(setup: BalanceSetup, s: int, n_max, cache: Cache, monotone=None)
             for c, (n, flag) in enumerate(zip(n_max, monotone))]
 
 
-def charged_chunks(setup: BalanceSetup, s: int) -> set[int]:
-    """Chunks of stage ``s`` whose body layers' working set the stage's memory may charge: those whose backward
-    runs at a memory event, but the tail's cell (its working set is the tail's)."""
-    if not setup.working_set:
-        return set()
-    tail = setup.tail
-    return {int(c) for c in stage_events(setup, s).running
-            if c >= 0 and not (tail is not None and (tail.chunk, tail.stage) == (c, s))}
-
-
 # ------------------------------------------------------------------ stage enumeration
 
 
@@ -296,77 +269,6 @@ def _cell_choices(setup, fronts, s, c, cap_layers, cap_backward, only_lightest):
             if b <= limit:
                 rows.append((n, b, front.activation[j], j, working[j]))
     return np.array(rows, dtype=float).reshape(-1, 5)
-
-
-def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
-                  overhead: bool = True) -> tuple[np.ndarray, np.ndarray]:
-    """Relaxed and exact stage memory of every combo (``overhead=False``: both without the overhead).
-
-    With the working set both are the peak over the stage's memory events
-    (:mod:`sappkit.balancer.peaks`), ``working`` each cell's charged working set.
-    """
-    kept = layers.sum(axis=1) * (setup.param[0] + setup.once[0])
-    if setup.working_set:
-        cells = activation + fixed_activation(setup)[:, s]
-        working = np.array(working, dtype=float)
-        tail = setup.tail
-        if tail is not None and tail.stage == s:
-            working[:, tail.chunk] = tail.working_mb
-        memory = _base_memory(setup, s) + kept + stage_events(setup, s).peak(cells, working).max(axis=1,
-                                                                                                  initial=-np.inf)
-        return memory, memory
-    memory = fixed_memory(setup, s) + kept + activation @ setup.in_flight[:, s] + working.sum(axis=1)
-    if not overhead or not setup.overhead_active or not setup.overhead_terms(s):
-        return memory, memory
-    expr = activation @ setup.overhead_weights(s)
-    return memory + np.maximum(expr, 0.0), memory + np.maximum(np.ceil(expr - OVERHEAD_TOLERANCE), 0.0)
-
-
-def fixed_memory(setup: BalanceSetup, s: int) -> float:
-    """What stage ``s`` holds whatever its body layers: constant, head and tail (and the tail's working set
-    where it ends the warm-up).
-
-    With the working set: constant, head and tail parameters and memory kept
-    once, and the head's and tail's part of one memory event, the one whose
-    least count over the chunks is largest (ties: the most head and tail
-    memory) — at least the in-flight counts' least on every shape, so a stage
-    of ``n`` body layers holds at least this plus ``n`` layers at that count.
-    For one chunk, as without events: the head's and tail's activation ×
-    in-flight and the tail's working set where it ends the warm-up.
-    """
-    if not setup.working_set:
-        return setup.const_mb + sum(f.param_mb + f.activation_mb * setup.in_flight[f.chunk, f.stage]
-                                    + f.memory_once_mb for f in setup.fixed if f.stage == s)
-    held, reference = _fixed_held(setup, s)
-    return _base_memory(setup, s) + float(held[reference])
-
-
-def floor_weights(setup: BalanceSetup, s: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per chunk of stage ``s``: the count its cell's activation and the weight (0 or 1) its charged working
-    set add to :func:`fixed_memory` in a lower bound of the stage's memory, cell by cell (the in-flight
-    counts and 1 without the working set; with it, the counts of :func:`fixed_memory`'s event and 1 for the
-    cell whose backward runs then)."""
-    if not setup.working_set:
-        return setup.in_flight[:, s], np.ones(setup.chunks)
-    _, reference = _fixed_held(setup, s)
-    events = stage_events(setup, s)
-    return events.held[reference], (np.arange(setup.chunks) == events.running[reference]).astype(float)
-
-
-def _fixed_held(setup: BalanceSetup, s: int) -> tuple[np.ndarray, int]:
-    """Head's and tail's part of each memory event of stage ``s``, and the event :func:`fixed_memory` uses."""
-    events = stage_events(setup, s)
-    working = np.zeros(setup.chunks)
-    tail = setup.tail
-    if tail is not None and tail.stage == s:
-        working[tail.chunk] = tail.working_mb
-    held = events.peak(fixed_activation(setup)[:, s], working)
-    return held, int(np.lexsort((held, events.held.min(axis=1)))[-1])
-
-
-def _base_memory(setup: BalanceSetup, s: int) -> float:
-    """Constant and head and tail parameters and memory kept once on stage ``s``."""
-    return setup.const_mb + sum(f.param_mb + f.memory_once_mb for f in setup.fixed if f.stage == s)
 
 
 def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, time_cap=None,

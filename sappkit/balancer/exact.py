@@ -40,13 +40,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cells import (
-    EPS, Cache, Combos, best_per_total, enumerate_stage, fixed_memory, min_max, monotone_chunks, placement,
-    split_values, stage_time, subset,
-)
+from .cells import (EPS, Cache, Combos, best_per_total, enumerate_stage, min_max, placement, split_values, stage_time,
+                    subset)
 from . import boundary, segments
 from .evaluate import evaluate
 from .setup import BalanceSetup
+from .stage_bounds import fixed_memory, monotone_chunks
 
 __all__ = ["Cache", "SearchResult", "applicable", "search", "least_memory"]
 
@@ -228,9 +227,7 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
     if setup.chunks > 1 and not boundary.applicable(setup):
-        found = boundary.search(setup, cache)
-        bounded = None if found is None else (SearchResult(found[0], None, None, found[3]) if found[1] is None
-                                              else _result(setup, found[1], found[3]))
+        bounded = _bounded(setup, boundary.search(setup, cache))
         if len(setup.kinds) != 1 or (bounded is not None and bounded.proven):
             return bounded
         # one kind: the enumeration below may prove what the boundary search's budgets left open
@@ -240,6 +237,14 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
         counts, value = segments.search(setup, cache)
         return SearchResult(True, None, None, np.inf) if counts is None else _result(setup, counts, value)
     return _enumerate(setup, cache)
+
+
+def _bounded(setup: BalanceSetup, found) -> SearchResult | None:
+    """:func:`~sappkit.balancer.boundary.search`'s answer as a result."""
+    if found is None:
+        return None
+    proven, counts, _, lower = found
+    return SearchResult(proven, None, None, lower) if counts is None else _result(setup, counts, lower)
 
 
 def _enumerate(setup: BalanceSetup, cache: Cache) -> SearchResult | None:

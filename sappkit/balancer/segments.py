@@ -24,8 +24,9 @@ from functools import cached_property
 
 import numpy as np
 
-from .cells import EPS, Cache, Front, _subset_fronts, _undominated, fixed_memory, working_fronts
+from .cells import EPS, Cache, Front, _subset_fronts, _undominated, working_fronts
 from .setup import BalanceSetup
+from .stage_bounds import fixed_memory
 
 __all__ = ["applicable", "search", "least_memory", "run_front", "per_kind", "within"]
 

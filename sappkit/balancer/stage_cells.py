@@ -19,9 +19,10 @@ from functools import cached_property
 
 import numpy as np
 
-from .cells import EPS, Cache, Front, charged_chunks, fixed_memory, floor_weights
+from .cells import EPS, Cache, Front
 from .segments import per_kind, run_front, within
 from .setup import V_SHAPED, BalanceSetup
+from .stage_bounds import charged_chunks, fixed_memory, floor_weights
 
 __all__ = ["Cell", "Staircases", "cells_of", "counts_of", "stage_key"]
 
@@ -38,7 +39,17 @@ class Staircases:
     backward: np.ndarray  # [step]
     activation: np.ndarray  # [step]
     point: np.ndarray  # [step]
-    owner: np.ndarray  # [step] its segment
+
+    @classmethod
+    def empty(cls, compositions: int) -> Staircases:
+        """No staircase yet, for a catalogue of ``compositions``."""
+        return cls(np.zeros(0), np.full((compositions, 0), -1), np.zeros(0, int), np.zeros(0), np.zeros(0),
+                   np.zeros(0, int))
+
+    @cached_property
+    def owner(self) -> np.ndarray:
+        """Per step, its segment."""
+        return np.repeat(np.arange(len(self.start)), np.diff(np.r_[self.start, len(self.backward)]))
 
     @cached_property
     def span(self) -> float:
@@ -76,13 +87,7 @@ class Staircases:
         start = np.r_[self.start, len(self.backward) + np.r_[0, np.cumsum(sizes)][:-1]].astype(int)
         joined = [np.concatenate([old, *(part[i] for part in parts)]) for i, old in
                   enumerate((self.backward, self.activation, self.point))]
-        owner = np.r_[self.owner, np.repeat(first + np.arange(len(parts)), sizes)].astype(int)
-        return Staircases(groups, segment, start, *joined, owner)
-
-
-def _empty_staircases(compositions: int) -> Staircases:
-    return Staircases(np.zeros(0), np.full((compositions, 0), -1), np.zeros(0, int), np.zeros(0), np.zeros(0),
-                      np.zeros(0, int), np.zeros(0, int))
+        return Staircases(groups, segment, start, *joined)
 
 
 @dataclass(frozen=True)
@@ -213,7 +218,7 @@ def _catalogue(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, measure
         bound_mb = fixed_memory(setup, s) + kept + flight * (layers @ _per_kind(setup, setup.activation))
         least_value = term + layers @ _per_kind(setup, setup.backward) + setup.fixed_backward[c, s]
         cache.stages[key] = _Catalogue(layers, term, kept, least_value, bound_mb, np.full(len(layers), np.nan),
-                                       _empty_staircases(len(layers)))
+                                       Staircases.empty(len(layers)))
     return cache.stages[key]
 
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cells import COMBO_BUDGET, EPS, Cache, fixed_memory, floor_weights, memory_bounds
+from .cells import COMBO_BUDGET, EPS, Cache
 from .segments import within
 from .setup import BalanceSetup
+from .stage_bounds import fixed_memory, floor_weights, memory_bounds
 from .stage_cells import Cell, cells_of, counts_of, stage_key
 
 __all__ = ["StageTable", "stage_table"]
@@ -119,7 +120,7 @@ def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray
     exact = np.where(finite, exact, np.inf).reshape(rows, len(picks)) + kept[:, None]
     chosen = exact.argmin(axis=1)
     groups = [order[np.arange(rows), picks[chosen, c]] for c, (_, _, order) in enumerate(options)]
-    group = np.ravel_multi_index(groups, [len(cell.working) for cell in cells]) if cells else np.zeros(rows, int)
+    group = np.ravel_multi_index(groups, [len(cell.working) for cell in cells])
     return relaxed.min(axis=1), exact.min(axis=1), group
 
 
@@ -177,7 +178,7 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
                  sigma: float | None = None, priced: bool = True) -> StageTable | None:
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
-    memory (``"memory"``); unpriced (``priced=False``, the stage time), at their least stage time whatever
+    memory (``"memory"``); unpriced (``priced=False``), at their least value (:func:`_least_value`) whatever
     their memory beyond their lightest point's; None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
     key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma, priced)
     if key in cache.stages:

@@ -23,7 +23,7 @@ from sappkit.balancer.exact import applicable, search
 from sappkit.balancer.evaluate import evaluate, split_terms
 from sappkit.balancer.setup import make_setup
 
-from .test_exact import brute_force as best_fitting, judged, with_working_sets
+from .test_exact import brute_force as best_fitting, fills_every_cell, judged, with_working_sets
 from .test_optimise import brute_force, loose_limit, placements, solve_both_ways, table
 
 
@@ -129,8 +129,7 @@ def test_the_split_objective_of_m_equal_p_equals_every_placement_with_the_workin
 def split_parts(setup, counts):
     """``(S, L)`` of ``counts`` under the split objective, or None where it leaves a cell empty that must hold
     a layer or does not fit the memory limit."""
-    occupied = counts.sum(axis=0)
-    if any(occupied[c, s] == 0 for c, s in setup.cells if (c, s) not in setup.reserved):
+    if not fills_every_cell(setup, counts):
         return None
     result = evaluate(setup, counts)
     if result.stages["memory_mb"].max() > setup.memory_mb * (1 + 1e-9) + 1e-6:
@@ -162,8 +161,8 @@ def test_the_least_l_with_s_bounded_equals_every_placement(counts, chunks):
     frame = with_working_sets(rng, table(rng, kinds=kinds, counts=counts[:kinds], options=("none", "full")))
     setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), working_set=True, consistent_recompute=False,
                        **pipeline)
-    parts = np.array([part for part in map(lambda counts: split_parts(setup, counts), model_order_placements(setup))
-                      if part is not None])
+    parts = np.array([part for counts in model_order_placements(setup)
+                      if (part := split_parts(setup, counts)) is not None])
     assert len(parts)
     cache, everything = Cache().bind(setup), 1e9
     for sigma in np.unique(parts[:, 0]):

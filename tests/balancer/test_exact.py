@@ -36,13 +36,18 @@ def every_placement(setup):
     return judged(setup, (flat.reshape(shape) for flat in placements(int(setup.counts[0]), int(np.prod(shape)))))
 
 
+def fills_every_cell(setup, counts) -> bool:
+    """``counts`` leaves no cell empty that must hold a layer."""
+    occupied = counts.sum(axis=0)
+    return all(occupied[c, s] > 0 for c, s in setup.cells if (c, s) not in setup.reserved)
+
+
 def judged(setup, placed):
     """(largest stage memory, ``sapp`` objective) of the ``placed`` counts that leave no cell empty
     that must hold a layer, as :func:`~sappkit.balancer.evaluate.evaluate` judges them; two arrays."""
     peaks, values = [], []
     for counts in placed:
-        occupied = counts.sum(axis=0)
-        if any(occupied[c, s] == 0 for c, s in setup.cells if (c, s) not in setup.reserved):
+        if not fills_every_cell(setup, counts):
             continue
         result = evaluate(setup, counts)
         peaks.append(result.stages["memory_mb"].max())

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import sappkit
-from sappkit.balancer.cells import fixed_memory
+from sappkit.balancer.stage_bounds import fixed_memory
 from sappkit.balancer.evaluate import stage_memory
 from sappkit.balancer.exact import search
 from sappkit.balancer.setup import make_setup
@@ -91,7 +91,7 @@ def test_events_keep_only_undominated_ones():
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "dualpipev", "seqpipe", "zbv", "gpipe"])
 def test_some_event_holds_the_least_in_flight_count_of_every_chunk(schedule):
-    # What the exact search's layer cap relies on (cells.fixed_memory): a stage of n body layers holds
+    # What the exact search's layer cap relies on (stage_bounds.fixed_memory): a stage of n body layers holds
     # at least n layers at its least in-flight count, all at one event.
     for p in range(2, 6):
         for m in range(p, 3 * p + 2):
