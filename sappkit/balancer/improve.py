@@ -16,20 +16,25 @@ help if it shortens the current longest path, and its new step time is at
 least the longest of the *known* paths after it: the stage paths of
 :func:`sappkit.pipeline.critical.stage_paths` and the longest paths of the
 placements the search accepted. Each round keeps the changes whose bound
-does not exceed the current step, simulates them in that bound's order in
-growing batches, and takes the best of the first batch that holds a better
-placement: faster, or as fast with its ops ending earlier elsewhere (another
-longest path got shorter, which lets the next change shorten the step). A
-round without one is a local optimum.
+does not exceed the current step, simulates them in growing batches (the
+changes that helped last round first, then by that bound), and takes the
+best of the first batch that holds a better placement: faster, or as fast
+with its ops ending earlier elsewhere (another longest path got shorter,
+which lets the next change shorten the step). When no change helps, the
+round tries every **stage exchange** (:mod:`sappkit.balancer.exchange`: two
+stages trade their layers, recompute repaired to fit), which moves a busy
+stage to where its fill and drain cost least; a round without a better
+placement either way is a local optimum.
 
 Some better placements lie several changes away, each one alone slower
 (e.g. with 1F1B and few micro-batches the first stage should hold more
 layers than the others). So the search then *kicks* the best placement
-found (two random changes that keep it valid) and descends again, keeping
-the result when it is better: an iterated local search, until a budget of
-simulated placements is spent or forty kicks in a row found nothing better. Everything is deterministic: candidates in a
-fixed order, kicks from a seeded generator, a budget of placements rather
-than of seconds.
+found (two random changes, or the exchange of two random stages, that keep
+it valid) and descends again, keeping the result when it is better: an
+iterated local search, until a budget of simulated placements is spent or
+forty kicks in a row found nothing better. Everything is deterministic:
+candidates in a fixed order, kicks from a seeded generator, a budget of
+placements rather than of seconds.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .evaluate import stage_memory
+from .exchange import exchanged, stage_exchanges
 from .setup import BalanceSetup
 from .steptime import StepTimer
 
@@ -144,6 +150,13 @@ def _bounds(changes: np.ndarray, weights: np.ndarray, lengths: np.ndarray) -> np
     return (lengths[:, None] + delta).max(axis=0)
 
 
+def _among(changes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of ``changes``: whether it is one of ``rows``."""
+    if not len(rows):
+        return np.zeros(len(changes), dtype=bool)
+    return (changes[:, None, :] == rows[None, :, :]).all(axis=2).any(axis=1)
+
+
 def _apply(counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
     """The placements each row of ``changes`` gives."""
     n, (items, v, p) = len(changes), counts.shape
@@ -171,12 +184,29 @@ class _Reached:
         return self.time <= other.time * (1 + _TOLERANCE) and self.ends < other.ends * (1 - _TOLERANCE)
 
 
+def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
+                 ends: float) -> tuple[tuple[np.ndarray, float, float] | None, np.ndarray]:
+    """The best of ``candidates`` that beats a placement of step ``time`` and end sum ``ends`` (faster, or as
+    fast with ops ending earlier elsewhere: another longest path got shorter), as ``(counts, time, ends)`` or
+    None; and which of them beat it."""
+    if not len(candidates):
+        return None, np.zeros(0, dtype=bool)
+    times, sums = timer.times_and_ends(candidates)
+    same = np.abs(times - time) <= time * _TOLERANCE
+    better = (times < time * (1 - _TOLERANCE)) | (same & (sums < ends * (1 - _TOLERANCE)))
+    if not better.any():
+        return None, better
+    best = int(np.lexsort((sums, np.where(same, time, times)))[0])
+    return (candidates[best], float(times[best]), float(sums[best])), better
+
+
 def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
     """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated."""
     times, sums = timer.times_and_ends(counts[None])
     time, ends = float(times[0]), float(sums[0])
     moves = evaluated = 0
     accepted = []
+    helped = np.zeros((0, 8), dtype=int)
     while evaluated < budget:
         longest = timer.critical(counts)
         accepted = [longest, *accepted][:_KEPT_PATHS]
@@ -185,27 +215,28 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
         changes = _changes(setup, counts, weights[0])
         bounds = _bounds(changes, weights, paths @ timer.durations(counts))
         keep = bounds <= time * (1 + _TOLERANCE)
-        changes = changes[keep][np.argsort(bounds[keep], kind="stable")]
+        changes, bounds = changes[keep], bounds[keep]
+        changes = changes[np.lexsort((bounds, ~_among(changes, helped)))]
         found, size, screened = None, _FIRST_BATCH, 0
-        waiting = np.zeros((0, *counts.shape), dtype=counts.dtype)
+        waiting = changes[:0]  # screened valid, not simulated yet
         while found is None and evaluated < budget:
             wanted = min(size, budget - evaluated)
             while len(waiting) < wanted and screened < len(changes):
-                block = _apply(counts, changes[screened:screened + _SCREEN])
+                block = changes[screened:screened + _SCREEN]
                 screened += _SCREEN
-                waiting = np.concatenate([waiting, block[valid(setup, block)]])
+                waiting = np.concatenate([waiting, block[valid(setup, _apply(counts, block))]])
             if not len(waiting):
                 break
-            candidates, waiting = waiting[:wanted], waiting[wanted:]
-            times, sums = timer.times_and_ends(candidates)
-            evaluated += len(candidates)
-            # Faster, or as fast with ops ending earlier elsewhere (another longest path got shorter).
-            same = np.abs(times - time) <= time * _TOLERANCE
-            better = (times < time * (1 - _TOLERANCE)) | (same & (sums < ends * (1 - _TOLERANCE)))
-            if better.any():
-                best = int(np.lexsort((sums, np.where(same, time, times)))[0])
-                found = candidates[best], float(times[best]), float(sums[best])
+            tried, waiting = waiting[:wanted], waiting[wanted:]
+            evaluated += len(tried)
+            found, better = _best_better(timer, _apply(counts, tried), time, ends)
+            helped = tried[better]
             size = min(2 * size, _LARGEST_BATCH)
+        if found is None and evaluated < budget:
+            exchanged = stage_exchanges(setup, counts)
+            exchanged = exchanged[valid(setup, exchanged)][:budget - evaluated]
+            evaluated += len(exchanged)
+            found, _ = _best_better(timer, exchanged, time, ends)
         if found is None:
             break
         counts, time, ends = found
@@ -214,7 +245,13 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
 
 
 def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
-    """``counts`` after :data:`_KICK` random changes (moves or swaps) that leave it valid; None if none found."""
+    """``counts`` after :data:`_KICK` random changes (moves or swaps), or half the time after the exchange of
+    two random stages (:func:`~sappkit.balancer.exchange.exchanged`), that leave it valid; None if none found."""
+    if setup.stages > 1 and rng.random() < 0.5:
+        pair = rng.choice(setup.stages, size=2, replace=False)
+        kicked = exchanged(setup, counts[None], pair[None, :1], pair[None, 1:])[0]
+        if valid(setup, kicked[None])[0] and not np.array_equal(kicked, counts):
+            return kicked
     items, cells = len(setup.items), setup.chunks * setup.stages
     kinds = [np.array(setup.item_indices(kind)) for kind in setup.kinds]
     for _ in range(_KICK_TRIES):

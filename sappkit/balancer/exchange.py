@@ -1,0 +1,100 @@
+"""Stage exchanges: two stages trade their layers, then recompute changes until every stage fits.
+
+With many micro-batches the step is the busiest stages' steady state plus
+the fill before it and the drain after it, so *where* the busiest stages sit
+matters: the same stage contents in another order can be faster. Moving a
+busy stage's layers one change at a time passes through slower placements,
+so the local search (:mod:`sappkit.balancer.improve`) cannot reach that
+order; an exchange of two stages' whole contents does it in one step.
+
+Earlier stages hold more micro-batches in flight, so a stage's layers may
+not fit where they land. :func:`fitted` then makes the stage lighter by the
+option change that costs the least time per MB it saves, on as many layers
+as that saving says the stage needs, until the stage fits or no change saves
+memory.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .evaluate import stage_memory
+from .setup import BalanceSetup
+
+__all__ = ["exchanged", "fitted", "stage_exchanges"]
+
+
+def _totals(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """``[n, stage]``: every stage's memory of placements ``[n, item, chunk, stage]``."""
+    return stage_memory(setup, np.moveaxis(counts, -1, 1), np.arange(setup.stages)[None, :]).total
+
+
+def _option_changes(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray]:
+    """Every change of one layer's option within its kind: ``(from item, to item)`` pairs."""
+    pairs = [(i, j) for kind in setup.kinds for i in setup.item_indices(kind) for j in setup.item_indices(kind)
+             if i != j]
+    return tuple(np.array(side, dtype=int) for side in zip(*pairs)) if pairs else (np.zeros(0, int),) * 2
+
+
+def fitted(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """Placements ``[n, item, chunk, stage]`` made to fit where recompute can do it (module docstring).
+
+    Returns a copy; a placement some stage of which still does not fit is
+    returned as far as it got (:func:`sappkit.balancer.improve.valid` says so).
+    """
+    counts = np.array(counts, dtype=int)
+    source, target = _option_changes(setup)
+    cost = (setup.forward + setup.backward)[target] - (setup.forward + setup.backward)[source]
+    rows = np.arange(len(counts))
+    while len(source) and len(rows):
+        excess = _totals(setup, counts[rows]) - setup.memory_mb * (1 + 1e-9) - 1e-6
+        worst = excess.argmax(axis=1)
+        over = excess[np.arange(len(rows)), worst] > 0
+        rows, worst = rows[over], worst[over]
+        if not len(rows):
+            break
+        # Per placement, stage and chunk: every option change of one layer there. [row, chunk, change]
+        held = counts[rows[:, None, None], source[None, None, :], np.arange(setup.chunks)[None, :, None],
+                      worst[:, None, None]] > 0
+        contents = counts[rows, :, :, worst]  # [row, item, chunk]
+        trials = np.repeat(contents[:, None, None], setup.chunks * len(source), axis=1).reshape(
+            len(rows), setup.chunks, len(source), *contents.shape[1:])
+        chunk = np.arange(setup.chunks)[:, None]
+        trials[:, chunk, np.arange(len(source))[None, :], source[None, :], chunk] -= 1
+        trials[:, chunk, np.arange(len(source))[None, :], target[None, :], chunk] += 1
+        before = stage_memory(setup, contents, worst).total
+        after = stage_memory(setup, trials, worst[:, None, None]).total
+        saved = before[:, None, None] - after
+        useful = held & (saved > 1e-9)
+        score = np.where(useful, cost[None, None, :] / np.where(useful, saved, 1.0), np.inf)
+        flat = score.reshape(len(rows), -1).argmin(axis=1)
+        progress = np.isfinite(score.reshape(len(rows), -1)[np.arange(len(rows)), flat])
+        rows, worst, flat = rows[progress], worst[progress], flat[progress]
+        chunk_of, change = np.divmod(flat, len(source))
+        # As many layers as the saving of one says the stage needs (as many as it holds at most), unless
+        # that saves less than one layer does (a larger working set can outgrow the activation saved).
+        layers = np.minimum(counts[rows, source[change], chunk_of, worst], np.ceil(
+            excess[over][progress, worst] / saved[progress, chunk_of, change]).astype(int))
+        many = contents[progress].copy()
+        many[np.arange(len(rows)), source[change], chunk_of] -= layers
+        many[np.arange(len(rows)), target[change], chunk_of] += layers
+        worse = stage_memory(setup, many, worst).total > after[progress, chunk_of, change]
+        layers[worse] = 1
+        counts[rows, source[change], chunk_of, worst] -= layers
+        counts[rows, target[change], chunk_of, worst] += layers
+    return counts
+
+
+def exchanged(setup: BalanceSetup, counts: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """Placements ``counts`` (``[n, item, chunk, stage]``) with stages ``first[n]`` and ``second[n]`` trading
+    their layers, :func:`fitted`."""
+    rows = np.arange(len(counts))
+    counts = np.array(counts)
+    counts[rows, :, :, first], counts[rows, :, :, second] = counts[rows, :, :, second], counts[rows, :, :, first]
+    return fitted(setup, counts)
+
+
+def stage_exchanges(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """``counts`` with every pair of stages exchanged, :func:`fitted`: ``[pair, item, chunk, stage]``."""
+    first, second = np.triu_indices(setup.stages, 1)
+    return exchanged(setup, np.repeat(np.asarray(counts)[None], len(first), axis=0), first, second)
