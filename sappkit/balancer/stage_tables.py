@@ -125,8 +125,9 @@ def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray
 
 
 #: Caps probed per content at once by :func:`_least_caps`: each round narrows a content's interval
-#: ``_PROBES``-fold, and costs about what one probe does (the pricing is numpy overhead at these sizes).
-_PROBES = 8
+#: ``_PROBES``-fold, and costs little more than one probe does (the pricing is mostly numpy overhead at these
+#: sizes). Six rather than eight: the VLM at v = 3 prices three cells' group products, where eight cost more.
+_PROBES = 6
 
 
 def _least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exact_low=None, exact_high=None):
