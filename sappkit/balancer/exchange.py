@@ -49,40 +49,44 @@ def fitted(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     while len(source) and len(rows):
         excess = _totals(setup, counts[rows]) - setup.memory_mb * (1 + 1e-9) - 1e-6
         worst = excess.argmax(axis=1)
-        over = excess[np.arange(len(rows)), worst] > 0
-        rows, worst = rows[over], worst[over]
+        needed = excess[np.arange(len(rows)), worst]
+        rows, worst, needed = rows[needed > 0], worst[needed > 0], needed[needed > 0]
         if not len(rows):
             break
-        # Per placement, stage and chunk: every option change of one layer there. [row, chunk, change]
-        held = counts[rows[:, None, None], source[None, None, :], np.arange(setup.chunks)[None, :, None],
-                      worst[:, None, None]] > 0
         contents = counts[rows, :, :, worst]  # [row, item, chunk]
-        trials = np.repeat(contents[:, None, None], setup.chunks * len(source), axis=1).reshape(
-            len(rows), setup.chunks, len(source), *contents.shape[1:])
-        chunk = np.arange(setup.chunks)[:, None]
-        trials[:, chunk, np.arange(len(source))[None, :], source[None, :], chunk] -= 1
-        trials[:, chunk, np.arange(len(source))[None, :], target[None, :], chunk] += 1
-        before = stage_memory(setup, contents, worst).total
-        after = stage_memory(setup, trials, worst[:, None, None]).total
-        saved = before[:, None, None] - after
-        useful = held & (saved > 1e-9)
-        score = np.where(useful, cost[None, None, :] / np.where(useful, saved, 1.0), np.inf)
-        flat = score.reshape(len(rows), -1).argmin(axis=1)
-        progress = np.isfinite(score.reshape(len(rows), -1)[np.arange(len(rows)), flat])
-        rows, worst, flat = rows[progress], worst[progress], flat[progress]
-        chunk_of, change = np.divmod(flat, len(source))
-        # As many layers as the saving of one says the stage needs (as many as it holds at most), unless
-        # that saves less than one layer does (a larger working set can outgrow the activation saved).
-        layers = np.minimum(counts[rows, source[change], chunk_of, worst], np.ceil(
-            excess[over][progress, worst] / saved[progress, chunk_of, change]).astype(int))
-        many = contents[progress].copy()
-        many[np.arange(len(rows)), source[change], chunk_of] -= layers
-        many[np.arange(len(rows)), target[change], chunk_of] += layers
-        worse = stage_memory(setup, many, worst).total > after[progress, chunk_of, change]
-        layers[worse] = 1
-        counts[rows, source[change], chunk_of, worst] -= layers
-        counts[rows, target[change], chunk_of, worst] += layers
+        found, chunk, change, layers = _cheapest_saving(setup, contents, worst, needed, source, target, cost)
+        rows, worst = rows[found], worst[found]
+        counts[rows, source[change], chunk, worst] -= layers
+        counts[rows, target[change], chunk, worst] += layers
     return counts
+
+
+def _cheapest_saving(setup, contents, stages, needed, source, target, cost):
+    """Per stage content ``[row, item, chunk]`` over the limit by ``needed`` MB: whether an option change
+    saves memory, and the one of least time per MB saved (its chunk, its index into ``source`` and
+    ``target``) with the layers to change: as many as the saving of one says the stage needs (at most as many
+    as it holds), or one where that many would save less (a larger working set can outgrow the activation
+    saved), so the stage's memory always falls."""
+    rows, chunks = np.arange(len(contents)), np.arange(setup.chunks)[:, None]
+    trials = np.repeat(contents[:, None, None], setup.chunks * len(source), axis=1).reshape(
+        len(contents), setup.chunks, len(source), *contents.shape[1:])  # [row, chunk, change, item, chunk]
+    changes = np.arange(len(source))[None, :]
+    trials[:, chunks, changes, source[None, :], chunks] -= 1
+    trials[:, chunks, changes, target[None, :], chunks] += 1
+    after = stage_memory(setup, trials, stages[:, None, None]).total
+    saved = stage_memory(setup, contents, stages).total[:, None, None] - after
+    useful = (contents[:, source, :].swapaxes(1, 2) > 0) & (saved > 1e-9)
+    score = np.where(useful, cost[None, None, :] / np.where(useful, saved, 1.0), np.inf).reshape(len(rows), -1)
+    best = score.argmin(axis=1)
+    found = np.isfinite(score[rows, best])
+    rows, chunk, change = rows[found], *np.divmod(best[found], len(source))
+    layers = np.minimum(contents[rows, source[change], chunk],
+                        np.ceil(needed[found] / saved[rows, chunk, change]).astype(int))
+    many = contents[rows].copy()
+    many[np.arange(len(rows)), source[change], chunk] -= layers
+    many[np.arange(len(rows)), target[change], chunk] += layers
+    layers[stage_memory(setup, many, stages[found]).total > after[rows, chunk, change]] = 1
+    return found, chunk, change, layers
 
 
 def exchanged(setup: BalanceSetup, counts: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
