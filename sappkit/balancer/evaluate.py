@@ -50,8 +50,8 @@ from ..columns import (
 from . import peaks
 from .setup import BalanceSetup
 
-__all__ = ["Evaluation", "StageMemory", "evaluate", "stage_memory", "assignment_frame", "counts_from_assignment",
-           "STAGE_COLUMNS", "OVERHEAD_TOLERANCE"]
+__all__ = ["Evaluation", "StageMemory", "evaluate", "stage_memory", "placement_memory", "ceiling", "assignment_frame",
+           "counts_from_assignment", "STAGE_COLUMNS", "OVERHEAD_TOLERANCE"]
 
 #: Columns of a plan's ``stages`` frame: the shared memory schema, then layers and times.
 STAGE_COLUMNS = (STAGE, LAYERS, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, MEMORY_MB,
@@ -59,6 +59,12 @@ STAGE_COLUMNS = (STAGE, LAYERS, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB
 #: The overhead is an integer >= a float expression; this much above an integer still rounds down,
 #: as the solvers' integrality tolerance allows.
 OVERHEAD_TOLERANCE = 1e-6
+
+
+def ceiling(limit_mb):
+    """The most a stage may hold under ``limit_mb`` (a number or an array): the limit with the float-rounding
+    tolerance every fit check allows."""
+    return limit_mb * (1 + 1e-9) + 1e-6
 
 
 @dataclass(frozen=True)
@@ -76,7 +82,7 @@ class Evaluation:
     def fits(self) -> bool:
         """Every stage within the limit (up to float rounding)."""
         memory = self.stages[MEMORY_MB].to_numpy()
-        return bool(np.all(memory <= self.stages[LIMIT_MB].to_numpy() * (1 + 1e-9) + 1e-6))
+        return bool(np.all(memory <= ceiling(self.stages[LIMIT_MB].to_numpy())))
 
 
 def _cell_sums(setup: BalanceSetup, counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
@@ -127,6 +133,11 @@ def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) 
         overhead = np.maximum(0.0, np.ceil(expr - OVERHEAD_TOLERANCE))
     return StageMemory(param=per_item @ setup.param + fixed_param[stages], activation=activation,
                        overhead=overhead, working=working, const=setup.const_mb)
+
+
+def placement_memory(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """``[n, stage]``: every stage's memory (:func:`stage_memory`) of placements ``[n, item, chunk, stage]``."""
+    return stage_memory(setup, np.moveaxis(counts, -1, 1), np.arange(setup.stages)[None, :]).total
 
 
 def _event_peak(setup: BalanceSetup, body_activation: np.ndarray, contents: np.ndarray,

@@ -18,15 +18,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import stage_memory
+from .evaluate import ceiling, placement_memory, stage_memory
 from .setup import BalanceSetup
 
 __all__ = ["exchanged", "fitted", "stage_exchanges"]
-
-
-def _totals(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """``[n, stage]``: every stage's memory of placements ``[n, item, chunk, stage]``."""
-    return stage_memory(setup, np.moveaxis(counts, -1, 1), np.arange(setup.stages)[None, :]).total
 
 
 def _option_changes(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +42,7 @@ def fitted(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     cost = (setup.forward + setup.backward)[target] - (setup.forward + setup.backward)[source]
     rows = np.arange(len(counts))
     while len(source) and len(rows):
-        excess = _totals(setup, counts[rows]) - setup.memory_mb * (1 + 1e-9) - 1e-6
+        excess = placement_memory(setup, counts[rows]) - ceiling(setup.memory_mb)
         worst = excess.argmax(axis=1)
         needed = excess[np.arange(len(rows)), worst]
         rows, worst, needed = rows[needed > 0], worst[needed > 0], needed[needed > 0]

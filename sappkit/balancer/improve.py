@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .evaluate import stage_memory
+from .evaluate import ceiling, placement_memory
 from .exchange import exchanged, stage_exchanges
 from .setup import BalanceSetup
 from .steptime import StepTimer
@@ -111,8 +111,7 @@ def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
             if (kind, least) in index and later_most:
                 clash = (counts[:, later_most].sum(axis=1) > 0) & (counts[:, index[(kind, least)]] > 0)
                 ok &= ~clash.any(axis=(1, 2))
-    memory = stage_memory(setup, np.moveaxis(counts, -1, 1), np.arange(setup.stages)[None, :]).total
-    return ok & (memory <= setup.memory_mb * (1 + 1e-9) + 1e-6).all(axis=1)
+    return ok & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
 
 
 def _changes(setup: BalanceSetup, counts: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -233,10 +232,10 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
             helped = tried[better]
             size = min(2 * size, _LARGEST_BATCH)
         if found is None and evaluated < budget:
-            exchanged = stage_exchanges(setup, counts)
-            exchanged = exchanged[valid(setup, exchanged)][:budget - evaluated]
-            evaluated += len(exchanged)
-            found, _ = _best_better(timer, exchanged, time, ends)
+            traded = stage_exchanges(setup, counts)
+            traded = traded[valid(setup, traded)][:budget - evaluated]
+            evaluated += len(traded)
+            found, _ = _best_better(timer, traded, time, ends)
         if found is None:
             break
         counts, time, ends = found
@@ -249,7 +248,7 @@ def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> 
     two random stages (:func:`~sappkit.balancer.exchange.exchanged`), that leave it valid; None if none found."""
     if setup.stages > 1 and rng.random() < 0.5:
         pair = rng.choice(setup.stages, size=2, replace=False)
-        kicked = exchanged(setup, counts[None], pair[None, :1], pair[None, 1:])[0]
+        kicked = exchanged(setup, counts[None], pair[:1], pair[1:])[0]
         if valid(setup, kicked[None])[0] and not np.array_equal(kicked, counts):
             return kicked
     items, cells = len(setup.items), setup.chunks * setup.stages

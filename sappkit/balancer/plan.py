@@ -27,7 +27,7 @@ from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPT
 from ..errors import InputError
 from ..layers.units import format_mb, format_time, with_time_unit
 from ..recompute.partition import Partition
-from .evaluate import assignment_frame, counts_from_assignment, evaluate
+from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
 from .solver import Status
 from .steptime import step_timer
@@ -118,7 +118,7 @@ class Plan:
         """Every stage's memory within ``limit_mb``."""
         if self.stages.empty:
             return False
-        return bool((self.stages[MEMORY_MB] <= self.stages[LIMIT_MB] * (1 + 1e-9) + 1e-6).all())
+        return bool((self.stages[MEMORY_MB] <= ceiling(self.stages[LIMIT_MB])).all())
 
     def describe(self) -> str:
         """A header line, then one line per stage: layers per chunk and option, memory and time."""
