@@ -54,8 +54,8 @@ from . import segments
 from .segments import within
 from .setup import V_SHAPED, BalanceSetup
 from .stage_bounds import monotone_chunks
-from .stage_cells import cells_of, counts_of
-from .stage_tables import StageTable, stage_table
+from .stage_cells import cells_of, counts_of, stage_key
+from .stage_tables import StageTable, least_shared_cap, stage_table
 
 __all__ = ["applicable", "search", "least_memory"]
 
@@ -173,12 +173,50 @@ def _placement(setup: BalanceSetup, tables, picks) -> np.ndarray:
     counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
     for s, (pattern, content) in enumerate(picks):
         table = tables[s][pattern]
-        groups = np.unravel_index(int(table.group[content]), [len(cell.working) for cell in table.cells])
-        for c, cell in enumerate(table.cells):
-            composition = table.contents[content, c:c + 1]
-            _, step = cell.least_activation(composition, table.beta[content, c:c + 1])
-            counts[:, c, s] = cell.mix(int(composition[0]), int(step[0, groups[c]]))
+        counts[:, :, s], _ = _stage_counts(setup, table, content, table.beta[content], int(table.group[content]))
     return counts
+
+
+def _stage_counts(setup: BalanceSetup, table: StageTable, content: int, beta: np.ndarray,
+                  group: int) -> tuple[np.ndarray, float]:
+    """``[item, chunk]``: the table's ``content`` with every cell on its lightest point under its cap in
+    ``beta``, within the working-set groups ``group`` (an index into their product); and the largest backward
+    of its cells but the last."""
+    counts, backward = np.zeros((len(setup.items), setup.chunks), dtype=int), 0.0
+    groups = np.unravel_index(group, [len(cell.working) for cell in table.cells])
+    for c, cell in enumerate(table.cells):
+        composition = table.contents[content, c:c + 1]
+        _, step = cell.least_activation(composition, beta[c:c + 1])
+        point = int(step[0, groups[c]])
+        counts[:, c] = cell.mix(int(composition[0]), point)
+        if c < len(table.cells) - 1:
+            backward = max(backward, float(cell.stairs.backward[point]))
+    return counts, backward
+
+
+def _settled(setup: BalanceSetup, found, sigmas: np.ndarray, i: int) -> tuple[int, np.ndarray]:
+    """The least candidate ``d <= i`` at which the contents of the exact placement found at ``sigmas[i]`` fit
+    with ``L`` no larger (each stage's last cell capped at what keeps its ``L`` within the optimum), and that
+    placement: ``lambda`` is then the same on candidates ``d .. i``, where the objective is least at ``d``.
+
+    A stage fits at its own ``S`` (its points stay the lightest under it), so stages are settled from the
+    largest ``S`` down, until the rest are within the least cap found."""
+    _, value, counts, tables, picks = found
+    placed, own = counts.copy(), {}
+    for s, (pattern, content) in enumerate(picks):
+        table = tables[s][pattern]
+        own[s] = _stage_counts(setup, table, content, table.beta[content], int(table.group[content]))[1]
+    settled = 0.0
+    for s in sorted(own, key=own.get, reverse=True):
+        if within(own[s], settled):
+            break
+        pattern, content = picks[s]
+        table = tables[s][pattern]
+        offset = max(float(cell.forward[table.contents[content, c]]) for c, cell in enumerate(table.cells))
+        cap, beta, group = least_shared_cap(setup, table, s, content, value - offset, own[s])
+        settled = max(settled, cap)
+        placed[:, :, s], _ = _stage_counts(setup, table, content, beta, group)
+    return int(np.searchsorted(sigmas, settled - EPS * max(1.0, settled))), placed
 
 
 def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma: float | None = None,
@@ -186,24 +224,48 @@ def _optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma:
     """(relaxed optimum, exact optimum, its placement or None) of the min-max over stages of their values (the
     stage time, ``L`` under ``sigma``, or memory) over every boundary chunk under ``cap``; None past the
     enumeration budget. Unpriced (:func:`~sappkit.balancer.stage_tables.stage_table`), the relaxed optimum
-    alone (:func:`_unpriced_bound`)."""
+    alone (:func:`_unpriced_bound`). A boundary chunk whose listed contents make up no placement (its
+    unpriced optimum passes ``cap``: every listed content is under it) is not priced."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
     for boundary_chunk in _boundary_chunks(setup):
-        patterns = _patterns(setup, boundary_chunk)
-        tables = []
-        for s in range(setup.stages):
-            stage = tuple(stage_table(setup, cache, s, pattern, cap, measure, sigma, priced) for pattern in patterns)
-            if any(table is None for table in stage):
+        if priced and measure != "memory":
+            unpriced = _chunk_optimum(setup, cache, boundary_chunk, cap, measure, None, False)
+            if unpriced is None:
                 return None
-            tables.append(stage)
-        relaxed, _ = _solve(setup, tables, exact=False)
+            if not within(unpriced[0], cap):
+                relaxed_best = min(relaxed_best, unpriced[0])
+                continue
+        found = _chunk_optimum(setup, cache, boundary_chunk, cap, measure, sigma, priced)
+        if found is None:
+            return None
+        relaxed, value, placed, _, _ = found
         relaxed_best = min(relaxed_best, relaxed)
-        if not priced:
-            continue
-        value, picks = _solve(setup, tables, exact=True)
-        if picks and value < exact_best:
-            exact_best, counts = value, _placement(setup, tables, picks)
+        if placed is not None and value < exact_best:
+            exact_best, counts = value, placed
     return relaxed_best, exact_best, counts
+
+
+def _chunk_optimum(setup: BalanceSetup, cache: Cache, boundary_chunk: int, cap: float, measure: str,
+                   sigma: float | None, priced: bool):
+    """:func:`_optimum` for one boundary chunk; unpriced optima cached, the search asks for them every round."""
+    key = stage_key(setup, "optimum", boundary_chunk, measure, round(cap, 9), sigma) if not priced else None
+    if key in cache.stages:
+        return cache.stages[key]
+    patterns = _patterns(setup, boundary_chunk)
+    tables = []
+    for s in range(setup.stages):
+        stage = tuple(stage_table(setup, cache, s, pattern, cap, measure, sigma, priced) for pattern in patterns)
+        if any(table is None for table in stage):
+            return None
+        tables.append(stage)
+    relaxed, _ = _solve(setup, tables, exact=False)
+    found = (relaxed, np.inf, None, tables, [])
+    if priced:
+        value, picks = _solve(setup, tables, exact=True)
+        found = (relaxed, value, _placement(setup, tables, picks) if picks else None, tables, picks)
+    if key is not None:
+        cache.stages[key] = found
+    return found
 
 
 def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, float, float] | None:
@@ -248,9 +310,8 @@ def _search_split(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray |
     tau = lower * _GROWTH  # S and L peak on different stages: the bound is seldom within reach
     budget, kept = [_SPLIT_BUDGET], (np.inf, None)
     while True:
-        value, counts, round_lower = _split_round(setup, cache, tau, budget)
-        if counts is not None and value < kept[0]:
-            kept = (value, counts)
+        value, counts, round_lower = _split_round(setup, cache, tau, budget, kept)
+        kept = (value, counts)
         if round_lower is None:  # past the budget: the best placement found, unproven
             return None if kept[1] is None else (False, kept[1], kept[0], lower)
         lower = max(lower, round_lower)
@@ -278,87 +339,113 @@ def _unpriced_bound(setup: BalanceSetup, cache: Cache, tau: float, ceiling: floa
         tau = min(tau * _GROWTH, ceiling)
 
 
-def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int]):
+def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int], kept: tuple):
     """(least objective found, its placement or None, lower bound) of the split objective with the contents
-    listed under ``tau``; exact where it is at most ``tau``. The lower bound is None where the round stopped
-    short, past ``budget`` (the evaluations left, counted down) or the enumeration budget.
+    listed under ``tau``, from the best placement ``kept`` (objective, counts) of earlier rounds; exact where it
+    is at most ``tau``. The lower bound (on the objective or ``tau``, whichever is less) is None where the round
+    stopped short, past ``budget`` (the evaluations left, counted down) or the enumeration budget.
 
-    For a bound ``sigma`` on ``S`` the min-max DP over ``L`` gives ``lambda(sigma)`` (exact while ``sigma +
-    lambda <= tau``: every content that could do better is listed), and the objective is ``min over sigma of
-    sigma + max(lambda(sigma), sigma)``, ``sigma`` running over the backward caps of the cells but the last.
-    ``lambda`` never grows with ``sigma``, so on the candidates ``sigma_i < ... < sigma_j`` no objective is
-    below ``sigma_i + max(lambda(sigma_j), sigma_i)``: a branch and bound evaluates the candidates whose
-    interval could still beat the best found. The listed ``lambda`` never grows with ``sigma`` either, and
-    where that bound computed with it passes ``tau`` so does every objective in the interval: one evaluation
-    dismisses every smaller ``sigma`` once nothing fits under it."""
-    sigmas = _sigmas(setup, cache, tau)
-    best, counts, lower = np.inf, None, np.inf
-    known: dict[int, tuple[float, float]] = {}  # candidate -> (listed relaxed lambda, sigma + max(lambda, sigma))
+    For a boundary chunk and a bound ``sigma`` on ``S`` the min-max DP over ``L`` gives ``lambda(sigma)``
+    (exact while ``sigma + lambda <= tau``: every content that could do better is listed), and the objective
+    is the least over chunks and ``sigma`` of ``sigma + max(lambda(sigma), sigma)``, ``sigma`` running over
+    the backward caps of the chunk's cells but the last (:func:`_sigmas`). ``lambda`` never grows with
+    ``sigma``, so on the candidates ``sigma_i < ... < sigma_j`` no objective is below ``sigma_i +
+    max(lambda(sigma_j), sigma_i)``: a branch and bound, best first over every chunk's intervals, evaluates the
+    candidates whose interval could still beat the best found. The listed ``lambda`` never grows with
+    ``sigma`` either, and a placement under ``tau`` holds only listed contents, so that bound computed with it
+    bounds every objective in the interval, or ``tau``. An interval's candidates that could not beat the best
+    found even at the listed ``lambda`` of its right end are cut off, and the rest evaluated from its new right
+    end: where ``lambda`` is flat there, one evaluation settles them. An evaluation also settles the
+    candidates down to where its placement's contents still fit (:func:`_settled`), and the search steps left
+    of that candidate while such steps keep ``lambda``: that finds where ``lambda`` drops. A chunk whose listed
+    contents make up no placement is not searched."""
+    best = list(kept)
+    lower = tau
+    # per chunk: its candidates; candidate -> (listed relaxed lambda, its objective); settled candidates to step
+    # left of
+    sigmas, known, sweeps = {}, {}, {}
+    heap = []  # best first: (bound, chunk, lo, hi, anchor)
 
-    def evaluate_at(i):
-        nonlocal best, counts
+    def evaluate_at(chunk, i, swept=None):
+        """Evaluate candidate ``i``: the least candidate settled with it (:func:`_settled`, where the relaxed and
+        exact ``lambda`` agree), None past the budgets. ``swept``: the ``lambda`` of the settled candidate just
+        right of ``i``, when the search steps left from it."""
         budget[0] -= 1
-        found = _optimum(setup, cache, tau, "split", float(sigmas[i])) if budget[0] >= 0 else None
+        found = _chunk_optimum(setup, cache, chunk, tau, "split", float(sigmas[chunk][i]), True) \
+            if budget[0] >= 0 else None
         if found is None:
-            return False
-        relaxed, value, placed = found
-        sigma = float(sigmas[i])
-        if placed is not None and sigma + max(value, sigma) < best:
-            best, counts = sigma + max(value, sigma), placed
-        known[i] = (relaxed, sigma + max(relaxed, sigma))
-        return True
+            return None
+        relaxed, value, placed, _, _ = found
+        settled = i
+        if placed is not None and within(value, relaxed):
+            settled, placed = _settled(setup, found, sigmas[chunk], i)
+        if settled < i and (swept is None or within(relaxed, swept)):
+            sweeps[chunk].add(settled)
+        for j in {i, settled}:
+            sigma = float(sigmas[chunk][j])
+            known[chunk][j] = (relaxed, sigma + max(relaxed, sigma))
+        sigma = float(sigmas[chunk][settled])
+        if placed is not None and sigma + max(value, sigma) < best[0]:
+            best[:] = sigma + max(value, sigma), placed
+        return settled
 
-    last = len(sigmas) - 1
-    if not evaluate_at(last):
-        return best, counts, None
-
-    def bound(lo, hi):
-        """The least objective candidates ``lo .. hi - 1`` could reach (``hi`` evaluated), or None when none can
-        beat ``tau`` or a smaller evaluated candidate: ``lower`` takes what proves it."""
+    def push(chunk, lo, hi, anchor):
+        """Queue candidates ``lo .. hi - 1`` (``anchor >= hi`` evaluated) at the least objective they could reach,
+        unless none can beat ``tau`` or a smaller evaluated candidate: ``lower`` takes what proves it."""
         nonlocal lower
-        listed = known[hi][0]
+        values, listed = sigmas[chunk], known[chunk][anchor][0]
         if lo >= hi:
-            return None
-        if not within(sigmas[lo] + max(listed, sigmas[lo]), tau):
+            return
+        least = values[lo] + max(listed, values[lo])
+        if not within(least, tau):
             lower = min(lower, tau)
-            return None
-        exact_here = within(listed, tau - sigmas[hi])  # past it the listed lambda is not exact, nor the true one below
-        if exact_here and lo - 1 in known and within(known[lo - 1][0], listed):  # lambda flat: sigma only adds
-            lower = min(lower, known[lo - 1][1])
-            return None
-        return sigmas[lo] + max(listed if exact_here else tau - sigmas[hi], sigmas[lo])
+            return
+        left = known[chunk].get(lo - 1)
+        if within(listed, tau - values[anchor]) and left is not None and within(left[0], listed):
+            lower = min(lower, left[1])  # lambda flat (and true) up to the anchor: sigma only adds
+            return
+        heapq.heappush(heap, (least, chunk, lo, hi, anchor))
 
-    heap = []  # best first: (bound, lo, hi)
-
-    def push(lo, hi):
-        least = bound(lo, hi)
-        if least is not None:
-            heapq.heappush(heap, (least, lo, hi))
-
-    push(0, last)
+    for boundary_chunk in _boundary_chunks(setup):
+        unpriced = _chunk_optimum(setup, cache, boundary_chunk, tau, "split", None, False)
+        if unpriced is None:
+            return best[0], best[1], None
+        if not within(unpriced[0], tau):
+            continue
+        sigmas[boundary_chunk], known[boundary_chunk] = _sigmas(setup, cache, boundary_chunk, tau), {}
+        sweeps[boundary_chunk] = set()
+        settled = evaluate_at(boundary_chunk, len(sigmas[boundary_chunk]) - 1)
+        if settled is None:
+            return best[0], best[1], None
+        push(boundary_chunk, 0, settled, settled)
     while heap:
-        least, lo, hi = heapq.heappop(heap)
-        if not (least < best and not within(best, least)):
+        least, chunk, lo, hi, anchor = heapq.heappop(heap)
+        if not (least < best[0] and not within(best[0], least)):
             lower = min(lower, least)  # and every interval left, bounded no lower
             break
-        mid = (lo + hi - 1) // 2
-        if not evaluate_at(mid):
-            return best, counts, None
-        push(lo, mid)
-        push(mid + 1, hi)
-    evaluated = min(value if within(value, tau) else tau for _, value in known.values())
-    return best, counts, min(lower, evaluated, best)
+        listed = known[chunk][anchor][0]
+        reach = int(np.searchsorted(sigmas[chunk], min(best[0] - listed, best[0] / 2)))  # past it none beats best
+        if reach <= lo:
+            continue
+        sweep = anchor == hi and anchor in sweeps[chunk]
+        mid = min(reach, hi) - 1 if reach < hi or sweep else (lo + hi - 1) // 2
+        settled = evaluate_at(chunk, mid, listed if sweep else None)
+        if settled is None:
+            return best[0], best[1], None
+        push(chunk, lo, settled, settled)
+        push(chunk, mid + 1, min(hi, reach), anchor)
+    evaluated = [value if within(value, tau) else tau for chunk in known for _, value in known[chunk].values()]
+    return best[0], best[1], min([lower, best[0], *evaluated])
 
 
-def _sigmas(setup: BalanceSetup, cache: Cache, tau: float) -> np.ndarray:
-    """Every bound on ``S`` worth trying under ``tau``: 0 and the backward caps of the cells but the last chunk's
-    within ``tau / 2``, ascending."""
+def _sigmas(setup: BalanceSetup, cache: Cache, boundary_chunk: int, tau: float) -> np.ndarray:
+    """Every bound on ``S`` worth trying under ``tau`` for one boundary chunk: 0 and the backward caps of the
+    cells but the last chunk's within ``tau / 2``, ascending."""
     values = [np.zeros(1)]
-    for boundary_chunk in _boundary_chunks(setup):
-        for pattern in _patterns(setup, boundary_chunk):
-            for s in range(setup.stages):
-                for cell in cells_of(setup, cache, s, pattern, tau, "split")[:-1]:
-                    values.append(cell.values[within(cell.values, tau / 2)])
+    for pattern in _patterns(setup, boundary_chunk):
+        for s in range(setup.stages):
+            for cell in cells_of(setup, cache, s, pattern, tau, "split")[:-1]:
+                values.append(cell.values[within(cell.values, tau / 2)])
     values = np.unique(np.concatenate(values))
     return values[np.r_[True, np.diff(values) > EPS * np.maximum(1.0, values[1:])]]  # sums in another order: one
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import OVERHEAD_TOLERANCE
+from .evaluate import OVERHEAD_TOLERANCE, ceiling
 from .peaks import fixed_activation, stage_events
 from .setup import BalanceSetup
 
-__all__ = ["charged_chunks", "fixed_memory", "floor_weights", "memory_bounds", "monotone_chunks"]
+__all__ = ["activation_room", "charged_chunks", "fixed_memory", "floor_weights", "memory_bounds", "monotone_chunks"]
 
 
 def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
@@ -26,20 +26,57 @@ def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
     (:mod:`sappkit.balancer.peaks`), ``working`` each cell's charged working set.
     """
     kept = layers.sum(axis=1) * (setup.param[0] + setup.once[0])
+    activation = np.asarray(activation, dtype=float)
+    values, _ = _pieces(setup, s, activation, working, overhead)
+    relaxed = kept + values.max(axis=1)
+    if setup.working_set or values.shape[1] == 1:
+        return relaxed, relaxed
+    expr = activation @ setup.overhead_weights(s)
+    return relaxed, kept + values[:, 0] + np.maximum(np.ceil(expr - OVERHEAD_TOLERANCE), 0.0)
+
+
+def activation_room(setup: BalanceSetup, s: int, kept: np.ndarray, activation: np.ndarray, working: np.ndarray,
+                    chunk: int) -> np.ndarray:
+    """Per row, the most activation the cell on ``chunk`` may hold with the stage's relaxed memory within the
+    limit, the other cells holding ``activation`` (its own entry ignored), every cell charging ``working`` and
+    the stage keeping ``kept`` MB of parameters and memory kept once: :func:`memory_bounds` inverted in that
+    cell (-inf where even none is over the limit, inf where any fits).
+
+    Relaxed memory is the largest of a few linear functions of the cells' activations, each rising (or flat)
+    in every cell the search takes (:func:`monotone_chunks`), so the room is the least over them."""
+    activation = np.array(activation, dtype=float)
+    activation[:, chunk] = 0.0
+    values, slopes = _pieces(setup, s, activation, working)
+    values = values + kept[:, None]
+    limit = ceiling(setup.memory_mb)
+    slope = slopes[chunk]
+    rising = slope > 0
+    room = np.where(rising, (limit - values) / np.where(rising, slope, 1.0),
+                    np.where(values <= limit, np.inf, -np.inf))
+    return room.min(axis=1, initial=np.inf)
+
+
+def _pieces(setup: BalanceSetup, s: int, activation: np.ndarray, working,
+            overhead: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """The linear functions whose largest is stage ``s``'s relaxed memory beside its body layers' parameters and
+    memory kept once: their values per row ``[row, piece]`` and their slopes in each cell's activation
+    ``[chunk, piece]`` (memory events with the working set; in-flight counts, then with the overhead,
+    without)."""
     if setup.working_set:
+        events = stage_events(setup, s)
         cells = activation + fixed_activation(setup)[:, s]
         working = np.array(working, dtype=float)
         tail = setup.tail
         if tail is not None and tail.stage == s:
             working[:, tail.chunk] = tail.working_mb
-        memory = _base_memory(setup, s) + kept + stage_events(setup, s).peak(cells, working).max(axis=1,
-                                                                                                  initial=-np.inf)
-        return memory, memory
-    memory = fixed_memory(setup, s) + kept + activation @ setup.in_flight[:, s] + working.sum(axis=1)
+        return _base_memory(setup, s) + events.peak(cells, working), events.held.T
+    memory = fixed_memory(setup, s) + activation @ setup.in_flight[:, s] + np.asarray(working).sum(axis=1)
+    flights = setup.in_flight[:, s][:, None]
     if not overhead or not setup.overhead_active or not setup.overhead_terms(s):
-        return memory, memory
-    expr = activation @ setup.overhead_weights(s)
-    return memory + np.maximum(expr, 0.0), memory + np.maximum(np.ceil(expr - OVERHEAD_TOLERANCE), 0.0)
+        return memory[:, None], flights
+    weights = setup.overhead_weights(s)
+    return (np.column_stack([memory, memory + activation @ weights]),
+            np.column_stack([flights[:, 0], flights[:, 0] + weights]))
 
 
 def fixed_memory(setup: BalanceSetup, s: int) -> float:

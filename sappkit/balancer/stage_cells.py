@@ -72,6 +72,31 @@ class Staircases:
         found = (segment >= 0) & (step >= self.start[np.maximum(segment, 0)])
         return np.where(found, self.activation[np.maximum(step, 0)], np.inf), np.where(found, step, -1)
 
+    @cached_property
+    def _reach(self) -> float:
+        """More than four times any activation: segment ``k``'s activations shifted by ``k`` reaches never
+        overlap."""
+        return 4.0 * (float(np.abs(self.activation).max(initial=0.0)) + 1.0)
+
+    @cached_property
+    def _falling(self) -> np.ndarray:
+        """Every step's activation negated and shifted by its segment's reaches: ascending (a staircase's least
+        activation never grows along it), for one :func:`np.searchsorted`."""
+        return self.owner * self._reach - self.activation
+
+    def first_within(self, compositions: np.ndarray, groups: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """Per row, the least backward of the composition's staircase in working-set group ``groups`` (an index
+        into :attr:`groups`) whose activation is at most ``room`` (inf where none is, or no such staircase)."""
+        segment = self.segment[compositions, groups]
+        known = segment >= 0
+        segment, reach = np.maximum(segment, 0), self._reach
+        bounded = np.clip(room, -reach / 4, reach / 4)
+        query = segment * reach - bounded - EPS * np.maximum(1.0, np.abs(bounded))
+        step = np.maximum(np.searchsorted(self._falling, query, side="left"), self.start[segment])
+        end = np.r_[self.start[1:], len(self.backward)][segment]
+        found = known & (step < end) & (room >= -reach / 4)
+        return np.where(found, self.backward[np.minimum(step, len(self.backward) - 1)], np.inf)
+
     def extended(self, compositions: int, built: list[tuple[int, dict]]) -> Staircases:
         """These staircases with ``built``'s (composition, staircases per working set) appended, for a catalogue
         of ``compositions``."""
@@ -111,6 +136,11 @@ class Cell:
         """Per row and group: the least activation with backward <= ``beta`` (inf where none), and its step."""
         return self.stairs.least(self.rows[composition], beta)
 
+    def first_within(self, composition: np.ndarray, group: np.ndarray, room: np.ndarray) -> np.ndarray:
+        """Per row, the least backward whose least activation in working-set group ``group`` (an index into
+        :attr:`working`) is at most ``room`` (inf where none is)."""
+        return self.stairs.first_within(self.rows[composition], group, room)
+
     def mix(self, composition: int, step: int) -> np.ndarray:
         """Layers per option of the front point at ``step`` (from :meth:`least_activation`)."""
         return self.fronts[composition].mix[self.stairs.point[step]]
@@ -139,6 +169,18 @@ class Cell:
         mine = np.zeros(len(self.stairs.start), bool)
         mine[self._segments[self._segments >= 0]] = True
         return np.unique(self.stairs.backward[mine[self.stairs.owner]])
+
+    @cached_property
+    def grid(self) -> np.ndarray:
+        """:attr:`values` and 0: every backward cap worth pricing, ascending."""
+        return np.union1d(self.values, [0.0])
+
+    def steps(self, composition: int) -> np.ndarray:
+        """Every backward of one composition's steps (unsorted, repeats across working-set groups)."""
+        mine = np.zeros(len(self.stairs.start), bool)
+        segments = self._segments[composition]
+        mine[segments[segments >= 0]] = True
+        return self.stairs.backward[mine[self.stairs.owner]]
 
 
 def counts_of(setup: BalanceSetup) -> tuple[int, int]:

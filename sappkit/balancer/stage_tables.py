@@ -16,10 +16,10 @@ import numpy as np
 from .cells import COMBO_BUDGET, EPS, Cache
 from .segments import within
 from .setup import BalanceSetup
-from .stage_bounds import fixed_memory, floor_weights, memory_bounds
+from .stage_bounds import activation_room, fixed_memory, floor_weights, memory_bounds
 from .stage_cells import Cell, cells_of, counts_of, stage_key
 
-__all__ = ["StageTable", "stage_table"]
+__all__ = ["StageTable", "stage_table", "least_shared_cap"]
 
 
 # ------------------------------------------------------------------ stage tables
@@ -142,6 +142,7 @@ def _least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exac
     n = len(grid)
     fixed = caps(grid[np.minimum(low, n - 1)])
     held = [None if c in searched else _groups(cell, contents[:, c], fixed[:, c]) for c, cell in enumerate(cells)]
+    guess = _guess(setup, cells, s, contents, held, grid) if list(searched) == [len(cells) - 1] else None
     lo_r, hi_r = low.copy(), high.copy()
     lo_e = low.copy() if exact_low is None else exact_low.copy()
     hi_e = np.full(len(contents), n) if exact_high is None else exact_high.copy()
@@ -154,13 +155,64 @@ def _least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exac
             return lo_r, lo_e, group
         start = np.where(relaxed_open, lo_r, lo_e)[active]
         span = np.where(relaxed_open, hi_r, hi_e)[active] - start
-        probes = start[:, None] + (span[:, None] * np.arange(_PROBES)[None, :]) // _PROBES
-        rows = np.repeat(active, _PROBES)
+        if guess is None:
+            probes = start[:, None] + (span[:, None] * np.arange(_PROBES)[None, :]) // _PROBES
+        else:  # the guess and the cap just below it: where it is right, one round closes the search
+            probes = np.clip(guess[active, None] + np.array([-1, 0]), start[:, None], (start + span - 1)[:, None])
+            guess = None
+        width = probes.shape[1]
+        rows = np.repeat(active, width)
         relaxed, exact, groups = _priced(setup, cells, s, contents[rows], caps(grid[probes.ravel()]),
                                          [None if h is None else tuple(part[rows] for part in h) for h in held])
-        _narrow(lo_r, hi_r, active, probes, within(relaxed, setup.memory_mb).reshape(-1, _PROBES))
-        met, column = _narrow(lo_e, hi_e, active, probes, within(exact, setup.memory_mb).reshape(-1, _PROBES))
-        group[active[met]] = groups.reshape(-1, _PROBES)[met, column[met]]
+        _narrow(lo_r, hi_r, active, probes, within(relaxed, setup.memory_mb).reshape(-1, width))
+        met, column = _narrow(lo_e, hi_e, active, probes, within(exact, setup.memory_mb).reshape(-1, width))
+        group[active[met]] = groups.reshape(-1, width)[met, column[met]]
+
+
+def least_shared_cap(setup: BalanceSetup, table: StageTable, s: int, content: int, last_cap: float,
+                     top: float) -> tuple[float, np.ndarray, int]:
+    """The least backward cap, at most ``top`` (where the content fits), of every cell of the table's
+    ``content`` but the last, with the last's ``last_cap``, that lets the stage fit with exact memory; with the
+    cells' caps there and the working-set groups of that pricing (an index into their product). Memory changes
+    only at the cells' own steps, so they are the caps searched."""
+    cells, chunks = table.cells, setup.chunks
+    row = table.contents[content:content + 1]
+
+    def caps(values):
+        return np.column_stack([np.repeat(values[:, None], chunks - 1, axis=1), np.full(len(values), last_cap)])
+
+    grid = np.unique(np.r_[[top], *(cell.steps(int(row[0, c])) for c, cell in enumerate(cells[:-1]))])
+    grid = grid[within(grid, top)]
+    high = np.array([len(grid) - 1])
+    _, index, group = _least_caps(setup, cells, s, row, grid, np.zeros(1, int), high, caps, range(chunks - 1),
+                                  np.zeros(1, int), high)
+    beta = caps(grid[index])
+    if group[0] < 0:  # met without a probe
+        group = _priced(setup, cells, s, row, beta)[2]
+    return float(grid[index[0]]), beta[0], int(group[0])
+
+
+def _guess(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, held: list,
+           grid: np.ndarray) -> np.ndarray:
+    """Per content, the grid index of the least cap on the last cell, the others ``held`` (their working-set
+    groups, :func:`_groups`), at which the stage's relaxed memory fits: memory inverted in that cell's
+    activation (:func:`~sappkit.balancer.stage_bounds.activation_room`) for every product of the cells'
+    groups, then read off the cell's staircases. Exact up to float rounding: the search's probes check it."""
+    last, rows, chunks = len(cells) - 1, len(contents), setup.chunks
+    cell = cells[last]
+    sizes = [held[c][0].shape[1] for c in range(last)] + [len(cell.working)]
+    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
+    activation, working = np.zeros((rows, len(picks), chunks)), np.zeros((rows, len(picks), chunks))
+    for c in range(last):
+        activation[:, :, c], working[:, :, c] = held[c][0][:, picks[:, c]], held[c][1][:, picks[:, c]]
+    working[:, :, last] = cell.working[picks[:, last]]
+    finite = np.isfinite(activation).all(axis=2).ravel()
+    kept = np.repeat(sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells)), len(picks))
+    room = activation_room(setup, s, kept, np.where(np.isfinite(activation), activation, 0.0).reshape(-1, chunks),
+                           working.reshape(-1, chunks), last)
+    beta = cell.first_within(np.repeat(contents[:, last], len(picks)), np.tile(picks[:, last], rows),
+                             np.where(finite, room, -np.inf))
+    return _index_of(grid, beta.reshape(rows, len(picks)).min(axis=1))
 
 
 def _narrow(lo, hi, active, probes, fits) -> tuple[np.ndarray, np.ndarray]:
@@ -278,7 +330,8 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
     content's code (:func:`_codes`) to its least relaxed and exact caps, priced under a smaller cap on the stage
     time: they need no search again, and it is updated."""
     offset, caps = pricing.offset, pricing.caps
-    grid = np.unique(np.concatenate([cell.values for cell in pricing.cells] + [[0.0]]))
+    searched = pricing.cells
+    grid = searched[0].grid if len(searched) == 1 else np.unique(np.concatenate([cell.grid for cell in searched]))
     low = _index_of(grid, pricing.least)
     above, below = bracket
     high = np.full(len(contents), len(grid))
