@@ -278,7 +278,8 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
         objective = step_timer(setup).time(counts)
     else:
         objective = evaluation.sapp
-    return Plan(assignment=assignment_frame(setup, counts), stages=with_time_unit(evaluation.stages, setup.layers.time_unit), objective=objective,
+    return Plan(assignment=assignment_frame(setup, counts),
+                stages=with_time_unit(evaluation.stages, setup.layers.time_unit), objective=objective,
                 objective_name=setup.objective, setup=setup, counts=np.asarray(counts, dtype=int), **fields)
 
 

@@ -2,7 +2,7 @@
 compositions (:mod:`.stage_cells`) a cap lets through, priced.
 
 A stage's *content* is one composition per cell. It is priced at the
-least backward cap that fits the memory limit (:func:`_least_caps`, a
+least backward cap that fits the memory limit (:mod:`.cap_search`, a
 search over the cells' backward values), and per layers of each kind only
 while it could beat the best content found (:func:`stage_table`).
 """
@@ -13,13 +13,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import cap_search
 from .cells import COMBO_BUDGET, EPS, Cache
 from .segments import within
 from .setup import BalanceSetup
-from .stage_bounds import activation_room, fixed_memory, floor_weights, memory_bounds
+from .stage_bounds import fixed_memory, floor_weights
 from .stage_cells import Cell, cells_of, counts_of, stage_key
 
-__all__ = ["StageTable", "stage_table", "least_shared_cap"]
+__all__ = ["StageTable", "stage_table"]
 
 
 # ------------------------------------------------------------------ stage tables
@@ -81,152 +82,6 @@ def _least_value(setup: BalanceSetup, forward: np.ndarray, fastest: np.ndarray, 
     return first + np.maximum(last, first)
 
 
-def _groups(cell: Cell, composition: np.ndarray, beta: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, the cell's working-set groups worth pricing at backward cap ``beta``: their least activation
-    (inf padded), working set and index.
-
-    Memory grows with a cell's activation and its charged working set, so only the groups lighter than every
-    group of a smaller working set count (groups ascend by working set): about two where a cell keeps four to
-    eight."""
-    least, _ = cell.least_activation(composition, beta)
-    every = np.arange(len(least))[:, None]
-    lighter = np.full_like(least, np.inf)  # the least activation of every smaller working set
-    lighter[:, 1:] = np.minimum.accumulate(least[:, :-1], axis=1)
-    useful = least < lighter
-    order = np.argsort(~useful, axis=1, kind="stable")[:, : max(1, int(useful.sum(axis=1).max(initial=0)))]
-    return np.where(useful[every, order], least[every, order], np.inf), cell.working[order], order
-
-
-def _priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, beta: np.ndarray,
-            held: list | None = None):
-    """Relaxed and exact stage memory of the contents with every cell on its lightest point of backward <=
-    ``beta`` (per content and cell), each the least over the cells' working-set groups (:func:`_groups`; a
-    cell's given in ``held`` where not None), and the exact one's groups (one index into their product)."""
-    rows = len(contents)
-    if not rows:
-        return np.zeros(0), np.zeros(0), np.zeros(0, int)
-    options = [held[c] if held is not None and held[c] is not None else _groups(cell, contents[:, c], beta[:, c])
-               for c, cell in enumerate(cells)]
-    kept = sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells))
-    sizes = [activation.shape[1] for activation, _, _ in options]
-    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
-    activation = np.stack([a[:, picks[:, c]] for c, (a, _, _) in enumerate(options)], axis=2)
-    working = np.stack([w[:, picks[:, c]] for c, (_, w, _) in enumerate(options)], axis=2)
-    flat = activation.reshape(-1, setup.chunks)
-    finite = np.isfinite(flat).all(axis=1)
-    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0),
-                                   working.reshape(-1, setup.chunks))
-    relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(picks)) + kept[:, None]
-    exact = np.where(finite, exact, np.inf).reshape(rows, len(picks)) + kept[:, None]
-    chosen = exact.argmin(axis=1)
-    groups = [order[np.arange(rows), picks[chosen, c]] for c, (_, _, order) in enumerate(options)]
-    group = np.ravel_multi_index(groups, [len(cell.working) for cell in cells])
-    return relaxed.min(axis=1), exact.min(axis=1), group
-
-
-#: Caps probed per content at once by :func:`_least_caps`: each round narrows a content's interval
-#: ``_PROBES``-fold, and costs little more than one probe does (the pricing is mostly numpy overhead at these
-#: sizes). Six rather than eight: the VLM at v = 3 prices three cells' group products, where eight cost more.
-_PROBES = 6
-
-
-def _least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exact_low=None, exact_high=None):
-    """Per content the least indices into ``grid`` whose backward cap (the cells' caps ``caps(cap)``; those of
-    the cells not ``searched`` the same for every cap) lets the stage fit the memory limit, relaxed and exact
-    (``len(grid)`` where none does), and the exact pricing's working-set groups at the latter (-1 where no probe
-    met it).
-
-    The relaxed answer lies in ``[low, high]``, the exact one in ``[exact_low, exact_high]`` (by default
-    ``[low, len(grid)]``); memory falls as the cap grows and the exact is never below the relaxed, so one
-    search over the grid, :data:`_PROBES` probes a round from the lower end, narrows both."""
-    n = len(grid)
-    fixed = caps(grid[np.minimum(low, n - 1)])
-    held = [None if c in searched else _groups(cell, contents[:, c], fixed[:, c]) for c, cell in enumerate(cells)]
-    guess = _guess(setup, cells, s, contents, held, grid) if list(searched) == [len(cells) - 1] else None
-    lo_r, hi_r = low.copy(), high.copy()
-    lo_e = low.copy() if exact_low is None else exact_low.copy()
-    hi_e = np.full(len(contents), n) if exact_high is None else exact_high.copy()
-    group = np.full(len(contents), -1)
-    while True:
-        lo_e, hi_r = np.maximum(lo_e, lo_r), np.minimum(hi_r, hi_e)
-        relaxed_open = lo_r < hi_r
-        active = np.flatnonzero(relaxed_open | (lo_e < hi_e))
-        if not active.size:
-            return lo_r, lo_e, group
-        start = np.where(relaxed_open, lo_r, lo_e)[active]
-        span = np.where(relaxed_open, hi_r, hi_e)[active] - start
-        if guess is None:
-            probes = start[:, None] + (span[:, None] * np.arange(_PROBES)[None, :]) // _PROBES
-        else:  # the guess and the cap just below it: where it is right, one round closes the search
-            probes = np.clip(guess[active, None] + np.array([-1, 0]), start[:, None], (start + span - 1)[:, None])
-            guess = None
-        width = probes.shape[1]
-        rows = np.repeat(active, width)
-        relaxed, exact, groups = _priced(setup, cells, s, contents[rows], caps(grid[probes.ravel()]),
-                                         [None if h is None else tuple(part[rows] for part in h) for h in held])
-        _narrow(lo_r, hi_r, active, probes, within(relaxed, setup.memory_mb).reshape(-1, width))
-        met, column = _narrow(lo_e, hi_e, active, probes, within(exact, setup.memory_mb).reshape(-1, width))
-        group[active[met]] = groups.reshape(-1, width)[met, column[met]]
-
-
-def least_shared_cap(setup: BalanceSetup, table: StageTable, s: int, content: int, last_cap: float,
-                     top: float) -> tuple[float, np.ndarray, int]:
-    """The least backward cap, at most ``top`` (where the content fits), of every cell of the table's
-    ``content`` but the last, with the last's ``last_cap``, that lets the stage fit with exact memory; with the
-    cells' caps there and the working-set groups of that pricing (an index into their product). Memory changes
-    only at the cells' own steps, so they are the caps searched."""
-    cells, chunks = table.cells, setup.chunks
-    row = table.contents[content:content + 1]
-
-    def caps(values):
-        return np.column_stack([np.repeat(values[:, None], chunks - 1, axis=1), np.full(len(values), last_cap)])
-
-    grid = np.unique(np.r_[[top], *(cell.steps(int(row[0, c])) for c, cell in enumerate(cells[:-1]))])
-    grid = grid[within(grid, top)]
-    high = np.array([len(grid) - 1])
-    _, index, group = _least_caps(setup, cells, s, row, grid, np.zeros(1, int), high, caps, range(chunks - 1),
-                                  np.zeros(1, int), high)
-    beta = caps(grid[index])
-    if group[0] < 0:  # met without a probe
-        group = _priced(setup, cells, s, row, beta)[2]
-    return float(grid[index[0]]), beta[0], int(group[0])
-
-
-def _guess(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, held: list,
-           grid: np.ndarray) -> np.ndarray:
-    """Per content, the grid index of the least cap on the last cell, the others ``held`` (their working-set
-    groups, :func:`_groups`), at which the stage's relaxed memory fits: memory inverted in that cell's
-    activation (:func:`~sappkit.balancer.stage_bounds.activation_room`) for every product of the cells'
-    groups, then read off the cell's staircases. Exact up to float rounding: the search's probes check it."""
-    last, rows, chunks = len(cells) - 1, len(contents), setup.chunks
-    cell = cells[last]
-    sizes = [held[c][0].shape[1] for c in range(last)] + [len(cell.working)]
-    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
-    activation, working = np.zeros((rows, len(picks), chunks)), np.zeros((rows, len(picks), chunks))
-    for c in range(last):
-        activation[:, :, c], working[:, :, c] = held[c][0][:, picks[:, c]], held[c][1][:, picks[:, c]]
-    working[:, :, last] = cell.working[picks[:, last]]
-    finite = np.isfinite(activation).all(axis=2).ravel()
-    kept = np.repeat(sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells)), len(picks))
-    room = activation_room(setup, s, kept, np.where(np.isfinite(activation), activation, 0.0).reshape(-1, chunks),
-                           working.reshape(-1, chunks), last)
-    beta = cell.first_within(np.repeat(contents[:, last], len(picks)), np.tile(picks[:, last], rows),
-                             np.where(finite, room, -np.inf))
-    return _index_of(grid, beta.reshape(rows, len(picks)).min(axis=1))
-
-
-def _narrow(lo, hi, active, probes, fits) -> tuple[np.ndarray, np.ndarray]:
-    """Narrow the ``active`` rows' intervals ``[lo, hi]`` in place by their probes' fits: the least probe that
-    fits bounds the answer from above, the greatest that does not from below. Returns where the upper end
-    moved to a probe, and that probe's column."""
-    rows = np.arange(len(active))
-    column = np.where(fits, probes, np.iinfo(probes.dtype).max).argmin(axis=1)
-    met = fits[rows, column] & (probes[rows, column] < hi[active])
-    hi[active] = np.where(met, probes[rows, column], hi[active])
-    lo[active] = np.maximum(lo[active], np.where(fits, 0, probes + 1).max(axis=1))
-    return met, column
-
-
 def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: float, measure: str,
                  sigma: float | None = None, priced: bool = True) -> StageTable | None:
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
@@ -254,7 +109,7 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
         return table
     if measure == "memory":
         beta = np.full(contents.shape, np.inf)
-        relaxed, exact, group = _priced(setup, cells, s, contents, beta)
+        relaxed, exact, group = cap_search.priced(setup, cells, s, contents, beta)
         everything = np.ones(len(contents), bool)
         tables = [_best_per_layers(layers, mb, everything, shape) for mb in (relaxed, exact)]
     else:
@@ -285,8 +140,8 @@ def _bracket(tried: dict, sigma: float):
 @dataclass(frozen=True)
 class _Pricing:
     """How a table prices its contents: the cells whose backward cap is searched (one cap shared) and their
-    indices among the stage's, each content's least such cap, the cells' caps for a searched cap (``caps``), what a content's value adds to
-    its searched cap (``offset``), and the contents taking part."""
+    indices among the stage's, each content's least such cap, the cells' caps for a searched cap (``caps``),
+    what a content's value adds to its searched cap (``offset``), and the contents taking part."""
 
     cells: list[Cell]
     searched: range  # the cells' indices among the stage's
@@ -332,7 +187,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
     offset, caps = pricing.offset, pricing.caps
     searched = pricing.cells
     grid = searched[0].grid if len(searched) == 1 else np.unique(np.concatenate([cell.grid for cell in searched]))
-    low = _index_of(grid, pricing.least)
+    low = cap_search.index_of(grid, pricing.least)
     above, below = bracket
     high = np.full(len(contents), len(grid))
     if above is not None:  # what did not fit at a larger sigma does not fit here
@@ -345,7 +200,7 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
         remembered = np.array([known.get(code, (np.nan, np.nan)) for code in codes.tolist()]).reshape(-1, 2)
         seen = ~np.isnan(remembered[:, 0])
         for lo, hi, cap in ((low, high, remembered[:, 0]), (exact_low, exact_high, remembered[:, 1])):
-            lo[seen] = hi[seen] = _index_of(grid, cap[seen])
+            lo[seen] = hi[seen] = cap_search.index_of(grid, cap[seen])
     bound = np.where((low < len(grid)) & pricing.part, offset + grid[np.minimum(low, len(grid) - 1)], np.inf)
     key = layers[:, 0] * (counts_of(setup)[1] + 1) + layers[:, 1]
     order = np.lexsort((bound, key))
@@ -365,8 +220,9 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
         batch = open_[rank < width]  # each group's least bounds, more every round
         width *= 2
         waiting[batch] = False
-        index, exact_index, found = _least_caps(setup, cells, s, contents[batch], grid, low[batch], high[batch], caps,
-                                                pricing.searched, exact_low[batch], exact_high[batch])
+        index, exact_index, found = cap_search.least_caps(setup, cells, s, contents[batch], grid, low[batch],
+                                                          high[batch], caps, pricing.searched, exact_low[batch],
+                                                          exact_high[batch])
         priced[batch] = index
         if codes is not None:
             known.update(zip(codes[batch].tolist(), zip(_caps_at(grid, index).tolist(),
@@ -375,16 +231,9 @@ def _fastest_that_fit(setup, cells, s, contents, layers, pricing: _Pricing, brac
             values[which][batch] = offset[batch] + _caps_at(grid, found_index)
         beta[batch] = caps(values[1][batch] - offset[batch])
         unknown = (found < 0) & (exact_index < len(grid))  # met without a probe (a remembered cap): price it
-        found[unknown] = _priced(setup, cells, s, contents[batch][unknown], beta[batch][unknown])[2]
+        found[unknown] = cap_search.priced(setup, cells, s, contents[batch][unknown], beta[batch][unknown])[2]
         group[batch] = np.maximum(found, 0)
         np.minimum.at(best, key[batch], values[1][batch])
-
-
-def _index_of(grid: np.ndarray, caps: np.ndarray) -> np.ndarray:
-    """Per cap, the index of the least grid value not below it (``len(grid)`` past the end, for inf too)."""
-    finite = np.isfinite(caps)
-    safe = np.where(finite, caps, 0.0)
-    return np.where(finite, np.searchsorted(grid, safe - EPS * np.maximum(1.0, np.abs(safe))), len(grid))
 
 
 def _caps_at(grid: np.ndarray, index: np.ndarray) -> np.ndarray:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from sappkit import balance
-from sappkit.balancer import boundary
+from sappkit.balancer import boundary, split_search, stage_dp
 from sappkit.balancer.cells import Cache
 from sappkit.balancer.exact import applicable, search
 from sappkit.balancer.evaluate import evaluate, split_terms
@@ -145,7 +145,7 @@ def test_the_unpriced_optimum_bounds_the_stage_time_and_is_it_without_a_memory_l
     for memory_mb in (0.8 * limit, limit, 1e9):
         setup = make_setup(frame, memory_mb=memory_mb, **pipeline)
         optimum = solved(setup)
-        unpriced, _, placed = boundary._optimum(setup, Cache().bind(setup), 1e9, "time", priced=False)
+        unpriced, _, placed = stage_dp.optimum(setup, Cache().bind(setup), 1e9, "time", priced=False)
         assert placed is None
         assert unpriced <= optimum * (1 + 1e-9)
         if memory_mb == 1e9:
@@ -166,7 +166,7 @@ def test_the_least_l_with_s_bounded_equals_every_placement(counts, chunks):
     assert len(parts)
     cache, everything = Cache().bind(setup), 1e9
     for sigma in np.unique(parts[:, 0]):
-        _, least, counts = boundary._optimum(setup, cache, everything, "split", float(sigma))
+        _, least, counts = stage_dp.optimum(setup, cache, everything, "split", float(sigma))
         assert least == pytest.approx(parts[parts[:, 0] <= sigma * (1 + 1e-12), 1].min(), rel=1e-9)
         placed = split_parts(setup, counts)
         assert placed is not None and placed[0] <= sigma * (1 + 1e-9) and placed[1] <= least * (1 + 1e-9)
@@ -179,7 +179,7 @@ def test_one_kind_past_the_split_budget_is_proven_by_the_enumeration(rng, monkey
     setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), **pipeline)
     optimum = search(setup)
     assert optimum.proven and optimum.counts is not None
-    monkeypatch.setattr(boundary, "_SPLIT_BUDGET", budget)
+    monkeypatch.setattr(split_search, "_SPLIT_BUDGET", budget)
     cut = boundary.search(setup, Cache().bind(setup))
     assert cut is None or not cut[0]  # nothing, or a placement unproven
     enumerated = search(setup)
@@ -207,7 +207,7 @@ def test_the_split_search_past_its_budget_hands_its_best_placement_to_the_intege
     setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), **pipeline)
     optimum = search(setup)
     assert optimum.proven and optimum.counts is not None
-    monkeypatch.setattr(boundary, "_SPLIT_BUDGET", budget)
+    monkeypatch.setattr(split_search, "_SPLIT_BUDGET", budget)
     cut = search(setup)
     if cut is not None:  # the best placement found, a real one, and a lower bound the optimum respects
         assert not cut.proven and cut.counts is not None and cut.upper >= optimum.upper * (1 - 1e-9)

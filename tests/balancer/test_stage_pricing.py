@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sappkit.balancer import stage_tables
+from sappkit.balancer import cap_search
 from sappkit.balancer.evaluate import ceiling
 from sappkit.balancer.exact import search
 from sappkit.balancer.setup import make_setup
@@ -78,7 +78,7 @@ def test_a_staircase_read_by_activation_gives_its_first_step_that_light(rng):
 @pytest.mark.parametrize("chunks", [2, 3])
 def test_the_split_pricing_guesses_every_least_cap_it_settles_on(rng, monkeypatch, chunks):
     guessed, settled = [], []
-    search_caps, guess = stage_tables._least_caps, stage_tables._guess
+    search_caps, guess = cap_search.least_caps, cap_search._guess
 
     def recording_guess(*args):
         guessed.append(guess(*args))
@@ -93,8 +93,8 @@ def test_the_split_pricing_guesses_every_least_cap_it_settles_on(rng, monkeypatc
             settled.append((np.clip(guessed[-1], low, np.maximum(low, np.minimum(high, n))), answer))
         return found
 
-    monkeypatch.setattr(stage_tables, "_guess", recording_guess)
-    monkeypatch.setattr(stage_tables, "_least_caps", recording_search)
+    monkeypatch.setattr(cap_search, "_guess", recording_guess)
+    monkeypatch.setattr(cap_search, "least_caps", recording_search)
     frame = with_working_sets(rng, table(rng, kinds=2, counts=(4, 11), options=("none", "selective", "full")))
     pipeline = dict(stages=3, chunks=chunks, micro_batches=3, working_set=True, consistent_recompute=False)
     limit = loose_limit(frame, **pipeline)
