@@ -80,7 +80,8 @@ def least_caps(setup, cells, s, contents, grid, low, high, caps, searched, exact
 
     The relaxed answer lies in ``[low, high]``, the exact one in ``[exact_low, exact_high]`` (by default
     ``[low, len(grid)]``); memory falls as the cap grows and the exact is never below the relaxed, so one
-    search over the grid, :data:`_PROBES` probes a round from the lower end, narrows both."""
+    search over the grid, :data:`_PROBES` probes a round from the lower end, narrows both. Where only the last
+    cell's cap is searched, the first round probes its guess (:func:`_guess`) and the cap below it."""
     n = len(grid)
     fixed = caps(grid[np.minimum(low, n - 1)])
     held = [None if c in searched else _groups(cell, contents[:, c], fixed[:, c]) for c, cell in enumerate(cells)]
@@ -148,7 +149,7 @@ def _guess(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray,
         activation[:, :, c], working[:, :, c] = held[c][0][:, picks[:, c]], held[c][1][:, picks[:, c]]
     working[:, :, last] = cell.working[picks[:, last]]
     finite = np.isfinite(activation).all(axis=2).ravel()
-    kept = np.repeat(sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells)), len(picks))
+    kept = np.repeat(sum(each.kept[contents[:, c]] for c, each in enumerate(cells)), len(picks))
     room = activation_room(setup, s, kept, np.where(np.isfinite(activation), activation, 0.0).reshape(-1, chunks),
                            working.reshape(-1, chunks), last)
     beta = cell.first_within(np.repeat(contents[:, last], len(picks)), np.tile(picks[:, last], rows),

@@ -86,6 +86,10 @@ def _solve(setup: BalanceSetup, tables: list[tuple[StageTable, StageTable, Stage
     for stage_tables in tables:
         values = [t.exact if exact else t.relaxed for t in stage_tables]
         stay, stay_a, stay_b = _advance(before, values[0])
+        if len(setup.kinds) == 1:  # one pattern: every stage may be the boundary's, one chain is all
+            steps.append((stay_a, stay_b, stay_a, stay_b, np.ones(stay.shape, bool)))
+            before = after = stay
+            continue
         cross, cross_a, cross_b = _advance(before, values[1])
         keep, keep_a, keep_b = _advance(after, values[2])
         crossed = cross < keep
