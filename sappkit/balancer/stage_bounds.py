@@ -28,7 +28,7 @@ def memory_bounds(setup: BalanceSetup, s: int, layers, activation, working,
     kept = layers.sum(axis=1) * (setup.param[0] + setup.once[0])
     activation = np.asarray(activation, dtype=float)
     values, _ = _pieces(setup, s, activation, working, overhead)
-    relaxed = kept + values.max(axis=1)
+    relaxed = kept + values.max(axis=1, initial=-np.inf)
     if setup.working_set or values.shape[1] == 1:
         return relaxed, relaxed
     expr = activation @ setup.overhead_weights(s)

@@ -166,9 +166,7 @@ class Cell:
     @cached_property
     def values(self) -> np.ndarray:
         """Every backward of its compositions' steps, ascending, once each."""
-        mine = np.zeros(len(self.stairs.start), bool)
-        mine[self._segments[self._segments >= 0]] = True
-        return np.unique(self.stairs.backward[mine[self.stairs.owner]])
+        return np.unique(self._backward_of(self._segments))
 
     @cached_property
     def grid(self) -> np.ndarray:
@@ -177,8 +175,11 @@ class Cell:
 
     def steps(self, composition: int) -> np.ndarray:
         """Every backward of one composition's steps (unsorted, repeats across working-set groups)."""
+        return self._backward_of(self._segments[composition])
+
+    def _backward_of(self, segments: np.ndarray) -> np.ndarray:
+        """Every backward of the steps of these segments (-1: none), in store order."""
         mine = np.zeros(len(self.stairs.start), bool)
-        segments = self._segments[composition]
         mine[segments[segments >= 0]] = True
         return self.stairs.backward[mine[self.stairs.owner]]
 
