@@ -358,6 +358,7 @@ def _counts(frame: pd.DataFrame, observations: pd.DataFrame, kinds: dict, count)
     for _, rows in observations.groupby(RUN, sort=False):
         if rows[STAGE].nunique() == rows[STAGES].iloc[0]:
             column = rows[KIND] if KIND in rows else pd.Series([None] * len(rows), index=rows.index)
-            return {name: int(rows.loc[column.to_numpy() == fit_kind, LAYERS].sum()) for name, fit_kind in kinds.items()}
+            return {name: int(rows.loc[column.to_numpy() == fit_kind, LAYERS].sum())
+                    for name, fit_kind in kinds.items()}
     raise InputError("count is needed: times has no 'count' column and no run observed every stage, so the "
                      "model's layer count is unknown; pass count=")

@@ -159,7 +159,8 @@ def test_unknown_role_is_named():
     frame.loc[0, "role"] = "neck"
     with pytest.raises(InputError) as err:
         LayerTable(frame)
-    assert str(err.value) == "layers row 0 (kind 'embed') column 'role' is 'neck'; expected one of 'head', 'body', 'tail'"
+    assert str(err.value) == ("layers row 0 (kind 'embed') column 'role' is 'neck'; "
+                              "expected one of 'head', 'body', 'tail'")
 
 
 def test_missing_columns_are_listed():

@@ -208,7 +208,8 @@ def test_stderr_and_leave_one_out_match_closed_form_and_refitting():
             loo.append(np.nan)  # that stage alone determines a parameter: not defined
             continue
         held = observed[(observed["run"] == run) & (observed["stage"] == stage)]
-        loo.append(float(held["memory_mb"].iloc[0] - refit.predict(held.drop(columns="memory_mb"))["predicted_mb"].iloc[0]))
+        predicted = refit.predict(held.drop(columns="memory_mb"))["predicted_mb"].iloc[0]
+        loo.append(float(held["memory_mb"].iloc[0] - predicted))
     got = fit.observations.drop_duplicates(["run", "stage"])["loo_residual_mb"].to_numpy()
     np.testing.assert_allclose(got, loo, rtol=1e-6)
     assert fit.loo_error_mb == pytest.approx(np.sqrt(np.nanmean(np.square(loo))))

@@ -347,7 +347,8 @@ def test_stage_frame_splits_static_memory():
 
 
 def test_static_mb_as_a_series_by_stage():
-    sim = simulate(uniform_costs(3), schedule="1f1b", micro_batches=3, static_mb=pd.Series([7.0, 8.0, 9.0], index=[2, 0, 1]))
+    sim = simulate(uniform_costs(3), schedule="1f1b", micro_batches=3,
+                   static_mb=pd.Series([7.0, 8.0, 9.0], index=[2, 0, 1]))
     assert sim.stages["memory_mb"].tolist() == [8.0 + 3, 9.0 + 2, 7.0 + 1]
 
 
