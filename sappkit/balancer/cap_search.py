@@ -49,15 +49,8 @@ def priced(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray,
         return np.zeros(0), np.zeros(0), np.zeros(0, int)
     options = [held[c] if held is not None and held[c] is not None else _groups(cell, contents[:, c], beta[:, c])
                for c, cell in enumerate(cells)]
-    kept = sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells))
-    sizes = [activation.shape[1] for activation, _, _ in options]
-    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
-    activation = np.stack([a[:, picks[:, c]] for c, (a, _, _) in enumerate(options)], axis=2)
-    working = np.stack([w[:, picks[:, c]] for c, (_, w, _) in enumerate(options)], axis=2)
-    flat = activation.reshape(-1, setup.chunks)
-    finite = np.isfinite(flat).all(axis=1)
-    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), np.where(finite[:, None], flat, 0.0),
-                                   working.reshape(-1, setup.chunks))
+    kept, picks, flat, working, finite = _products(cells, contents, options)
+    relaxed, exact = memory_bounds(setup, s, np.zeros_like(flat), flat, working)
     relaxed = np.where(finite, relaxed, np.inf).reshape(rows, len(picks)) + kept[:, None]
     exact = np.where(finite, exact, np.inf).reshape(rows, len(picks)) + kept[:, None]
     chosen = exact.argmin(axis=1)
@@ -134,24 +127,33 @@ def least_shared_cap(setup: BalanceSetup, cells: list[Cell], s: int, content: np
     return float(grid[index[0]]), beta[0], int(group[0])
 
 
+def _products(cells: list[Cell], contents: np.ndarray, options: list):
+    """Every product of the cells' working-set ``options`` (per cell: activation, working set and group index,
+    ``[row, option]``): the contents' kept memory, the products' picks ``[combination, chunk]``, and per row and
+    combination (flat, row-major) the cells' activations (0 where one is inf), working sets and whether every
+    activation is finite."""
+    kept = sum(cell.kept[contents[:, c]] for c, cell in enumerate(cells))
+    sizes = [activation.shape[1] for activation, _, _ in options]
+    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T
+    activation = np.stack([a[:, picks[:, c]] for c, (a, _, _) in enumerate(options)], axis=2)
+    working = np.stack([w[:, picks[:, c]] for c, (_, w, _) in enumerate(options)], axis=2)
+    flat = activation.reshape(-1, len(cells))
+    finite = np.isfinite(flat).all(axis=1)
+    return kept, picks, np.where(finite[:, None], flat, 0.0), working.reshape(-1, len(cells)), finite
+
+
 def _guess(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray, held: list,
            grid: np.ndarray) -> np.ndarray:
     """Per content, the grid index of the least cap on the last cell, the others ``held`` (their working-set
     groups, :func:`_groups`), at which the stage's relaxed memory fits: memory inverted in that cell's
     activation (:func:`~sappkit.balancer.stage_bounds.activation_room`) for every product of the cells'
     groups, then read off the cell's staircases. Exact up to float rounding: the search's probes check it."""
-    last, rows, chunks = len(cells) - 1, len(contents), setup.chunks
+    last, rows = len(cells) - 1, len(contents)
     cell = cells[last]
-    sizes = [held[c][0].shape[1] for c in range(last)] + [len(cell.working)]
-    picks = np.array(np.unravel_index(np.arange(int(np.prod(sizes))), sizes)).T  # [combination, chunk]
-    activation, working = np.zeros((rows, len(picks), chunks)), np.zeros((rows, len(picks), chunks))
-    for c in range(last):
-        activation[:, :, c], working[:, :, c] = held[c][0][:, picks[:, c]], held[c][1][:, picks[:, c]]
-    working[:, :, last] = cell.working[picks[:, last]]
-    finite = np.isfinite(activation).all(axis=2).ravel()
-    kept = np.repeat(sum(each.kept[contents[:, c]] for c, each in enumerate(cells)), len(picks))
-    room = activation_room(setup, s, kept, np.where(np.isfinite(activation), activation, 0.0).reshape(-1, chunks),
-                           working.reshape(-1, chunks), last)
+    every = np.broadcast_to(np.arange(len(cell.working)), (rows, len(cell.working)))
+    free = (np.zeros(every.shape), cell.working[every], every)  # its activation is what is solved for
+    kept, picks, activation, working, finite = _products(cells, contents, held[:last] + [free])
+    room = activation_room(setup, s, np.repeat(kept, len(picks)), activation, working, last)
     beta = cell.first_within(np.repeat(contents[:, last], len(picks)), np.tile(picks[:, last], rows),
                              np.where(finite, room, -np.inf))
     return index_of(grid, beta.reshape(rows, len(picks)).min(axis=1))
