@@ -24,6 +24,7 @@ _EXPORTS = {
     **dict.fromkeys(("RecomputeAnalysis", "alternatives"), "one_more"),
     **dict.fromkeys(("balance", "Plan", "SolverOptions", "plan_from_offsets", "sweep_memory", "compare_plans",
                      "even_plan", "torchtitan_config", "TorchtitanConfig"), "balancer"),
+    "Strategy": "strategy",
     **dict.fromkeys(("plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"),
                     "plots.pipeline"),
     **dict.fromkeys(("plot_fit", "plot_fit_params", "plot_fit_observations", "plot_fit_residuals"), "plots.fit"),

@@ -1,0 +1,122 @@
+"""One parallel strategy: how a model is cut over devices and how its pipeline runs.
+
+Ranks multiply as Megatron-LM lays them out: ``devices = t · cp · dp · p``.
+Expert parallelism is carved out of the ranks a layer's dense part spreads
+over (``t · cp · dp``), as Megatron-Core's MoE layers do, so ``ep · etp`` must
+divide that product and adds no devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from .._check import check_bool, check_choice, check_int
+from ..errors import InputError
+from ..layers import ParallelConfig
+from ..limits import MAX_CHUNKS, MAX_STAGES
+from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, schedule_chunks
+
+__all__ = ["Strategy"]
+
+#: Short names of the degrees, in the order :attr:`Strategy.label` writes them.
+_SHORT = {"tensor_parallel": "t", "pipeline_parallel": "p", "virtual_stages": "v", "data_parallel": "dp",
+          "context_parallel": "cp", "expert_parallel": "ep", "micro_batch_size": "b"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Strategy:
+    """One parallel strategy: the degrees of every parallel dimension, the micro-batch and the schedule.
+
+    Examples
+    --------
+    >>> s = Strategy(tensor_parallel=8, pipeline_parallel=16, virtual_stages=2, data_parallel=64,
+    ...              schedule="interleaved")
+    >>> s.devices, s.label
+    (8192, 't8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1')
+    >>> s.micro_batches(global_batch=2048)
+    32
+    """
+
+    tensor_parallel: int = 1
+    """Tensor-parallel degree ``t`` (innermost ranks)."""
+    pipeline_parallel: int = 1
+    """Pipeline stages ``p``; 1 runs no pipeline."""
+    virtual_stages: int = 1
+    """Chunks per stage ``v`` (Megatron's virtual pipeline stages); 2 for the V schedules."""
+    data_parallel: int = 1
+    """Data-parallel degree ``dp``."""
+    context_parallel: int = 1
+    """Context-parallel degree ``cp`` (the sequence split over ``cp`` ranks)."""
+    expert_parallel: int = 1
+    """Expert-parallel degree ``ep``, carved out of ``t · cp · dp`` (MoE layers only)."""
+    expert_tensor_parallel: int = 1
+    """Tensor-parallel degree inside one expert ``etp``."""
+    micro_batch_size: int = 1
+    """Samples per micro-batch ``b``."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule, one of :data:`sappkit.pipeline.schedules.SCHEDULES`."""
+    zero: Literal[0, 1, 2, 3] = 1
+    """ZeRO stage: 0 replicates all, 1 shards optimizer state (Megatron's distributed optimizer), 2 also
+    gradients, 3 (FSDP) also weights."""
+    sequence_parallel: bool = True
+    """Megatron sequence parallelism inside the tensor-parallel group."""
+    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
+    """Weight and activation precision."""
+
+    def __post_init__(self):
+        for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
+                      "expert_tensor_parallel", "micro_batch_size"):
+            check_int(field, getattr(self, field), minimum=1)
+        check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
+        v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
+        schedule = check_choice("schedule", self.schedule, SCHEDULES)
+        check_bool("sequence_parallel", self.sequence_parallel)
+        if schedule_chunks(schedule, v) != v:
+            fixed = schedule_chunks(schedule, v)
+            why = "the V" if schedule in V_SHAPED else "one chunk per stage"
+            raise InputError(f"virtual_stages must be {fixed} for schedule {schedule!r} ({why}); got {v}")
+        if self.pipeline_parallel == 1 and (v != 1 or schedule != "1f1b"):
+            raise InputError(f"pipeline_parallel=1 runs no pipeline: give schedule='1f1b' and virtual_stages=1; "
+                             f"got schedule={schedule!r}, virtual_stages={v}")
+        _ = self.parallel  # ParallelConfig checks the MoE degrees, the ZeRO stage and the dtype
+
+    @property
+    def devices(self) -> int:
+        """Devices the strategy runs on: ``t · cp · dp · p``."""
+        return self.tensor_parallel * self.context_parallel * self.data_parallel * self.pipeline_parallel
+
+    @property
+    def parallel(self) -> ParallelConfig:
+        """The degrees a layer's estimate needs (everything but the pipeline)."""
+        return ParallelConfig(micro_batch_size=self.micro_batch_size, tensor_parallel=self.tensor_parallel,
+                              sequence_parallel=self.sequence_parallel, context_parallel=self.context_parallel,
+                              data_parallel=self.data_parallel, expert_parallel=self.expert_parallel,
+                              expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype)
+
+    @property
+    def label(self) -> str:
+        """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
+        parallelism and a dtype other than bf16 are written only when set)."""
+        parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
+        if self.expert_tensor_parallel != 1:
+            parts.insert(6, f"etp{self.expert_tensor_parallel}")
+        parts += [self.schedule, f"zero{self.zero}"]
+        if not self.sequence_parallel:
+            parts.append("no-sp")
+        if self.dtype != "bf16":
+            parts.append(self.dtype)
+        return " ".join(parts)
+
+    def micro_batches(self, global_batch: int) -> int:
+        """Micro-batches per step ``m = global_batch / (dp · b)``, or raise when it does not divide."""
+        batch = check_int("global_batch", global_batch, minimum=1)
+        per_step = self.data_parallel * self.micro_batch_size
+        if batch % per_step:
+            raise InputError(f"global_batch must be a multiple of data_parallel * micro_batch_size = "
+                             f"{self.data_parallel} * {self.micro_batch_size} = {per_step}; got {batch}")
+        return batch // per_step
+
+    def to_dict(self) -> dict:
+        """The fields as a plain dict (for frames, JSON and trainer exports)."""
+        return {field.name: getattr(self, field.name) for field in fields(self)}
