@@ -33,7 +33,7 @@ Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
   feasible values (see :func:`_approach_a`).
 
 Objective ``step`` is the simulated step time, which no closed form gives:
-:mod:`sappkit.balancer.steptime` computes it.
+:mod:`sappkit.balancer.step.steptime` computes it.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ proven optimum:
   one body kind, per-stage enumeration of Pareto-optimal cell contents and
   a dynamic program over stages (every schedule); for several body kinds on
   one chunk, a dynamic program over stages on the model position
-  (:mod:`sappkit.balancer.segments`). Both are exact for the model, with or
+  (:mod:`sappkit.balancer.exact.segments`). Both are exact for the model, with or
   without the working set; they prove most instances in well under a second
   and otherwise hand the integer program a proven lower bound and an
   incumbent;
@@ -18,8 +18,8 @@ proven optimum:
 
 Objective ``step`` is the simulated step time, which no closed form gives:
 the ``sapp`` optimum starts a local search on the exact step time
-(:mod:`sappkit.balancer.improve`), and a linear relaxation over the
-schedule's paths proves a lower bound (:mod:`sappkit.balancer.bound`).
+(:mod:`sappkit.balancer.step.local_search`), and a linear relaxation over the
+schedule's paths proves a lower bound (:mod:`sappkit.balancer.step.bound`).
 
 Infeasible instances come back as a :class:`~sappkit.Plan` with status
 ``"infeasible"``, the least ``memory_mb`` that would fit and the stage that
@@ -38,14 +38,14 @@ from ..columns import MEMORY_MB
 from ..errors import InputError
 from ..layers.units import format_mb
 from . import exact
-from .bound import step_lower_bound
+from .step.bound import step_lower_bound
 from .evaluate import evaluate
-from .ilp import BalanceModel
-from .improve import improve
+from .ilp.program import BalanceModel
+from .step.local_search import improve
 from .plan import Plan, make_plan
 from .setup import BalanceSetup, make_setup
-from .solver import SolverOptions, solve
-from .steptime import step_timer
+from .ilp.solver import SolverOptions, solve
+from .step.steptime import step_timer
 
 __all__ = ["balance", "optimise", "least_memory", "Solved"]
 

@@ -38,7 +38,7 @@ import pulp
 
 from ..balancer.optimise import balance
 from ..balancer.setup import BalanceSetup, make_setup
-from ..balancer.solver import SolverOptions, solve
+from ..balancer.ilp.solver import SolverOptions, solve
 from ..demo import bundled
 from ..columns import BODY, COUNT, ROLE
 from ..layers import LayerTable, read_layers_json

@@ -27,12 +27,12 @@ import numpy as np
 import pandas as pd
 
 from ..balancer.exact import least_memory
-from ..balancer.improve import valid
+from ..balancer.step.local_search import valid
 from ..balancer.optimise import balance, optimise
 from ..balancer.plan import make_plan
 from ..balancer.setup import BalanceSetup, make_setup
-from ..balancer.solver import SolverOptions
-from ..balancer.steptime import step_timer
+from ..balancer.ilp.solver import SolverOptions
+from ..balancer.step.steptime import step_timer
 from ..pipeline.costs import even_assignment, stage_memory
 from . import row
 

@@ -24,10 +24,10 @@ import pytest
 import sappkit
 from sappkit.balancer.evaluate import counts_from_assignment, evaluate
 from sappkit.balancer.exact import search
-from sappkit.balancer.ilp import BalanceModel
+from sappkit.balancer.ilp.program import BalanceModel
 from sappkit.balancer.optimise import optimise
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.solver import SolverOptions, solve
+from sappkit.balancer.ilp.solver import SolverOptions, solve
 
 #: The balancer and its set-up in seed 003's memory model (no working set), unless a call asks for it.
 balance = partial(sappkit.balance, working_set=False)

@@ -17,11 +17,11 @@ import pytest
 
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
-from sappkit.balancer.improve import _kick, improve, valid
+from sappkit.balancer.step.local_search import _kick, improve, valid
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.steptime import step_timer
+from sappkit.balancer.step.steptime import step_timer
 
-from .test_optimise import loose_limit, placements, table
+from ..test_optimise import loose_limit, placements, table
 
 
 def simulated(setup, counts) -> float:

@@ -5,9 +5,9 @@ import pytest
 
 from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.steptime import step_timer
+from sappkit.balancer.step.steptime import step_timer
 
-from .test_optimise import table
+from ..test_optimise import table
 
 SEQ = dict(batch_size=1, num_heads=8, seq_length=4096, head_dim=128, hidden_size=512, vocab_size=1000,
            model_parallel=8)

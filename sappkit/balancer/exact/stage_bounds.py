@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import OVERHEAD_TOLERANCE, ceiling
-from .peaks import fixed_activation, stage_events
-from .setup import BalanceSetup
+from ..evaluate import OVERHEAD_TOLERANCE, ceiling
+from ..peaks import fixed_activation, stage_events
+from ..setup import BalanceSetup
 
 __all__ = ["activation_room", "charged_chunks", "fixed_memory", "floor_weights", "memory_bounds", "monotone_chunks"]
 

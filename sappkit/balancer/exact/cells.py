@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .setup import BalanceSetup
+from ..setup import BalanceSetup
 from .stage_bounds import charged_chunks, memory_bounds, monotone_chunks
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",

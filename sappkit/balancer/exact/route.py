@@ -4,11 +4,11 @@ Applies when the model has one body kind whose options share one forward
 time and one ``memory_once_mb``, with or without the working set, at
 optimisation levels 0 and 1 (every objective of the ``sapp`` table but
 approach A); several body kinds on one chunk go to :mod:`.segments` (a DP
-on the model position), one or two on more chunks to :mod:`.boundary` (a
+on the model position), one or two on more chunks to :mod:`.boundary.search` (a
 DP that carries the cell where the first kind ends) where it applies;
 otherwise :func:`search` returns None and the integer program runs alone.
 Every schedule is covered. What follows is the search for one kind where
-:mod:`.boundary` does not apply (one chunk, chunks whose memory is not
+:mod:`.boundary.search` does not apply (one chunk, chunks whose memory is not
 monotone) or stops past its budgets.
 
 1. **Cells** (``cells``). ``n`` layers on a cell are a mix of
@@ -42,9 +42,10 @@ import numpy as np
 
 from .cells import (EPS, Cache, Combos, best_per_total, enumerate_stage, min_max, placement, split_values, stage_time,
                     subset)
-from . import boundary, segments
-from .evaluate import evaluate
-from .setup import BalanceSetup
+from .boundary import search as boundary
+from . import segments
+from ..evaluate import evaluate
+from ..setup import BalanceSetup
 from .stage_bounds import fixed_memory, monotone_chunks
 
 __all__ = ["Cache", "SearchResult", "applicable", "search", "least_memory"]
@@ -240,7 +241,7 @@ def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult |
 
 
 def _bounded(setup: BalanceSetup, found) -> SearchResult | None:
-    """:func:`~sappkit.balancer.boundary.search`'s answer as a result."""
+    """:func:`~sappkit.balancer.exact.boundary.search.search`'s answer as a result."""
     if found is None:
         return None
     proven, counts, _, lower = found

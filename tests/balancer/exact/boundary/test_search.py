@@ -17,14 +17,14 @@ import numpy as np
 import pytest
 
 from sappkit import balance
-from sappkit.balancer import boundary, split_search, stage_dp
-from sappkit.balancer.cells import Cache
+from sappkit.balancer.exact.boundary import search as boundary, split_search, stage_dp
+from sappkit.balancer.exact.cells import Cache
 from sappkit.balancer.exact import applicable, search
 from sappkit.balancer.evaluate import evaluate, split_terms
 from sappkit.balancer.setup import make_setup
 
-from .test_exact import brute_force as best_fitting, fills_every_cell, judged, with_working_sets
-from .test_optimise import brute_force, loose_limit, placements, solve_both_ways, table
+from ..test_route import brute_force as best_fitting, fills_every_cell, judged, with_working_sets
+from ...test_optimise import brute_force, loose_limit, placements, solve_both_ways, table
 
 
 def follows_model_order(setup, counts) -> bool:

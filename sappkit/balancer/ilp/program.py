@@ -48,7 +48,7 @@ minimises :math:`T \ge \max_c F_{cs} + \max_c B_{cs}` (with
 F^{body}_{v-1,s}`, :math:`L \ge S`; level >= 2 adds seed 003's approach A
 bubble variables. (Objective ``step``, the simulated step time, is no
 linear objective: its search starts from this model's ``sapp`` optimum,
-:mod:`sappkit.balancer.improve`.) ``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
+:mod:`sappkit.balancer.step.local_search`.) ``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
 much memory would fit).
 """
 
@@ -59,9 +59,9 @@ from typing import Literal
 import numpy as np
 import pulp
 
-from ..pipeline.schedules import V_SHAPED
-from . import peaks
-from .setup import BalanceSetup
+from ...pipeline.schedules import V_SHAPED
+from .. import peaks
+from ..setup import BalanceSetup
 
 __all__ = ["BalanceModel", "layer_bound", "overhead_bound"]
 
@@ -94,7 +94,7 @@ class BalanceModel:
     --------
     >>> import pandas as pd
     >>> from sappkit.balancer.setup import make_setup
-    >>> from sappkit.balancer.solver import SolverOptions, solve
+    >>> from sappkit.balancer.ilp.solver import SolverOptions, solve
     >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1,
     ...              backward_time=bt, activation_mb=a) for o, bt, a in (("none", 2, 50), ("full", 3, 5))]
     >>> model = BalanceModel(make_setup(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=300))

@@ -29,8 +29,8 @@ from typing import Literal
 import numpy as np
 import pulp
 
-from .._check import check_bool, check_choice, check_int, check_number
-from ..limits import MAX_THREADS
+from ..._check import check_bool, check_choice, check_int, check_number
+from ...limits import MAX_THREADS
 
 __all__ = ["SolverOptions", "SolveResult", "Status", "STATUSES", "solve"]
 

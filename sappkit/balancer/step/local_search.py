@@ -1,7 +1,7 @@
 """Local search on the simulated step time: the ``step`` objective's improvement phase.
 
 From each start placement the search makes one change at a time while the
-simulated step (:mod:`sappkit.balancer.steptime`) gets shorter and the
+simulated step (:mod:`sappkit.balancer.step.steptime`) gets shorter and the
 placement stays valid (:func:`valid`: every stage fits, by the balancer's
 memory model):
 
@@ -21,7 +21,7 @@ changes that helped last round first, then by that bound), and takes the
 best of the first batch that holds a better placement: faster, or as fast
 with its ops ending earlier elsewhere (another longest path got shorter,
 which lets the next change shorten the step). When no change helps, the
-round tries every **stage exchange** (:mod:`sappkit.balancer.exchange`: two
+round tries every **stage exchange** (:mod:`sappkit.balancer.step.exchange`: two
 stages trade their layers, recompute repaired to fit), which moves a busy
 stage to where its fill and drain cost least; a round without a better
 placement either way is a local optimum.
@@ -43,9 +43,9 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .evaluate import ceiling, placement_memory
+from ..evaluate import ceiling, placement_memory
 from .exchange import exchanged, stage_exchanges
-from .setup import BalanceSetup
+from ..setup import BalanceSetup
 from .steptime import StepTimer
 
 __all__ = ["Improved", "improve", "valid", "WORK_BUDGET"]
@@ -245,7 +245,7 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
 
 def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
     """``counts`` after :data:`_KICK` random changes (moves or swaps), or half the time after the exchange of
-    two random stages (:func:`~sappkit.balancer.exchange.exchanged`), that leave it valid; None if none found."""
+    two random stages (:func:`~sappkit.balancer.step.exchange.exchanged`), that leave it valid; None if none found."""
     if setup.stages > 1 and rng.random() < 0.5:
         pair = rng.choice(setup.stages, size=2, replace=False)
         kicked = exchanged(setup, counts[None], pair[:1], pair[1:])[0]

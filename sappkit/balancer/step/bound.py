@@ -10,7 +10,7 @@ placement. So
    \\qquad x \\text{ in the balancer's constraints (memory, cells, frontier, ...)}
 
 bounds the best step time from below, and so does its linear relaxation
-(every integer of :class:`~sappkit.balancer.ilp.BalanceModel` made
+(every integer of :class:`~sappkit.balancer.ilp.program.BalanceModel` made
 continuous), which HiGHS solves in milliseconds. The relaxation lets layers
 and recompute split into fractions, so the bound is loose where a stage
 holds few layers (a few per cent to ~15 % on the bundled models); it is a
@@ -22,9 +22,9 @@ from __future__ import annotations
 import numpy as np
 import pulp
 
-from .ilp import BalanceModel
-from .setup import BalanceSetup
-from .solver import SolverOptions, solve
+from ..ilp.program import BalanceModel
+from ..setup import BalanceSetup
+from ..ilp.solver import SolverOptions, solve
 from .steptime import StepTimer
 
 __all__ = ["step_lower_bound"]

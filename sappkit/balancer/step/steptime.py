@@ -17,10 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..columns import ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, KIND, OPTION
-from ..pipeline.costs import split_backward
-from ..pipeline.critical import StepGraph, critical_path, step_ends, step_graph, step_times
-from .setup import BalanceSetup
+from ...columns import ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, KIND, OPTION
+from ...pipeline.costs import split_backward
+from ...pipeline.critical import StepGraph, critical_path, step_ends, step_graph, step_times
+from ..setup import BalanceSetup
 
 __all__ = ["StepTimer", "step_timer", "PHASE_COUNT"]
 

@@ -1,4 +1,4 @@
-"""The DP over stages of :mod:`.boundary`'s search: the patterns of a boundary chunk, the min-max over stages
+"""The DP over stages of :mod:`.search`'s search: the patterns of a boundary chunk, the min-max over stages
 of the stage tables' values with state (before or after the boundary, ``n0``, ``n1``), and the placement it
 picks.
 
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cells import Cache
-from .segments import within
-from .setup import V_SHAPED, BalanceSetup
+from ..cells import Cache
+from ..segments import within
+from ...setup import V_SHAPED, BalanceSetup
 from .stage_cells import counts_of, stage_key
 from .stage_tables import StageTable, stage_table
 
@@ -145,8 +145,8 @@ def optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma: 
              priced: bool = True):
     """(relaxed optimum, exact optimum, its placement or None) of the min-max over stages of their values (the
     stage time, ``L`` under ``sigma``, or memory) over every boundary chunk under ``cap``; None past the
-    enumeration budget. Unpriced (:func:`~sappkit.balancer.stage_tables.stage_table`), the relaxed optimum
-    alone (:func:`unpriced_bound`). A boundary chunk whose listed contents make up no placement (its
+    enumeration budget. Unpriced (:func:`~.stage_tables.stage_table`), the relaxed optimum alone
+    (:func:`unpriced_bound`). A boundary chunk whose listed contents make up no placement (its
     unpriced optimum passes ``cap``: every listed content is under it) is not priced."""
     relaxed_best, exact_best, counts = np.inf, np.inf, None
     for boundary_chunk in boundary_chunks(setup):

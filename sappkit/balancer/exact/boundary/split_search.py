@@ -1,4 +1,4 @@
-"""The split objective of ``m = p`` for :mod:`.boundary`'s search: ``S + max(L, S)``, ``S`` the largest
+"""The split objective of ``m = p`` for :mod:`.search`'s search: ``S + max(L, S)``, ``S`` the largest
 backward of a chunk but the last, ``L`` the last chunk's term.
 
 For a bound ``sigma`` on ``S`` the DP over stages (:mod:`.stage_dp`) finds
@@ -6,7 +6,7 @@ the least largest ``L``, and a branch and bound over ``sigma``
 (:func:`_split_round`) finds the least objective under a cap ``tau``, which
 grows from a growth step above the unpriced bound until the optimum lies
 under it. Past :data:`_SPLIT_BUDGET` bounds tried the search hands its best
-placement, unproven, to the integer program (with one kind, :mod:`.exact`'s
+placement, unproven, to the integer program (with one kind, :mod:`~sappkit.balancer.exact`'s
 enumeration may prove it first).
 """
 
@@ -17,9 +17,9 @@ import heapq
 import numpy as np
 
 from .cap_search import least_shared_cap
-from .cells import EPS, Cache
-from .segments import within
-from .setup import BalanceSetup
+from ..cells import EPS, Cache
+from ..segments import within
+from ...setup import BalanceSetup
 from .stage_cells import cells_of
 from .stage_dp import (GROWTH, boundary_chunks, chunk_optimum, chunk_patterns, stage_counts, unpriced_bound,
                        work)
@@ -32,7 +32,7 @@ _SPLIT_BUDGET = 60
 
 
 def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, float, float] | None:
-    """:func:`.boundary.search` for the split objective: the cap ``tau`` on it grows as for the stage time,
+    """:func:`.search.search` for the split objective: the cap ``tau`` on it grows as for the stage time,
     and each round bounds ``S`` by ``sigma`` (:func:`_split_round`)."""
     least_backward = work(setup, setup.backward, np.min) + setup.fixed_backward.sum()
     most_work = work(setup, setup.forward + setup.backward, np.max) + setup.fixed_backward.sum() \

@@ -25,7 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from .cells import EPS, Cache, Front, _subset_fronts, _undominated, working_fronts
-from .setup import BalanceSetup
+from ..setup import BalanceSetup
 from .stage_bounds import fixed_memory
 
 __all__ = ["applicable", "search", "least_memory", "run_front", "per_kind", "within"]
@@ -35,7 +35,7 @@ _GROWTH = 1.06
 
 
 def applicable(setup: BalanceSetup) -> str:
-    """Why the searches over several body kinds (this one on one chunk, :mod:`.boundary` on more) do not apply to
+    """Why the searches over several body kinds (this one on one chunk, :mod:`.boundary.search` on more) do not apply to
     ``setup`` ('' when they do)."""
     if setup.level >= 2:
         return "optimization_level >= 2"
@@ -172,7 +172,7 @@ def per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
 
 
 def within(value, cap: float):
-    """``value <= cap`` up to the float rounding of sums (:data:`~sappkit.balancer.cells.EPS`)."""
+    """``value <= cap`` up to the float rounding of sums (:data:`~sappkit.balancer.exact.cells.EPS`)."""
     return value <= cap + EPS * max(1.0, abs(cap))
 
 

@@ -1,4 +1,4 @@
-"""The stage tables of :mod:`.boundary`'s search: per stage and pattern, the products of its cells'
+"""The stage tables of :mod:`.search`'s search: per stage and pattern, the products of its cells'
 compositions (:mod:`.stage_cells`) a cap lets through, priced.
 
 A stage's *content* is one composition per cell. It is priced at the
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import cap_search
-from .cells import COMBO_BUDGET, EPS, Cache
-from .segments import within
-from .setup import BalanceSetup
-from .stage_bounds import fixed_memory, floor_weights
+from ..cells import COMBO_BUDGET, EPS, Cache
+from ..segments import within
+from ...setup import BalanceSetup
+from ..stage_bounds import fixed_memory, floor_weights
 from .stage_cells import Cell, cells_of, counts_of, stage_key
 
 __all__ = ["StageTable", "stage_table"]
@@ -87,7 +87,7 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
     """The stage's contents under ``cap``, priced at their least stage time that fits (``"time"``), their
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
     memory (``"memory"``); unpriced (``priced=False``), at their least value (:func:`_least_value`) whatever
-    their memory beyond their lightest point's; None past :data:`~sappkit.balancer.cells.COMBO_BUDGET`."""
+    their memory beyond their lightest point's; None past :data:`~sappkit.balancer.exact.cells.COMBO_BUDGET`."""
     key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma, priced)
     if key in cache.stages:
         return cache.stages[key]

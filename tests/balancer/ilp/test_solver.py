@@ -11,7 +11,7 @@ import pulp
 import pytest
 
 import sappkit
-from sappkit.balancer.solver import SolverOptions, _cbc_bound, _cbc_outcome, solve
+from sappkit.balancer.ilp.solver import SolverOptions, _cbc_bound, _cbc_outcome, solve
 
 
 def knapsack(n=40, seed=3):
@@ -82,7 +82,7 @@ def test_options_are_checked():
 
 
 def test_solving_prints_nothing_and_warns_nothing():
-    code = ("from sappkit.balancer.solver import solve, SolverOptions\n"
+    code = ("from sappkit.balancer.ilp.solver import solve, SolverOptions\n"
             "import pulp\n"
             "for name in ('highs', 'cbc'):\n"
             "    p = pulp.LpProblem('q', pulp.LpMinimize)\n"

@@ -15,12 +15,12 @@ import math
 import numpy as np
 import pytest
 
-from sappkit.balancer.cells import Cache, working_fronts
+from sappkit.balancer.exact.cells import Cache, working_fronts
 from sappkit.balancer.evaluate import evaluate
 from sappkit.balancer.exact import search
 from sappkit.balancer.setup import make_setup
 
-from .test_optimise import loose_limit, placements, solve_both_ways, table
+from ..test_optimise import loose_limit, placements, solve_both_ways, table
 
 
 def with_working_sets(rng, frame):

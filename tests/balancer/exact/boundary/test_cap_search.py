@@ -1,7 +1,7 @@
 """How the multi-chunk exact search prices a stage: memory inverted in one cell, staircases read by activation,
 and the split pricing's first guess, which must be the answer (else the search only runs slower).
 
-The inverse is checked against :func:`~sappkit.balancer.stage_bounds.memory_bounds` itself, the staircase
+The inverse is checked against :func:`~sappkit.balancer.exact.stage_bounds.memory_bounds` itself, the staircase
 read against a walk along its steps, and the guesses against the answers the probing search settles on.
 """
 
@@ -10,15 +10,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sappkit.balancer import cap_search
+from sappkit.balancer.exact.boundary import cap_search
 from sappkit.balancer.evaluate import ceiling
 from sappkit.balancer.exact import search
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.stage_bounds import activation_room, memory_bounds
-from sappkit.balancer.stage_cells import Staircases
+from sappkit.balancer.exact.stage_bounds import activation_room, memory_bounds
+from sappkit.balancer.exact.boundary.stage_cells import Staircases
 
-from .test_exact import with_working_sets
-from .test_optimise import loose_limit, table
+from ..test_route import with_working_sets
+from ...test_optimise import loose_limit, table
 
 SHAPES = [dict(schedule="interleaved", stages=3, chunks=2, micro_batches=3, working_set=True),
           dict(schedule="interleaved", stages=3, chunks=3, micro_batches=6, working_set=True),

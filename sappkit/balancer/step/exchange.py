@@ -4,7 +4,7 @@ With many micro-batches the step is the busiest stages' steady state plus
 the fill before it and the drain after it, so *where* the busiest stages sit
 matters: the same stage contents in another order can be faster. Moving a
 busy stage's layers one change at a time passes through slower placements,
-so the local search (:mod:`sappkit.balancer.improve`) cannot reach that
+so the local search (:mod:`sappkit.balancer.step.local_search`) cannot reach that
 order; an exchange of two stages' whole contents does it in one step.
 
 Earlier stages hold more micro-batches in flight, so a stage's layers may
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .evaluate import ceiling, placement_memory, stage_memory
-from .setup import BalanceSetup
+from ..evaluate import ceiling, placement_memory, stage_memory
+from ..setup import BalanceSetup
 
 __all__ = ["exchanged", "fitted", "stage_exchanges"]
 
@@ -35,7 +35,7 @@ def fitted(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     """Placements ``[n, item, chunk, stage]`` made to fit where recompute can do it (module docstring).
 
     Returns a copy; a placement some stage of which still does not fit is
-    returned as far as it got (:func:`sappkit.balancer.improve.valid` says so).
+    returned as far as it got (:func:`sappkit.balancer.step.local_search.valid` says so).
     """
     counts = np.array(counts, dtype=int)
     source, target = _option_changes(setup)

@@ -1,7 +1,7 @@
-"""What one cell may hold for :mod:`.boundary`'s search: its compositions and, per composition, staircases.
+"""What one cell may hold for :mod:`.search`'s search: its compositions and, per composition, staircases.
 
 A cell's *composition* is its layers of each body kind. Its contents are
-points of the composition's front (:func:`~sappkit.balancer.segments.run_front`);
+points of the composition's front (:func:`~sappkit.balancer.exact.segments.run_front`);
 for a backward cap ``beta`` the lightest point under it is all memory
 needs (memory grows with every cell's activation and charged working set;
 a charged cell keeps one such staircase per working set).
@@ -19,10 +19,10 @@ from functools import cached_property
 
 import numpy as np
 
-from .cells import EPS, Cache, Front
-from .segments import per_kind, run_front, within
-from .setup import V_SHAPED, BalanceSetup
-from .stage_bounds import charged_chunks, fixed_memory, floor_weights
+from ..cells import EPS, Cache, Front
+from ..segments import per_kind, run_front, within
+from ...setup import V_SHAPED, BalanceSetup
+from ..stage_bounds import charged_chunks, fixed_memory, floor_weights
 
 __all__ = ["Cell", "Staircases", "cells_of", "counts_of", "stage_key"]
 
@@ -190,7 +190,7 @@ def counts_of(setup: BalanceSetup) -> tuple[int, int]:
 
 
 def _per_kind(setup: BalanceSetup, values: np.ndarray) -> np.ndarray:
-    """:func:`~sappkit.balancer.segments.per_kind` for the two kinds :func:`counts_of` counts."""
+    """:func:`~sappkit.balancer.exact.segments.per_kind` for the two kinds :func:`counts_of` counts."""
     return np.r_[per_kind(setup, values), np.zeros(2 - len(setup.kinds))]
 
 
@@ -306,7 +306,7 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
 
 def stage_key(setup: BalanceSetup, *parts) -> tuple:
     """A key into the cache's stage entries: what the search keeps depends on the memory limit, which a cache
-    outlives (:class:`~sappkit.balancer.cells.Cache` serves every limit of one instance)."""
+    outlives (:class:`~sappkit.balancer.exact.cells.Cache` serves every limit of one instance)."""
     return ("boundary", setup.memory_mb, *parts)
 
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cells import EPS
-from .segments import within
-from .setup import BalanceSetup
-from .stage_bounds import activation_room, memory_bounds
+from ..cells import EPS
+from ..segments import within
+from ...setup import BalanceSetup
+from ..stage_bounds import activation_room, memory_bounds
 from .stage_cells import Cell
 
 __all__ = ["index_of", "least_caps", "least_shared_cap", "priced"]
@@ -146,7 +146,7 @@ def _guess(setup: BalanceSetup, cells: list[Cell], s: int, contents: np.ndarray,
            grid: np.ndarray) -> np.ndarray:
     """Per content, the grid index of the least cap on the last cell, the others ``held`` (their working-set
     groups, :func:`_groups`), at which the stage's relaxed memory fits: memory inverted in that cell's
-    activation (:func:`~sappkit.balancer.stage_bounds.activation_room`) for every product of the cells'
+    activation (:func:`~sappkit.balancer.exact.stage_bounds.activation_room`) for every product of the cells'
     groups, then read off the cell's staircases. Exact up to float rounding: the search's probes check it."""
     last, rows = len(cells) - 1, len(contents)
     cell = cells[last]

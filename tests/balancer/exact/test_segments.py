@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from sappkit import balance
-from sappkit.balancer import segments
-from sappkit.balancer.cells import Cache
+from sappkit.balancer.exact import segments
+from sappkit.balancer.exact.cells import Cache
 from sappkit.balancer.evaluate import evaluate
 from sappkit.balancer.exact import applicable, least_memory, search
 from sappkit.balancer.setup import make_setup
 from sappkit.layers.units import format_mb
 
-from .test_exact import brute_force, judged, with_working_sets
-from .test_optimise import loose_limit, placements, solve_both_ways, table
+from .test_route import brute_force, judged, with_working_sets
+from ..test_optimise import loose_limit, placements, solve_both_ways, table
 
 
 def every_placement(setup):

@@ -1,7 +1,7 @@
 """Exact search for one or two body kinds over several chunks: a DP over stages that carries the kind boundary.
 
 With ``v > 1`` chunks a stage holds ``v`` cells far apart in model order, so
-the run DP of :mod:`.segments` does not apply. With two kinds in model order
+the run DP of :mod:`~sappkit.balancer.exact.segments` does not apply. With two kinds in model order
 the first kind's last layer sits on one cell, the *boundary cell* ``(c*,
 s*)``: cells before it in model order hold the first kind only, cells after
 it the second only, and it may hold the end of the first and the start of
@@ -11,12 +11,12 @@ follow one of three patterns: the one of the stages before ``s*`` in the
 DP's stage order, the boundary stage's, the one after. One kind is the
 case ``n1 = 0`` with one pattern; pricing a cell's layer count rather
 than every product of its front points is what makes this search faster
-than :mod:`.exact`'s enumeration there too.
+than :mod:`~sappkit.balancer.exact`'s enumeration there too.
 
 Per stage and pattern the search lists every product of the cells'
 compositions (layers of each kind) whose stage time can stay under a cap
 ``tau``. A cell's contents are points of its composition's front
-(:func:`~sappkit.balancer.segments.run_front`), and for a backward cap
+(:func:`~sappkit.balancer.exact.segments.run_front`), and for a backward cap
 ``beta`` the lightest point under it is all memory needs (memory grows with
 every cell's activation and charged working set; a charged cell keeps one
 such staircase per working set), so a product is priced at the least
@@ -28,7 +28,7 @@ largest stage time: the ``sapp`` objective at levels 0 and 1 where ``m !=
 p``. ``tau`` grows until the optimum lies under it, which proves it: a
 better placement would use only listed contents. It starts at the same
 DP's optimum with every content at its least stage time (no pricing, only
-listings), a lower bound. As in :mod:`.exact`, relaxed memory gives the
+listings), a lower bound. As in :mod:`~sappkit.balancer.exact`, relaxed memory gives the
 lower bound, exact memory the placement.
 
 Where ``m = p`` the objective splits into ``S + max(L, S)`` (``S`` the
@@ -42,13 +42,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .cells import Cache
-from ..columns import MEMORY_MB
-from .evaluate import evaluate
-from . import segments, split_search
-from .segments import within
-from .setup import BalanceSetup
-from .stage_bounds import monotone_chunks
+from ..cells import Cache
+from ....columns import MEMORY_MB
+from ...evaluate import evaluate
+from .. import segments
+from . import split_search
+from ..segments import within
+from ...setup import BalanceSetup
+from ..stage_bounds import monotone_chunks
 from .stage_dp import GROWTH, optimum, unpriced_bound, work
 
 __all__ = ["applicable", "search", "least_memory"]
