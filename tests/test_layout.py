@@ -13,6 +13,16 @@ PACKAGE = Path(sappkit.__file__).parent
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
 MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"), ("torch",))
+#: Inside a folder with rooms (sub-packages), the order data flows among its members (modules and rooms): a
+#: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
+#: folder that has rooms is listed here with every member, so a new module or room states where it stands.
+ROOM_ORDER = {
+    "sappkit.balancer": (("setup", "peaks", "evaluate"), ("exact", "ilp"), ("step",),
+                         ("plan", "optimise", "views", "torchtitan")),
+    "sappkit.balancer.exact": (("stage_bounds", "cells"), ("segments",), ("boundary",), ("route",)),
+    "sappkit.balancer.exact.boundary": (("stage_cells",), ("cap_search",), ("stage_tables",), ("stage_dp",),
+                                        ("split_search",), ("search",)),
+}
 
 
 def _module_name(path: Path) -> str:
@@ -38,6 +48,18 @@ def _imports(path: Path) -> set[str]:
 
 def _graph() -> dict[str, set[str]]:
     return {_module_name(path): _imports(path) for path in PACKAGE.rglob("*.py")}
+
+
+def _member(folder: str, module: str) -> str | None:
+    """The member of ``folder`` (a module or room directly inside it) that holds ``module``; None outside it."""
+    return module[len(folder) + 1:].split(".")[0] if module.startswith(folder + ".") else None
+
+
+def _members(folder: str) -> set[str]:
+    """The modules and rooms directly inside ``folder`` (a dotted package name)."""
+    path = PACKAGE.parent.joinpath(*folder.split("."))
+    return ({p.stem for p in path.glob("*.py") if p.stem != "__init__"}
+            | {p.parent.name for p in path.glob("*/__init__.py")})
 
 
 def test_the_top_level_holds_few_modules_and_every_model_has_a_folder():
@@ -86,3 +108,56 @@ def test_every_public_name_resolves_even_after_every_module_is_imported():
         value = getattr(sappkit, name)
         assert not isinstance(value, types.ModuleType), f"sappkit.{name} is a module, not the public {name}"
     assert callable(sappkit.balance) and callable(sappkit.alternatives)
+
+
+def test_every_folder_with_rooms_states_the_order_of_all_its_members():
+    with_rooms = {_module_name(path.parent / "__init__.py").rpartition(".")[0]
+                  for path in PACKAGE.glob("*/**/__init__.py") if path.parent.parent != PACKAGE}
+    assert with_rooms <= set(ROOM_ORDER), f"folders with rooms missing from ROOM_ORDER: {with_rooms - set(ROOM_ORDER)}"
+    for folder, order in ROOM_ORDER.items():
+        listed = {member for group in order for member in group}
+        assert listed == _members(folder), (f"{folder}: ROOM_ORDER leaves out {sorted(_members(folder) - listed)} "
+                                            f"and lists {sorted(listed - _members(folder))}, which do not exist")
+
+
+def test_inside_a_folder_with_rooms_members_import_only_the_members_before_them():
+    graph = _graph()
+    for folder, order in ROOM_ORDER.items():
+        rank = {member: i for i, group in enumerate(order) for member in group}
+        for module, targets in graph.items():
+            member = _member(folder, module)
+            if member is None:
+                continue
+            for target in targets:
+                assert target != folder, f"{module} imports {folder}, the folder it sits in (an upward import)"
+                other = _member(folder, target)
+                if other is not None and other != member:
+                    assert rank[other] <= rank[member], f"{module} imports {target}, a member of {folder} after it"
+
+
+def test_rooms_import_each_other_without_cycles():
+    graph = _graph()
+    for folder in ROOM_ORDER:
+        edges = {}
+        for module, targets in graph.items():
+            member = _member(folder, module)
+            if member is not None:
+                edges.setdefault(member, set()).update(
+                    other for other in map(lambda target: _member(folder, target), targets)
+                    if other not in (None, member))
+        done, trail = set(), []
+
+        def visit(member):
+            if member in trail:
+                raise AssertionError(f"{folder}: rooms import in a cycle: "
+                                     + " -> ".join(trail[trail.index(member):] + [member]))
+            if member in done:
+                return
+            trail.append(member)
+            for other in sorted(edges.get(member, ())):
+                visit(other)
+            trail.pop()
+            done.add(member)
+
+        for member in sorted(edges):
+            visit(member)
