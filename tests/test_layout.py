@@ -10,6 +10,8 @@ from pathlib import Path
 import sappkit
 
 PACKAGE = Path(sappkit.__file__).parent
+#: A module of one job fits in this many lines; a function's code (its docstring aside) in this many.
+MODULE_LINES, FUNCTION_LINES = 400, 80
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
 MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"), ("torch",))
@@ -19,7 +21,8 @@ MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more",
 ROOM_ORDER = {
     "sappkit.balancer": (("setup", "peaks", "evaluate"), ("exact", "ilp"), ("step",),
                          ("plan", "optimise", "views", "torchtitan")),
-    "sappkit.balancer.exact": (("stage_bounds", "cells"), ("segments",), ("boundary",), ("route",)),
+    "sappkit.balancer.exact": (("stage_bounds", "cells", "result"), ("enumeration", "segments"), ("boundary",),
+                               ("route",)),
     "sappkit.balancer.exact.boundary": (("stage_cells",), ("cap_search",), ("stage_tables",), ("stage_dp",),
                                         ("split_search",), ("search",)),
 }
@@ -161,3 +164,19 @@ def test_rooms_import_each_other_without_cycles():
 
         for member in sorted(edges):
             visit(member)
+
+
+def test_modules_and_functions_stay_small():
+    too_long = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MODULE_LINES:
+            too_long.append(f"{path.relative_to(PACKAGE.parent)}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                docstring = node.body[0] if ast.get_docstring(node) is not None else None
+                lines = node.end_lineno - node.lineno + 1
+                lines -= 0 if docstring is None else docstring.end_lineno - docstring.lineno + 1
+                if lines > FUNCTION_LINES:
+                    too_long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {lines} lines")
+    assert not too_long, "over the house's sizes: " + "; ".join(too_long)

@@ -85,7 +85,7 @@ class Evaluation:
         return bool(np.all(memory <= ceiling(self.stages[LIMIT_MB].to_numpy())))
 
 
-def _cell_sums(setup: BalanceSetup, counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
+def _cell_sums(counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
     return np.tensordot(per_item, counts, axes=(0, 0))
 
 
@@ -187,8 +187,8 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     ([270.0, 350.0], 8.0)
     """
     counts = np.asarray(counts, dtype=float)
-    forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward
-    backward = _cell_sums(setup, counts, setup.backward) + setup.fixed_backward
+    forward = _cell_sums(counts, setup.forward) + setup.fixed_forward
+    backward = _cell_sums(counts, setup.backward) + setup.fixed_backward
     memory = stage_memory(setup, np.moveaxis(counts, -1, 0), np.arange(setup.stages))
     stages = pd.DataFrame({
         STAGE: np.arange(setup.stages),
@@ -196,7 +196,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
         PARAM_MB: memory.param, ACTIVATION_MB: memory.activation, OVERHEAD_MB: memory.overhead,
         WORKING_MB: memory.working, CONST_MB: setup.const_mb, MEMORY_MB: memory.total, LIMIT_MB: setup.memory_mb,
         FORWARD_TIME: forward.sum(axis=0), BACKWARD_TIME: backward.sum(axis=0),
-        RECOMPUTE_TIME: _cell_sums(setup, counts, setup.recompute).sum(axis=0),
+        RECOMPUTE_TIME: _cell_sums(counts, setup.recompute).sum(axis=0),
         TIME: forward.max(axis=0) + backward.max(axis=0),
     })
     body_forward = forward - setup.fixed_forward
@@ -204,8 +204,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
                       sapp=sapp_objective(setup, forward, backward, body_forward))
 
 
-def split_terms(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
-                body_forward: np.ndarray) -> tuple[float, float]:
+def split_terms(setup: BalanceSetup, backward: np.ndarray, body_forward: np.ndarray) -> tuple[float, float]:
     """``(S, L)`` of the ``bottleneck_split`` objective: non-last chunks' and the last chunk's bound."""
     v = setup.chunks
     first = float(backward[: v - 1].max(initial=0.0))
@@ -218,7 +217,7 @@ def stage_term(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, b
     """The stage term: the stage time, or for ``bottleneck_split`` the level's combination of S and L."""
     if not setup.bottleneck_split:
         return float((forward.max(axis=0) + backward.max(axis=0)).max())
-    first, last = split_terms(setup, forward, backward, body_forward)
+    first, last = split_terms(setup, backward, body_forward)
     return max(first, last) if setup.level >= 2 else first + max(first, last)
 
 

@@ -34,7 +34,7 @@ from ..columns import MEMORY_MB, SAPP_OPTIONS, STAGE
 from ..errors import InputError
 from ..limits import MAX_DRY_RUNS, MAX_LAYERS, MAX_STAGES
 from .dryruns import as_observations
-from .fit import unidentified
+from .identify import unidentified
 from .model import CONST, Param, body_params, design
 from .stage_config import RUN, count_column, dryrun_config
 

@@ -34,7 +34,7 @@ from ..layers.table import LayerTable, as_layer_table
 from ..layers.units import with_time_unit
 from .memory_events import NO_BACKWARD, memory_events
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
-from .simulator import STATIC_MB
+from .simulator_inputs import STATIC_MB
 
 __all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT", "COSTS"]
 

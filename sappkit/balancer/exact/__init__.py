@@ -5,6 +5,7 @@ that none fits; where none of them applies, or a budget stops it, the integer pr
 """
 
 from .cells import Cache
-from .route import SearchResult, applicable, least_memory, search
+from .result import SearchResult
+from .route import least_memory, search, why_not_applicable
 
-__all__ = ["Cache", "SearchResult", "applicable", "search", "least_memory"]
+__all__ = ["Cache", "SearchResult", "why_not_applicable", "search", "least_memory"]

@@ -28,13 +28,13 @@ from .cells import EPS, Cache, Front, _subset_fronts, _undominated, working_fron
 from ..setup import BalanceSetup
 from .stage_bounds import fixed_memory
 
-__all__ = ["applicable", "search", "least_memory", "run_front", "per_kind", "within"]
+__all__ = ["why_not_applicable", "search", "least_memory", "run_front", "per_kind", "within"]
 
 #: How the cap on a stage's value grows when no placement lies under it.
 _GROWTH = 1.06
 
 
-def applicable(setup: BalanceSetup) -> str:
+def why_not_applicable(setup: BalanceSetup) -> str:
     """Why the searches over several body kinds (this one on one chunk, :mod:`.boundary.search` on more) do not apply to
     ``setup`` ('' when they do)."""
     if setup.level >= 2:
@@ -63,7 +63,7 @@ def _kind_front(setup: BalanceSetup, kind: int, n: int, cache: Cache, working: b
     return Front(front.backward, front.activation, mix, np.zeros(len(front.backward)))
 
 
-def _lightest_kind(setup: BalanceSetup, kind: int, n: int, cache: Cache, working: bool) -> Front:
+def _lightest_kind(setup: BalanceSetup, kind: int, n: int, working: bool) -> Front:
     """Per working set a mix of ``n`` layers of ``kind`` with the least activation (what :meth:`Front.lightest`
     keeps of :func:`_kind_front`, found directly: the lightest option everywhere, or the layer ending warm-up
     on each option and the lightest allowed before it)."""
@@ -111,7 +111,8 @@ def run_front(setup: BalanceSetup, layers: tuple[int, ...], cache: Cache, workin
         front = Front(np.zeros(1), np.zeros(1), np.zeros((1, len(setup.items)), dtype=int), np.zeros(1))
         for k in present:
             last = working and k == present[-1]
-            part = (_lightest_kind if lightest else _kind_front)(setup, k, layers[k], cache, last)
+            part = (_lightest_kind(setup, k, layers[k], last) if lightest
+                    else _kind_front(setup, k, layers[k], cache, last))
             front = _plus(front, part)
         cache.fronts[key] = front
     return cache.fronts[key]

@@ -20,11 +20,11 @@ from sappkit import balance
 from sappkit.balancer.exact import segments
 from sappkit.balancer.exact.cells import Cache
 from sappkit.balancer.evaluate import evaluate
-from sappkit.balancer.exact import applicable, least_memory, search
+from sappkit.balancer.exact import why_not_applicable, least_memory, search
 from sappkit.balancer.setup import make_setup
 from sappkit.layers.units import format_mb
 
-from .test_route import brute_force, judged, with_working_sets
+from .test_enumeration import brute_force, judged, with_working_sets
 from ..test_optimise import loose_limit, placements, solve_both_ways, table
 
 
@@ -137,5 +137,5 @@ def test_where_the_search_over_runs_does_not_apply(rng, change, reason):
     frame = table(rng, kinds=2, counts=(4, 4), options=("none", "full"))
     setup = make_setup(frame, **{**dict(stages=2, micro_batches=4, memory_mb=1e9, consistent_recompute=False),
                                  **change})
-    assert applicable(setup) == reason
+    assert why_not_applicable(setup) == reason
     assert search(setup) is None

@@ -11,7 +11,7 @@ follow one of three patterns: the one of the stages before ``s*`` in the
 DP's stage order, the boundary stage's, the one after. One kind is the
 case ``n1 = 0`` with one pattern; pricing a cell's layer count rather
 than every product of its front points is what makes this search faster
-than :mod:`~sappkit.balancer.exact`'s enumeration there too.
+than the enumeration (:mod:`~sappkit.balancer.exact.enumeration`) there too.
 
 Per stage and pattern the search lists every product of the cells'
 compositions (layers of each kind) whose stage time can stay under a cap
@@ -28,7 +28,7 @@ largest stage time: the ``sapp`` objective at levels 0 and 1 where ``m !=
 p``. ``tau`` grows until the optimum lies under it, which proves it: a
 better placement would use only listed contents. It starts at the same
 DP's optimum with every content at its least stage time (no pricing, only
-listings), a lower bound. As in :mod:`~sappkit.balancer.exact`, relaxed memory gives the
+listings), a lower bound. As in the enumeration, relaxed memory gives the
 lower bound, exact memory the placement.
 
 Where ``m = p`` the objective splits into ``S + max(L, S)`` (``S`` the
@@ -52,17 +52,17 @@ from ...setup import BalanceSetup
 from ..stage_bounds import monotone_chunks
 from .stage_dp import GROWTH, optimum, unpriced_bound, work
 
-__all__ = ["applicable", "search", "least_memory"]
+__all__ = ["why_not_applicable", "search", "least_memory"]
 
 #: How the memory cap grows when the least-memory search finds nothing under it.
 _MEMORY_GROWTH = 1.3
 
 
-def applicable(setup: BalanceSetup) -> str:
+def why_not_applicable(setup: BalanceSetup) -> str:
     """Why the search does not apply to ``setup`` ('' when it does)."""
     if len(setup.kinds) > 2:
         return "more than two body kinds with more than one chunk"
-    shared = segments.applicable(setup)
+    shared = segments.why_not_applicable(setup)
     if shared:
         return shared
     if not all(monotone_chunks(setup, s).all() for s in range(setup.stages)):

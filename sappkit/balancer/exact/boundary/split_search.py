@@ -6,7 +6,7 @@ the least largest ``L``, and a branch and bound over ``sigma``
 (:func:`_split_round`) finds the least objective under a cap ``tau``, which
 grows from a growth step above the unpriced bound until the optimum lies
 under it. Past :data:`_SPLIT_BUDGET` bounds tried the search hands its best
-placement, unproven, to the integer program (with one kind, :mod:`~sappkit.balancer.exact`'s
+placement, unproven, to the integer program (with one kind, :mod:`~sappkit.balancer.exact.enumeration`'s
 enumeration may prove it first).
 """
 
@@ -59,7 +59,12 @@ def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int
     """(least objective found, its placement or None, lower bound) of the split objective with the contents
     listed under ``tau``, from the best placement ``kept`` (objective, counts) of earlier rounds; exact where it
     is at most ``tau``. The lower bound (on the objective or ``tau``, whichever is less) is None where the round
-    stopped short, past ``budget`` (the evaluations left, counted down) or the enumeration budget.
+    stopped short, past ``budget`` (the evaluations left, counted down) or the enumeration budget."""
+    return _SplitRound(setup, cache, tau, budget, kept).run()
+
+
+class _SplitRound:
+    """One round of the branch and bound over ``sigma`` under a cap ``tau`` (:func:`_split_round`).
 
     For a boundary chunk and a bound ``sigma`` on ``S`` the min-max DP over ``L`` gives ``lambda(sigma)``
     (exact while ``sigma + lambda <= tau``: every content that could do better is listed), and the objective
@@ -75,87 +80,106 @@ def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int
     candidates down to where its placement's contents still fit (:func:`_settled`), and the search steps left
     of that candidate while such steps keep ``lambda``: that finds where ``lambda`` drops. A chunk whose listed
     contents make up no placement is not searched."""
-    best = list(kept)
-    lower = tau
-    # per chunk: its candidates; candidate -> (listed relaxed lambda, its objective); settled candidates to step
-    # left of
-    sigmas, known, sweeps = {}, {}, {}
-    heap = []  # best first: (bound, chunk, lo, hi, anchor)
 
-    def evaluate_at(chunk, i, swept=None):
+    def __init__(self, setup: BalanceSetup, cache: Cache, tau: float, budget: list[int], kept: tuple):
+        self.setup, self.cache, self.tau, self.budget = setup, cache, tau, budget
+        self.best = list(kept)
+        self.lower = tau
+        # per chunk: its candidates; candidate -> (listed relaxed lambda, its objective); settled candidates to
+        # step left of
+        self.sigmas, self.known, self.sweeps = {}, {}, {}
+        self.heap = []  # best first: (bound, chunk, lo, hi, anchor)
+
+    def run(self):
+        """The round's (least objective, placement, lower bound), the bound None where it stopped short."""
+        for boundary_chunk in boundary_chunks(self.setup):
+            if not self._start(boundary_chunk):
+                return self.best[0], self.best[1], None
+        while self.heap:
+            least, chunk, lo, hi, anchor = heapq.heappop(self.heap)
+            if not (least < self.best[0] and not within(self.best[0], least)):
+                self.lower = min(self.lower, least)  # and every interval left, bounded no lower
+                break
+            if not self._branch(chunk, lo, hi, anchor):
+                return self.best[0], self.best[1], None
+        evaluated = [value if within(value, self.tau) else self.tau
+                     for chunk in self.known for _, value in self.known[chunk].values()]
+        return self.best[0], self.best[1], min([self.lower, self.best[0], *evaluated])
+
+    def _start(self, chunk: int) -> bool:
+        """List ``chunk``'s candidates, evaluate the largest and queue the rest; False past the budgets."""
+        unpriced = chunk_optimum(self.setup, self.cache, chunk, self.tau, "split", None, False)
+        if unpriced is None:
+            return False
+        if not within(unpriced[0], self.tau):
+            return True
+        self.sigmas[chunk], self.known[chunk] = _sigmas(self.setup, self.cache, chunk, self.tau), {}
+        self.sweeps[chunk] = set()
+        settled = self._evaluate(chunk, len(self.sigmas[chunk]) - 1)
+        if settled is None:
+            return False
+        self._push(chunk, 0, settled, settled)
+        return True
+
+    def _branch(self, chunk: int, lo: int, hi: int, anchor: int) -> bool:
+        """Evaluate one candidate of ``lo .. hi - 1`` and queue what is left either side; False past the
+        budgets."""
+        listed = self.known[chunk][anchor][0]
+        best = self.best[0]
+        reach = int(np.searchsorted(self.sigmas[chunk], min(best - listed, best / 2)))  # past it none beats best
+        if reach <= lo:
+            return True
+        sweep = anchor == hi and anchor in self.sweeps[chunk]
+        mid = min(reach, hi) - 1 if reach < hi or sweep else (lo + hi - 1) // 2
+        settled = self._evaluate(chunk, mid, listed if sweep else None)
+        if settled is None:
+            return False
+        self._push(chunk, lo, settled, settled)
+        self._push(chunk, mid + 1, min(hi, reach), anchor)
+        return True
+
+    def _evaluate(self, chunk: int, i: int, swept: float | None = None) -> int | None:
         """Evaluate candidate ``i``: the least candidate settled with it (:func:`_settled`, where the relaxed and
         exact ``lambda`` agree), None past the budgets. ``swept``: the ``lambda`` of the settled candidate just
         right of ``i``, when the search steps left from it."""
-        budget[0] -= 1
-        found = chunk_optimum(setup, cache, chunk, tau, "split", float(sigmas[chunk][i]), True) \
-            if budget[0] >= 0 else None
+        self.budget[0] -= 1
+        found = chunk_optimum(self.setup, self.cache, chunk, self.tau, "split", float(self.sigmas[chunk][i]), True) \
+            if self.budget[0] >= 0 else None
         if found is None:
             return None
         relaxed, value, placed, _, _ = found
         settled = i
         if placed is not None and within(value, relaxed):
-            settled, placed = _settled(setup, found, sigmas[chunk], i)
+            settled, placed = _settled(self.setup, found, self.sigmas[chunk])
         if settled < i and (swept is None or within(relaxed, swept)):
-            sweeps[chunk].add(settled)
+            self.sweeps[chunk].add(settled)
         for j in {i, settled}:
-            sigma = float(sigmas[chunk][j])
-            known[chunk][j] = (relaxed, sigma + max(relaxed, sigma))
-        sigma = float(sigmas[chunk][settled])
-        if placed is not None and sigma + max(value, sigma) < best[0]:
-            best[:] = sigma + max(value, sigma), placed
+            sigma = float(self.sigmas[chunk][j])
+            self.known[chunk][j] = (relaxed, sigma + max(relaxed, sigma))
+        sigma = float(self.sigmas[chunk][settled])
+        if placed is not None and sigma + max(value, sigma) < self.best[0]:
+            self.best[:] = sigma + max(value, sigma), placed
         return settled
 
-    def push(chunk, lo, hi, anchor):
+    def _push(self, chunk: int, lo: int, hi: int, anchor: int) -> None:
         """Queue candidates ``lo .. hi - 1`` (``anchor >= hi`` evaluated) at the least objective they could reach,
         unless none can beat ``tau`` or a smaller evaluated candidate: ``lower`` takes what proves it."""
-        nonlocal lower
-        values, listed = sigmas[chunk], known[chunk][anchor][0]
+        values, listed = self.sigmas[chunk], self.known[chunk][anchor][0]
         if lo >= hi:
             return
         least = values[lo] + max(listed, values[lo])
-        if not within(least, tau):
-            lower = min(lower, tau)
+        if not within(least, self.tau):
+            self.lower = min(self.lower, self.tau)
             return
-        left = known[chunk].get(lo - 1)
-        if within(listed, tau - values[anchor]) and left is not None and within(left[0], listed):
-            lower = min(lower, left[1])  # lambda flat (and true) up to the anchor: sigma only adds
+        left = self.known[chunk].get(lo - 1)
+        if within(listed, self.tau - values[anchor]) and left is not None and within(left[0], listed):
+            self.lower = min(self.lower, left[1])  # lambda flat (and true) up to the anchor: sigma only adds
             return
-        heapq.heappush(heap, (least, chunk, lo, hi, anchor))
-
-    for boundary_chunk in boundary_chunks(setup):
-        unpriced = chunk_optimum(setup, cache, boundary_chunk, tau, "split", None, False)
-        if unpriced is None:
-            return best[0], best[1], None
-        if not within(unpriced[0], tau):
-            continue
-        sigmas[boundary_chunk], known[boundary_chunk] = _sigmas(setup, cache, boundary_chunk, tau), {}
-        sweeps[boundary_chunk] = set()
-        settled = evaluate_at(boundary_chunk, len(sigmas[boundary_chunk]) - 1)
-        if settled is None:
-            return best[0], best[1], None
-        push(boundary_chunk, 0, settled, settled)
-    while heap:
-        least, chunk, lo, hi, anchor = heapq.heappop(heap)
-        if not (least < best[0] and not within(best[0], least)):
-            lower = min(lower, least)  # and every interval left, bounded no lower
-            break
-        listed = known[chunk][anchor][0]
-        reach = int(np.searchsorted(sigmas[chunk], min(best[0] - listed, best[0] / 2)))  # past it none beats best
-        if reach <= lo:
-            continue
-        sweep = anchor == hi and anchor in sweeps[chunk]
-        mid = min(reach, hi) - 1 if reach < hi or sweep else (lo + hi - 1) // 2
-        settled = evaluate_at(chunk, mid, listed if sweep else None)
-        if settled is None:
-            return best[0], best[1], None
-        push(chunk, lo, settled, settled)
-        push(chunk, mid + 1, min(hi, reach), anchor)
-    evaluated = [value if within(value, tau) else tau for chunk in known for _, value in known[chunk].values()]
-    return best[0], best[1], min([lower, best[0], *evaluated])
+        heapq.heappush(self.heap, (least, chunk, lo, hi, anchor))
 
 
-def _settled(setup: BalanceSetup, found, sigmas: np.ndarray, i: int) -> tuple[int, np.ndarray]:
-    """The least candidate ``d <= i`` at which the contents of the exact placement found at ``sigmas[i]`` fit
+def _settled(setup: BalanceSetup, found, sigmas: np.ndarray) -> tuple[int, np.ndarray]:
+    """The least candidate ``d`` at which the contents of the exact placement ``found`` (at candidate ``i``) fit
     with ``L`` no larger (each stage's last cell capped at what keeps its ``L`` within the optimum), and that
     placement: ``lambda`` is then the same on candidates ``d .. i``, where the objective is least at ``d``.
 

@@ -17,7 +17,7 @@ from sappkit.balancer.setup import make_setup
 from sappkit.balancer.exact.stage_bounds import activation_room, memory_bounds
 from sappkit.balancer.exact.boundary.stage_cells import Staircases
 
-from ..test_route import with_working_sets
+from ..test_enumeration import with_working_sets
 from ...test_optimise import loose_limit, table
 
 SHAPES = [dict(schedule="interleaved", stages=3, chunks=2, micro_batches=3, working_set=True),

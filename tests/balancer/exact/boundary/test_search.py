@@ -19,11 +19,11 @@ import pytest
 from sappkit import balance
 from sappkit.balancer.exact.boundary import search as boundary, split_search, stage_dp
 from sappkit.balancer.exact.cells import Cache
-from sappkit.balancer.exact import applicable, search
+from sappkit.balancer.exact import why_not_applicable, search
 from sappkit.balancer.evaluate import evaluate, split_terms
 from sappkit.balancer.setup import make_setup
 
-from ..test_route import brute_force as best_fitting, fills_every_cell, judged, with_working_sets
+from ..test_enumeration import brute_force as best_fitting, fills_every_cell, judged, with_working_sets
 from ...test_optimise import brute_force, loose_limit, placements, solve_both_ways, table
 
 
@@ -80,7 +80,7 @@ def test_the_search_equals_seed_003s_objective_over_every_placement(counts, pipe
         for scale in (0.8, 1.0, 1.3):
             setup = make_setup(frame, memory_mb=limit * scale, working_set=False, consistent_recompute=False,
                                **pipeline)
-            assert applicable(setup) == ""
+            assert why_not_applicable(setup) == ""
             expected = brute_force(frame, memory_mb=setup.memory_mb, consistency=False, **pipeline)
             assert solved(setup) == pytest.approx(math.inf if expected is None else expected, rel=1e-9)
 
@@ -118,7 +118,7 @@ def test_the_split_objective_of_m_equal_p_equals_every_placement_with_the_workin
                                              tail=bool(trial)))
         limit = loose_limit(frame, **pipeline)
         setup = make_setup(frame, memory_mb=limit, working_set=True, consistent_recompute=False, **pipeline)
-        assert setup.bottleneck_split and boundary.applicable(setup) == ""
+        assert setup.bottleneck_split and boundary.why_not_applicable(setup) == ""
         placed = in_model_order(setup)
         for scale in (0.75, 1.0, 1.5):
             setup = make_setup(frame, memory_mb=limit * scale, working_set=True, consistent_recompute=False,
@@ -134,7 +134,7 @@ def split_parts(setup, counts):
     result = evaluate(setup, counts)
     if result.stages["memory_mb"].max() > setup.memory_mb * (1 + 1e-9) + 1e-6:
         return None
-    return split_terms(setup, result.forward, result.backward, result.forward - setup.fixed_forward)
+    return split_terms(setup, result.backward, result.forward - setup.fixed_forward)
 
 
 def test_the_unpriced_optimum_bounds_the_stage_time_and_is_it_without_a_memory_limit(rng):
@@ -245,8 +245,8 @@ def test_least_memory_is_the_least_over_every_placement_and_infeasible_limits_ar
 
 def test_what_the_search_leaves_to_the_integer_program(rng):
     frame = table(rng, kinds=3, counts=(2, 2, 2), options=("none", "full"))
-    assert "more than two body kinds" in applicable(make_setup(frame, stages=2, chunks=2, micro_batches=4,
+    assert "more than two body kinds" in why_not_applicable(make_setup(frame, stages=2, chunks=2, micro_batches=4,
                                                                memory_mb=1e9, consistent_recompute=False))
     two = table(rng, kinds=2, counts=(3, 3), options=("none", "full"))
-    assert "consistency" in applicable(make_setup(two, stages=2, chunks=2, micro_batches=4, memory_mb=1e9,
+    assert "consistency" in why_not_applicable(make_setup(two, stages=2, chunks=2, micro_batches=4, memory_mb=1e9,
                                                   consistent_recompute=True))
