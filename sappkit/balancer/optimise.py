@@ -5,15 +5,14 @@ run each recompute option so that every stage fits the device and the step
 is fastest (seed 003; DESIGN.md "ILP balancer"). Two routes reach the same
 proven optimum:
 
-- the **exact search** (:mod:`sappkit.balancer.exact`), levels 0 and 1: for
-  one body kind, per-stage enumeration of Pareto-optimal cell contents and
-  a dynamic program over stages (every schedule); for several body kinds on
-  one chunk, a dynamic program over stages on the model position
-  (:mod:`sappkit.balancer.exact.segments`). Both are exact for the model, with or
-  without the working set; they prove most instances in well under a second
-  and otherwise hand the integer program a proven lower bound and an
-  incumbent;
-- the **integer program** (``ilp``; HiGHS or CBC through PuLP) for
+- the **exact searches** (:mod:`sappkit.balancer.exact`, whose docstring
+  says which covers which case), levels 0 and 1: for one body kind, one
+  or two kinds over several chunks, or several kinds on one chunk, a
+  dynamic program over stages on Pareto-optimal cell contents. They are exact for
+  the model, with or without the working set; they prove most instances in
+  well under a second and otherwise hand the integer program a proven lower
+  bound and an incumbent;
+- the **integer program** (:mod:`sappkit.balancer.ilp`; HiGHS or CBC through PuLP) for
   everything else.
 
 Objective ``step`` is the simulated step time, which no closed form gives:
