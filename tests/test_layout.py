@@ -2,7 +2,9 @@
 
 import ast
 import importlib
+import json
 import pkgutil
+import re
 import types
 from importlib.util import find_spec
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 import sappkit
 
 PACKAGE = Path(sappkit.__file__).parent
+ROOT = PACKAGE.parent
 #: A module of one job fits in this many lines; a function's code (its docstring aside) in this many.
 MODULE_LINES, FUNCTION_LINES = 400, 80
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
@@ -180,3 +183,73 @@ def test_modules_and_functions_stay_small():
                 if lines > FUNCTION_LINES:
                     too_long.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} {node.name}: {lines} lines")
     assert not too_long, "over the house's sizes: " + "; ".join(too_long)
+
+
+# --- what the code, notebooks and docs cite -----------------------------------------------------------------------
+
+#: A repository path as text cites it: rooted at a top-level folder, not a pattern (``tests/test_<module>.py``).
+CITED_PATH = re.compile(r"(?<![\w./-])((?:sappkit|tests|notebooks|data|docs|\.ci)/[\w./-]*\w)(?![\w<*{/-])")
+#: A dotted name in sappkit as text cites it (``:func:`sappkit.pipeline.simulator.simulate```).
+CITED_NAME = re.compile(r"(?<![\w.])(sappkit(?:\.\w+)+)(?![\w*(])")
+#: Where installed files live, not in a checkout: the wheel maps data/ to sappkit/data (pyproject.toml).
+INSTALLED_ONLY = "sappkit/data"
+#: Dotted keys sappkit writes into notebook metadata, not names in the package.
+METADATA_KEYS = {"sappkit.client.sent", "sappkit.client.done", "sappkit.requires"}
+#: Documents outside the repository that the project was written from; no reader of the repository has them.
+OUTSIDE = re.compile(r"DESIGN\.md|STYLE\.md|shared/(?:design|reference)|/work/|\b[Ss]eeds? 00\d\b|\bseed[-_]00\d")
+
+
+def _cited_texts() -> dict[str, str]:
+    """Every text the repository writes for a reader: code and tests, notebooks (cells and outputs), the docs."""
+    texts = {}
+    for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), ROOT / "conftest.py",
+                 ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").glob("*.md")]:
+        texts[str(path.relative_to(ROOT))] = path.read_text()
+    for path in (ROOT / "notebooks").glob("*.ipynb"):
+        cells = json.loads(path.read_text())["cells"]
+        parts = ["".join(cell["source"]) for cell in cells]
+        parts += ["".join(output.get("text", "")) + "".join(output.get("data", {}).get("text/plain", ""))
+                  for cell in cells for output in cell.get("outputs", ())]
+        texts[str(path.relative_to(ROOT))] = "\n".join(parts)
+    texts.pop(str(Path(__file__).relative_to(ROOT)))  # this file spells the patterns out
+    return texts
+
+
+def _resolves(name: str) -> bool:
+    """Whether ``name`` is a sappkit module, or an attribute of one (a class's method, a constant...)."""
+    parts = name.split(".")
+    for split in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:split]))
+        except ImportError:
+            continue
+        for depth, attribute in enumerate(parts[split:], split + 1):
+            if hasattr(value, attribute):
+                value = getattr(value, attribute)
+            else:  # a dataclass field without a default is no class attribute, and has none of its own
+                return attribute in getattr(value, "__dataclass_fields__", {}) and depth == len(parts)
+        return True
+    return False
+
+
+def test_every_repository_path_the_code_notebooks_and_docs_cite_exists():
+    missing = sorted({f"{source}: {path}" for source, text in _cited_texts().items()
+                      for path in CITED_PATH.findall(text)
+                      if not path.startswith(INSTALLED_ONLY) and not (ROOT / path.rstrip(".")).exists()})
+    assert not missing, "cited paths that do not exist: " + "; ".join(missing)
+
+
+def test_every_sappkit_name_the_code_notebooks_and_docs_cite_resolves():
+    optional = "sappkit.torch" if find_spec("torch") is None else None  # the [torch] extra
+    missing = sorted({f"{source}: {name}" for source, text in _cited_texts().items()
+                      for name in CITED_NAME.findall(text)
+                      if name not in METADATA_KEYS and not (optional and name.startswith(optional))
+                      and not _resolves(name.rstrip("."))})
+    assert not missing, "cited sappkit names that do not resolve: " + "; ".join(missing)
+
+
+def test_nothing_cites_a_document_outside_the_repository():
+    outside = sorted({f"{source}: {match.group(0)!r}" for source, text in _cited_texts().items()
+                      for match in OUTSIDE.finditer(text)})
+    assert not outside, ("cited documents outside the repository (name the source, e.g. SAPP's pipeline "
+                         "balancer, or docs/design.md): " + "; ".join(outside))

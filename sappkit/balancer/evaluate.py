@@ -7,19 +7,19 @@ from the placement alone, never read back from solver variables, so a plan
 from the ILP, from the exact search or from MindFormers offsets is judged
 the same way.
 
-Time (DESIGN.md "Per-stage time"): ``F(c, s)`` and ``B(c, s)`` sum the
+Time (docs/design.md "Time and the objectives"): ``F(c, s)`` and ``B(c, s)`` sum the
 forward and backward of the cell's body layers plus the head or tail on
 their cell. The stage time is ``max_c F(c, s) + max_c B(c, s)``.
 
-Memory (DESIGN.md "Per-stage memory"): parameters, activation × in-flight
+Memory (docs/design.md "One memory model"): parameters, activation × in-flight
 (+ memory kept once) and the constant; by default (``working_set=True``) the
 peak over the stage's memory events, working set included, which is what the
 simulator measures (:mod:`sappkit.balancer.peaks`); with
-``working_set=False`` seed 003's terms: the interleaved overhead
+``working_set=False`` SAPP's pipeline balancer's terms: the interleaved overhead
 ``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
 chunks and no working set (:func:`stage_memory`).
 
-Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
+Objective ``sapp`` (SAPP's pipeline balancer's, every level and case):
 
 - levels 0 and 1, ``bottleneck_split`` off: ``T = max_s`` stage time;
 - ``bottleneck_split`` (level >= 1, ``v > 1``, ``m = p``):
@@ -29,7 +29,7 @@ Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
   factors); level 1 minimises ``S + max(L, S)``, level >= 2 uses
   ``max(S, L)`` as its stage term;
 - level >= 2 (approach A): ``(total + Σ chunks + Σ prev + next) / max(1, v-2)
-  + stage term * (m - 2)`` with the seed's bubble terms at their least
+  + stage term * (m - 2)`` with SAPP's bubble terms at their least
   feasible values (see :func:`_approach_a`).
 
 Objective ``step`` is the simulated step time, which no closed form gives:
@@ -112,7 +112,7 @@ def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) 
     peak over the stage's memory events (:mod:`sappkit.balancer.peaks`): the
     working set its backward then holds in ``working``, the rest of the peak
     above activation × in-flight in ``overhead`` (negative where no event
-    holds every cell's in-flight count at once); without it seed 003's
+    holds every cell's in-flight count at once); without it SAPP's
     interleaved overhead ``max(0, ceil(Σ factor ΔA))`` over the body
     activations of the stage's chunks. Vectorised: the search prices many
     stages at once.
@@ -223,7 +223,7 @@ def stage_term(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, b
 
 def sapp_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
                    body_forward: np.ndarray) -> float:
-    """Seed 003's objective for this placement at ``setup.level`` (module docstring)."""
+    """SAPP's pipeline balancer's objective for this placement at ``setup.level`` (module docstring)."""
     term = stage_term(setup, forward, backward, body_forward)
     if setup.level < 2:
         return term
@@ -231,7 +231,7 @@ def sapp_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarra
 
 
 def _approach_a(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, body_forward: np.ndarray) -> float:
-    """``total + Σ chunks_sum + Σ prev_diff + next_diff`` at their least feasible values (seed 003).
+    """``total + Σ chunks_sum + Σ prev_diff + next_diff`` at their least feasible values (SAPP's pipeline balancer).
 
     ``total`` sums body work; ``chunks_sum[c] = (v - c)/v * Σ_s (F + B)(c, s) / p``
     for non-last chunks; ``prev_diff[c] = m Σ_{s>=1} max(0, R(s-1) - F(c, s))``

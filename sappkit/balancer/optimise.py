@@ -2,8 +2,8 @@
 
 :func:`balance` decides, for every cell, how many layers of each body kind
 run each recompute option so that every stage fits the device and the step
-is fastest (seed 003; DESIGN.md "ILP balancer"). Two routes reach the same
-proven optimum:
+is fastest (SAPP's pipeline balancer; docs/design.md "The routes through the
+balancer"). Two routes reach the same proven optimum:
 
 - the **exact searches** (:mod:`sappkit.balancer.exact`, whose docstring
   says which covers which case), levels 0 and 1: for one body kind, one
@@ -168,22 +168,22 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     const_mb : float, optional
         Per-stage constant memory; default the table's (``stage_const_mem``).
     objective : {"sapp", "step"}
-        ``"sapp"``: seed 003's time model at ``optimization_level`` (DESIGN.md's
-        table). ``"step"``: the simulated step time itself
+        ``"sapp"``: SAPP's pipeline balancer's time model at ``optimization_level``
+        (docs/design.md "Time and the objectives"). ``"step"``: the simulated step time itself
         (:meth:`Plan.simulate`'s ``step_time``, computed exactly as a longest
         path through the schedule): a local search on it from the ``sapp``
         optimum, so never slower than that; ``plan.lower_bound`` is a proven
         bound, ``plan.gap`` the gap to it, ``plan.method`` how the plan was
         reached.
     optimization_level : int
-        0, 1 (default) or >= 2, as seed 003.
+        0, 1 (default) or >= 2, as in SAPP's pipeline balancer.
     consistent_recompute : bool
         MindFormers' recompute-consistency rule across body kinds (two options only).
     working_set : bool
         Charge every stage the end-of-warm-up working set of the layer that
         ends its warm-up (default), as the recompute chooser and the
         simulator do, so a plan that fits here fits there. ``False`` drops
-        it: seed 003's memory model, for the original tool's numbers.
+        it: SAPP's pipeline balancer's memory model, for the original tool's numbers.
     solver : SolverOptions, optional
 
     Returns

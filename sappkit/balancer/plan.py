@@ -55,8 +55,8 @@ class Plan:
         ``time`` (the stage time ``max_c F + max_c B``); times in
         :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
     objective : float or None
-        The plan's value of ``objective_name`` (None without a plan): seed
-        003's objective for ``"sapp"``, the simulated step time for
+        The plan's value of ``objective_name`` (None without a plan):
+        SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for
         ``"step"``; a time in :attr:`time_unit`.
     objective_name : {"sapp", "step"}
     status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}

@@ -1,4 +1,4 @@
-"""``objective="step"`` against a long randomised search on random instances (DESIGN.md's 0.5 % target).
+"""``objective="step"`` against a long randomised search on random instances (the README's 0.5 % target).
 
 Each case is a random one-kind decoder (96-192 layers, 2-5 recompute
 options with MindFormers-like time and memory ratios) on a random pipeline
@@ -38,7 +38,7 @@ from . import row
 
 __all__ = ["measure", "random_instance", "reference_search", "TOLERANCE"]
 
-#: The step plan may be this much slower than the best reference (DESIGN.md).
+#: The step plan may be this much slower than the best reference (the README's "Performance").
 TOLERANCE = 0.005
 #: (backward factor, activation factor) of each SAPP option against ``none`` (MindFormers' defaults, jittered).
 _OPTIONS = {"none": (1.0, 1.0), "selective": (1.04, 0.18), "comm": (1.125, 0.98), "both": (1.165, 0.16),

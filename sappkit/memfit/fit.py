@@ -1,15 +1,15 @@
-"""Memory fit: per-layer memory from the peak memory of a few dry-run stages (seed 001).
+"""Memory fit: per-layer memory from the peak memory of a few dry-run stages (SAPP's memory fit).
 
-Model (DESIGN.md "Memory fit"; :mod:`sappkit.memfit.model`): every observed
+Model (docs/design.md "The memory fit"; :mod:`sappkit.memfit.model`): every observed
 stage's peak is linear in the parameters — a per-stage constant, head, tail,
 and per body kind its parameter memory and activation memory per option,
 weighted by layer counts and micro-batches in flight. All observed stages
 are solved together by least squares (exactly when square) on the design
 matrix with columns scaled to unit norm, whose 2-norm condition number is
-reported. ``head_mb`` and ``tail_mb`` exclude ``const_mb``; the seed's
+reported. ``head_mb`` and ``tail_mb`` exclude ``const_mb``; SAPP's
 include it (:meth:`MemoryFit.head_tail` shows both).
 
-Pooling versus the seed. Seed 001 solves each dry-run configuration (A, B)
+Pooling versus SAPP. SAPP's memory fit (``compute_memory``) solves each dry-run configuration (A, B)
 separately from its middle stages, averages the two solutions, then takes
 head and tail as the mean residual of the stage-0 and stage-(p−1)
 observations. With one run the two agree exactly (head and tail each have
@@ -20,7 +20,7 @@ identify everything together. Under equal independent noise pooling is the
 least-squares optimum; averaging per-configuration solves is not (and needs
 every configuration to be solvable on its own).
 
-Several body kinds (sappkit's extension; the seed has one): observations
+Several body kinds (sappkit's extension; SAPP's fit has one): observations
 carry a ``kind`` column and each kind gets its own ``param_mb[kind]`` and
 ``activation_mb[kind:option]``. Identifiability is checked the same way —
 e.g. DeepSeek's three dense layers are identifiable only from dry runs that
@@ -114,7 +114,7 @@ class MemoryFit:
         return float(match.iloc[0])
 
     def head_tail(self) -> pd.DataFrame:
-        """Head and tail memory excluding ``const_mb`` (sappkit's) and including it (the seed's report)."""
+        """Head and tail memory excluding ``const_mb`` (sappkit's) and including it (SAPP's report)."""
         const = self.value(CONST)
         values = [self.value(HEAD), self.value(TAIL)]
         return pd.DataFrame({"role": ["head", "tail"], "excluding_const_mb": values,
@@ -174,7 +174,7 @@ class MemoryFit:
             the layers of a run that observed every stage.
 
         The head's and tail's ``param_mb`` are ``head_mb`` and ``tail_mb``
-        with no activation (as the seed writes them): right for the pipeline
+        with no activation (as SAPP writes them): right for the pipeline
         shape the dry runs had. ``const_mb`` is the table's constant; the
         times keep their unit (``times.time_unit``, or a frame's
         ``attrs["time_unit"]``).
@@ -239,7 +239,7 @@ def fit_memory(observations, *, const="auto", schedule="1f1b", less_memory=False
     Notes
     -----
     ``const="auto"`` fits the constant when the design matrix with it has
-    full column rank — for one run, the seed's rule (at least options + 4
+    full column rank — for one run, SAPP's rule (at least options + 4
     observed stages, not all holding the same number of layers). Refusals
     (:class:`sappkit.InputError`) name what is missing and the dry run that
     would fix it: stage 0 or the last stage not observed, an option asked

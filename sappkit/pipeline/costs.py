@@ -241,8 +241,8 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     the peak, ``overhead_mb`` the peak's activations above ``Σ in_flight ×
     activation`` (0 for 1F1B, where the peak is the last-chunk cell's first
     backward; it may be negative where no event holds every cell's in-flight
-    count). With ``working_set=False`` (seed 003's model without its
-    interleaved overhead) both are 0. ``memory_mb`` is the sum.
+    count). With ``working_set=False`` (SAPP's pipeline balancer's
+    model without its interleaved overhead) both are 0. ``memory_mb`` is the sum.
 
     Examples
     --------

@@ -31,18 +31,18 @@ How the measured counts relate to :func:`sappkit.in_flight` (tested in
   releases last-chunk activations while adding first-chunk ones, so a cell's
   own peak can exceed ``in_flight`` (up to ``min(2p, m)``); with unequal chunks
   this shift is the balancer's interleaved overhead, and for two chunks the
-  measured peak equals static + Σ activation × in_flight + the seed's overhead.
+  measured peak equals static + Σ activation × in_flight + SAPP's overhead.
   When ``m mod p = r > 0`` the first group is ``p + r`` long and a stage holds
   ``(v - 1) r`` more micro-batches than ``in_flight`` sums to.
 - ``seqpipe`` with chunks: a stage's total peak is the sum of ``in_flight``
-  plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; the seed
-  spreads that total over the chunks differently from this order.
+  plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; SAPP's pipeline
+  balancer spreads that total over the chunks differently from this order.
 - ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``:
   each cell's peak equals ``in_flight`` (a unit counts until its weight pass
   ends), and a stage's peak is at most their sum.
 
 For ``seqpipe`` the costs are per slice (a layer table rescaled by
-:func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, DESIGN.md "SeqPipe") and the step
+:func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, docs/design.md "SeqPipe") and the step
 runs ``m k`` slices; a slice's backward follows the later slices' of its
 micro-batch. ``dualpipev`` runs each backward as one block; ``dualpipev_split``
 splits it as PyTorch's DualPipeV does, and runs each of its overlapped

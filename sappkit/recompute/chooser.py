@@ -2,7 +2,7 @@
 
 For a fixed :class:`~sappkit.Partition`, each stage's layers share what the
 stage has left once its fixed memory is paid (:mod:`sappkit.recompute.pricing`). Three
-ways to choose (seed 000, DESIGN.md "Recompute chooser"):
+ways to choose (SAPP's recompute chooser; docs/design.md "The recompute chooser"):
 
 - **options** (``modes=None``): each layer any option of its kind's front;
 - **one mode** (``modes``): every layer the same mode, the fastest that fits;

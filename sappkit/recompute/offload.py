@@ -1,6 +1,6 @@
 """Offloading activations to the host: a stage's first layers run plain and move what they keep.
 
-The model (seed 000 ``_offload_*``, ``_returns_fit``, ``_trim_offload``), at
+The model (SAPP's recompute chooser's ``_offload_*``, ``_returns_fit``, ``_trim_offload``), at
 one chunk per stage, every layer of a stage holding ``n`` micro-batches:
 
 - **Copy window.** One stream copies each layer's activations to the host

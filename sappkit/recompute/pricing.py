@@ -5,7 +5,8 @@ and the options on offer; :func:`~sappkit.choose_recompute`,
 :func:`~sappkit.sweep_recompute` and the one-more-recomputed-layer analysis
 all work from the :class:`Pricing` it returns.
 
-The memory model (DESIGN.md "Per-stage memory", seeds 000 and 004). A body
+The memory model (docs/design.md "One memory model"; SAPP's recompute chooser and
+memory estimator). A body
 layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 ``kept(o, n) = activation_mb(o) n + memory_once_mb(o)``. Per stage ``s``:
 
@@ -31,7 +32,7 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
   backward runs (the layers flagged ``ends_warm_up``, one per such cell);
   reported as activation × in-flight, ``overhead_mb`` (the rest of the
   peak) and the working set held then.
-- **interleaved overhead** in ``F2`` (v > 1, seed 004
+- **interleaved overhead** in ``F2`` (v > 1, SAPP's memory estimator's
   ``vpp_1f1b_steady_overhead``): with ``d_c`` the per-micro-batch
   activation of cell ``(c, s)`` under the *configured* options (head and
   tail included where they sit) and ``r = m - p``: the largest of ``(r -
@@ -80,7 +81,7 @@ from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIX
 __all__ = ["Baseline", "Pricing", "price", "SUPPORTED_SCHEDULES",
            "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
 
-#: Schedules whose in-flight counts and working set the chooser prices (seed 000).
+#: Schedules whose in-flight counts and working set the chooser prices (as SAPP's recompute chooser does).
 SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
 BACKWARD_MB = "backward_mb"
 TRANSIT_MB = "transit_mb"

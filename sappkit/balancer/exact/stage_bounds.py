@@ -3,7 +3,7 @@ stage holds whatever its body layers and the least each cell adds, which cells c
 which chunks' memory never falls as they hold more.
 
 With the working set, memory is the peak over the stage's memory events
-(:mod:`sappkit.balancer.peaks`); without it, seed 003's in-flight counts
+(:mod:`sappkit.balancer.peaks`); without it, SAPP's pipeline balancer's in-flight counts
 plus its interleaved overhead.
 """
 
@@ -141,7 +141,7 @@ def monotone_chunks(setup: BalanceSetup, s: int) -> np.ndarray:
 
     Without the working set, relaxed memory is ``Σ_c if_c A_c + max(0, Σ_c
     d_c A_c)``; a chunk whose ``if_c + d_c`` is negative (DualPipeV's second
-    chunk under the seed's overhead) can lower it by holding more. With it,
+    chunk under SAPP's overhead) can lower it by holding more. With it,
     the peak over memory events is monotone in every cell.
     """
     if setup.working_set:

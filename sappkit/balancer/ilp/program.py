@@ -1,4 +1,4 @@
-r"""The balancer's integer program (seed 003's model, with tight bounds).
+r"""The balancer's integer program (SAPP's pipeline balancer's model, with tight bounds).
 
 Index sets: body items :math:`i = (k, o)` (kind, option), cells
 :math:`(c, s)`, chunks :math:`c < v`, stages :math:`s < p`.
@@ -14,7 +14,7 @@ tail on their cells) and :math:`A_{cs} = \sum_i a_i x_{ics} + A^{ht}_{cs}`:
    P_s + \sum_{i,c} u_i x_{ics} + K + \sum_c k_{ec} A_{cs} + W_{c_e s} &\le M
        \quad e \in E_s && \text{memory (memory\_cap\_s\_e)} \\
    P_s + \sum_{i,c} u_i x_{ics} + K + \sum_c \mathit{if}_{cs} A_{cs} + O_s &\le M
-       && \text{seed 003's memory (memory\_cap\_s)} \\
+       && \text{SAPP's memory (memory\_cap\_s)} \\
    O_s \in \mathbb{Z}_{\ge 0},\ O_s &\ge \sum_t \phi_t (A_{a_t s} - A_{b_t s})
        && \text{interleaved overhead, when } v > 1, m \ne p
 
@@ -29,7 +29,7 @@ set: with :math:`y_{ics}` binary, exactly "item :math:`i` is on the cell"
 the order a cell's layers run, :math:`W_{cs} \ge w_i (y_{ics} - \sum_{j
 \succ i} y_{jcs})`: the working set of the last item present, exactly as
 ``evaluate`` charges it (the tail's constant on the tail's cell). With
-``working_set=False`` the second, seed 003's, with :math:`\mathit{if}` the
+``working_set=False`` the second, SAPP's, with :math:`\mathit{if}` the
 in-flight counts.
 Multimodal frontier, for adjacent body kinds :math:`k-1, k` and every cell:
 :math:`n_k \phi_{kcs} \ge` (layers of :math:`k` on cells before
@@ -45,7 +45,7 @@ minimises :math:`T \ge \max_c F_{cs} + \max_c B_{cs}` (with
 :math:`\bar F_s \ge F_{cs}`, :math:`\bar B_s \ge B_{cs}`), or for
 ``bottleneck_split`` :math:`S + L` (level 1) with :math:`S \ge B_{cs}`,
 :math:`c < v-1`, :math:`L \ge B_{v-1,s} + F^{ht}_{v-1,s} + \phi_s/m\,
-F^{body}_{v-1,s}`, :math:`L \ge S`; level >= 2 adds seed 003's approach A
+F^{body}_{v-1,s}`, :math:`L \ge S`; level >= 2 adds SAPP's approach A
 bubble variables. (Objective ``step``, the simulated step time, is no
 linear objective: its search starts from this model's ``sapp`` optimum,
 :mod:`sappkit.balancer.step.local_search`.) ``memory="minimise"`` drops the limit and minimises :math:`M` instead (how
@@ -241,7 +241,7 @@ class BalanceModel:
             self._add(memory <= self.limit, f"memory_cap_{s}_{e}")
 
     def _overhead(self, s: int):
-        # An integer at least the signed imbalance of the chunks' activations (seed 003).
+        # An integer at least the signed imbalance of the chunks' activations (as SAPP's overhead).
         setup = self.setup
         terms = setup.overhead_terms(s)
         if not setup.overhead_active or not terms:
@@ -291,7 +291,7 @@ class BalanceModel:
         return time
 
     def _split_stage_term(self):
-        # v > 1 and m = p at level >= 1: the seed's MAX_STAGE and MAX_LAST chunk bounds.
+        # v > 1 and m = p at level >= 1: SAPP's MAX_STAGE and MAX_LAST chunk bounds.
         setup = self.setup
         v, last = setup.chunks, setup.chunks - 1
         first = self._var("max_stage", 0, None)
@@ -317,7 +317,7 @@ class BalanceModel:
         return self._approach_a() / max(1, setup.chunks - 2) + term * (setup.slices - 2)
 
     def _approach_a(self):
-        # Seed 003's bubble model: body work, chunk sums, and the first and last diagonals' waits.
+        # SAPP's bubble model: body work, chunk sums, and the first and last diagonals' waits.
         setup = self.setup
         p, v, m = setup.stages, setup.chunks, setup.slices
         total = pulp.lpSum(self._cell(setup.forward + setup.backward, c, s) for c in range(v) for s in range(p))

@@ -5,7 +5,7 @@ the run DP of :mod:`~sappkit.balancer.exact.segments` does not apply. With two k
 the first kind's last layer sits on one cell, the *boundary cell* ``(c*,
 s*)``: cells before it in model order hold the first kind only, cells after
 it the second only, and it may hold the end of the first and the start of
-the second (not on DualPipeV's chunk 1, where seed 003's frontier counts the
+the second (not on DualPipeV's chunk 1, where SAPP's pipeline balancer's frontier counts the
 cell itself as earlier). So for a boundary chunk ``c*`` every stage's cells
 follow one of three patterns: the one of the stages before ``s*`` in the
 DP's stage order, the boundary stage's, the one after. One kind is the
@@ -66,7 +66,7 @@ def why_not_applicable(setup: BalanceSetup) -> str:
     if shared:
         return shared
     if not all(monotone_chunks(setup, s).all() for s in range(setup.stages)):
-        return "a chunk whose stage memory falls as it holds more (DualPipeV under seed 003's overhead)"
+        return "a chunk whose stage memory falls as it holds more (DualPipeV under SAPP's overhead)"
     return ""
 
 

@@ -1,7 +1,7 @@
 """The exact search for two body kinds over several chunks: the optimum of brute force and of the ILP.
 
 The search carries the cell where the first kind ends through a DP over
-stages; these tests check its optimum against seed 003's objective over
+stages; these tests check its optimum against SAPP's pipeline balancer's objective over
 every placement (the reference brute force of ``test_optimise``, written
 out cell by cell), against every placement in model order as
 :func:`~sappkit.balancer.evaluate.evaluate` judges it (with the working
@@ -28,7 +28,7 @@ from ...test_optimise import brute_force, loose_limit, placements, solve_both_wa
 
 
 def follows_model_order(setup, counts) -> bool:
-    """No first-kind layer on a cell once the second kind has started on a cell before it (seed 003's
+    """No first-kind layer on a cell once the second kind has started on a cell before it (SAPP's
     frontier: :meth:`~sappkit.balancer.setup.BalanceSetup.earlier_cells`); any placement of one kind."""
     if len(setup.kinds) == 1:
         return True
@@ -72,7 +72,7 @@ def solved(setup):
                                               ((4, 2), dict(stages=3, chunks=2, micro_batches=3))],
                          ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1",
                               "split v2", "split v3", "split p3"])
-def test_the_search_equals_seed_003s_objective_over_every_placement(counts, pipeline):
+def test_the_search_equals_sapps_objective_over_every_placement(counts, pipeline):
     rng = np.random.default_rng(11)
     for trial in range(3):
         frame = table(rng, kinds=2, counts=counts, options=("none", "full"), tail=bool(trial % 2))
