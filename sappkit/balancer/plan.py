@@ -121,7 +121,9 @@ class Plan:
         return bool((self.stages[MEMORY_MB] <= ceiling(self.stages[LIMIT_MB])).all())
 
     def describe(self) -> str:
-        """A header line, then one line per stage: layers per chunk and option, memory and time."""
+        """A header line (for ``objective="step"`` with the gap to the proven lower bound), then for a solved
+        plan how it was found (the route; for ``step`` the start and the changes), then one line per stage:
+        layers per chunk and option, memory and time."""
         setup = self.setup
         shape = (f"{setup.schedule}: p={setup.stages}, v={setup.chunks}, m={setup.micro_batches}"
                  + (f" x {setup.seq_split} slices" if setup.seq_split > 1 else ""))
@@ -135,6 +137,8 @@ class Plan:
             head += (f" (simulated step time; proven lower bound {format_time(self.lower_bound, unit)}, "
                      f"gap {self.gap:.1%})")
         lines = [head]
+        if self.method and self.status in ("optimal", "feasible", "time_limit"):
+            lines.append(f"found by: {self.method}")
         several = len(setup.kinds) > 1
         for stage in self.stages.itertuples(index=False):
             rows = self.assignment[self.assignment[STAGE] == stage.stage]
