@@ -8,7 +8,7 @@ from sappkit.balancer.optimise import optimise
 from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.ilp.solver import SolverOptions
-from sappkit.bench.step import random_instance, reference_search
+from sappkit.bench.step import FAMILIES, family_instance, random_instance, reference_search
 from sappkit.pipeline.costs import even_assignment, stage_memory
 
 
@@ -35,3 +35,21 @@ def test_the_reference_search_finds_valid_placements_no_slower_than_its_starts()
     assert time == pytest.approx(simulated.simulate().step_time, rel=1e-9)
     start_time = make_plan(setup, start, status="evaluated", gap=None, solve_seconds=0.0, method="sapp")
     assert time <= start_time.simulate().step_time * (1 + 1e-12)
+
+
+def test_the_held_out_families_cover_every_combination_in_turn():
+    rng = np.random.default_rng(28)
+    assert len(FAMILIES) == 16
+    for k in range(16):
+        memory, layers, chunks, options = FAMILIES[k]
+        table, pipeline = family_instance(rng, FAMILIES[k])
+        p, v, m = pipeline["stages"], pipeline["chunks"], pipeline["micro_batches"]
+        assert p in (8, 16) and v == chunks and m in (p, 2 * p, 4 * p)
+        body = table[table.role == "body"]
+        assert body["count"].iloc[0] == layers and len(body) == options
+        schedule = "1f1b" if v == 1 else "interleaved"
+        full, none = [stage_memory(table, even_assignment(table, stages=p, chunks=v, schedule=schedule, option=o),
+                                   stages=p, micro_batches=m, chunks=v, schedule=schedule,
+                                   const_mb=pipeline["const_mb"])["memory_mb"].max() for o in ("full", "none")]
+        share = {"tight": 0.25, "loose": 0.6}[memory]
+        assert pipeline["memory_mb"] == round(full + share * (none - full))
