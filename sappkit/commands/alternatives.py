@@ -99,6 +99,10 @@ def _run(args) -> int:
     lowering = int(frame[LOWERS_PEAK].sum())
     out.line(f"{len(frame)} plan(s) with one more layer at 'full', sorted by {args.sort}; * marks the "
              f"{lowering} that lower the peak; memory freed and time cost (per micro-batch) on the layer's stage")
+    if found.left_out:
+        out.line(f"left out: {found.left_out} plan(s) that fit but free no memory on their stage (the layer that "
+                 "ends warm-up, at 'full', rebuilds the plain layer for its backward)")
+    out.value("left_out", found.left_out)
     shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""),
                          layers=[_indices(changed) for changed in frame[LAYERS_CHANGED]])
     out.table("alternatives", shown, key=KEY_COLUMNS, machine=frame,

@@ -70,9 +70,9 @@ class Alternatives:
         (body layer indices whose mode changed once the group's counts are
         reassigned in canonical order), ``memory_mb`` (the plan's peak: its
         heaviest stage), ``memory_freed_mb`` and ``time_cost`` (on its stage:
-        the memory it no longer holds, negative when it holds more, and the
-        forward + backward time per micro-batch it adds, in the frame's
-        ``attrs["time_unit"]``),
+        the memory it no longer holds, always positive: a plan that holds as
+        much or more is left out, see ``left_out``; and the forward + backward
+        time per micro-batch it adds, in the frame's ``attrs["time_unit"]``),
         ``stage_memory_mb`` (the stage's new memory), and the group's
         ``in_flight``, ``ends_warm_up`` and ``first_layer``.
     stages : DataFrame
@@ -87,6 +87,11 @@ class Alternatives:
         choice once it is checked).
     reason : str or None
         Why there are none, when there are none.
+    left_out : int
+        Distinct plans that fit but free no memory on their stage (the layer
+        that ends warm-up, at ``full``, rebuilds the plain layer's activations
+        for its backward, which can outweigh what it keeps less); each would
+        cost time for nothing, so none is listed.
     """
 
     frame: pd.DataFrame
@@ -94,6 +99,7 @@ class Alternatives:
     plans: Sequence[AlternativePlan]
     current: RecomputeChoice | pd.DataFrame
     reason: str | None = None
+    left_out: int = 0
 
     @property
     def binding_stage(self) -> int:
