@@ -7,6 +7,7 @@ from importlib import import_module
 from pathlib import Path
 
 from .._files import load_yaml
+from ..columns import DEFAULT_MODES
 from ..errors import InputError
 from ..layers import read_layers_csv, read_layers_json
 from ..layers.units import check_time_unit
@@ -14,8 +15,8 @@ from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import SCHEDULES
 from ..recompute.partition import Partition
 
-#: The runtime modes a per-layer choice picks among unless ``--modes`` names others.
-PER_LAYER_MODES = ("off", "selective", "full")
+#: The runtime modes a per-layer choice picks among unless ``--modes`` names others (those the table offers).
+PER_LAYER_MODES = tuple(DEFAULT_MODES)
 
 #: Keys a MindFormers offsets YAML may give, and where (``Plan.to_yaml`` nests them; flat files work too).
 _OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute")
@@ -112,10 +113,15 @@ def partition(layers, args) -> Partition:
     return Partition.from_assignment(assignment, kind_order=layers.body_kinds, **shape)
 
 
-def modes(args, *, per_layer: bool) -> tuple[str, ...] | None:
-    """``--modes`` as a tuple; without it :data:`PER_LAYER_MODES` for a per-layer choice, else None."""
+def modes(args, layers, *, per_layer: bool) -> tuple[str, ...] | None:
+    """``--modes`` as a tuple; without it, for a per-layer choice, those of :data:`PER_LAYER_MODES` whose option
+    every body kind of ``layers`` has (a table of ``none`` and ``full`` runs ``off`` and ``full``), else None."""
     if args.modes is None:
-        return PER_LAYER_MODES if per_layer else None
+        if not per_layer:
+            return None
+        offered = [mode for mode in PER_LAYER_MODES
+                   if all(DEFAULT_MODES[mode] in layers.options(kind) for kind in layers.body_kinds)]
+        return tuple(offered) or PER_LAYER_MODES  # none offered: pricing names the options each kind lacks
     return tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
 
 

@@ -43,8 +43,9 @@ def register(subparsers) -> None:
                     "every distinct plan that fully recomputes one more layer and still fits: the memory each frees "
                     "on its stage, the time it costs, and whether it lowers the plan's peak (marked *).")
     _common.add_pipeline_arguments(parser)
-    _common.add_chooser_arguments(parser, modes_help="the runtime modes each layer may run (default "
-                                                     "off,selective,full; full must be among them)")
+    _common.add_chooser_arguments(parser, modes_help="the runtime modes each layer may run (default: those of "
+                                                     "off,selective,full whose option, none, selective or full, "
+                                                     "every layer kind has; full must be among them)")
     parser.add_argument("--dimensions", default="", metavar="NAME=DEGREE,...",
                         help="other parallel degrees to record with every plan, e.g. dp=8,tp=4")
     parser.add_argument("--sort", choices=SORTS, default="peak",
@@ -72,7 +73,7 @@ def _dimensions(text: str) -> tuple[tuple[str, int], ...]:
 def _run(args) -> int:
     layers = _common.read_layers(args.layers, args.time_unit)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
-                              modes=_common.modes(args, per_layer=True), per_layer=True,
+                              modes=_common.modes(args, layers, per_layer=True), per_layer=True,
                               fsdp_holds_grads=args.fsdp_holds_grads, bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
     if not choice.chosen:

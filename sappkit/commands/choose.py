@@ -32,7 +32,8 @@ def register(subparsers) -> None:
     _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "
                                                      "instead of each layer kind's recompute options")
     parser.add_argument("--per-layer", action="store_true",
-                        help="a mode per layer rather than one for all (modes off,selective,full unless --modes)")
+                        help="a mode per layer rather than one for all (unless --modes: those of off,selective,full "
+                             "whose option, none, selective or full, every layer kind has)")
     parser.add_argument("--link-gbps", type=float, default=None, metavar="G",
                         help="a host link of G GB/s: each stage's first layers may move what they keep to host "
                              "memory")
@@ -50,7 +51,7 @@ def _run(args) -> int:
         unit_ms = ms_per_unit(layers.time_unit, args.time_unit_ms, name="--time-unit-ms")
         link = HostLink.from_gbps(args.link_gbps, time_unit_ms=unit_ms)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
-                              modes=_common.modes(args, per_layer=args.per_layer),
+                              modes=_common.modes(args, layers, per_layer=args.per_layer),
                               per_layer=args.per_layer, link=link, fsdp_holds_grads=args.fsdp_holds_grads,
                               bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
