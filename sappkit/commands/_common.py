@@ -32,6 +32,9 @@ def add_layers_argument(parser) -> None:
     parser.add_argument("--time-unit", default=None, metavar="UNIT",
                         help="the unit of the file's times when the file does not state it, e.g. ms (a MindFormers "
                              "file without one is in its own relative units)")
+    parser.add_argument("--custom-options", default="", metavar="NAME,...",
+                        help="recompute options a CSV may name beside none, selective, comm, both and full (any "
+                             "other name is refused as a typo)")
 
 
 def add_shape_arguments(parser) -> None:
@@ -74,15 +77,21 @@ def add_chooser_arguments(parser, *, modes_help: str) -> None:
                         help="memory is counted in steps of this many MB (default 1; larger is faster, coarser)")
 
 
-def read_layers(path: Path, time_unit: str | None = None):
-    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension, its times in ``time_unit``
-    when the file states none."""
-    readers = {".json": read_layers_json, ".csv": read_layers_csv}
-    if path.suffix.lower() not in readers:
+def read_layers(args):
+    """The layer table ``args.layers`` names, a MindFormers/SAPP JSON or a CSV chosen by extension: its times in
+    ``--time-unit`` when the file states none, a CSV's options among SAPP's and ``--custom-options``."""
+    path, suffix = args.layers, args.layers.suffix.lower()
+    unit = None if args.time_unit is None else check_time_unit(args.time_unit, "--time-unit")
+    custom = tuple(name.strip() for name in args.custom_options.split(",") if name.strip())
+    if suffix == ".csv":
+        return read_layers_csv(path, time_unit=unit, custom_options=custom)
+    if suffix != ".json":
         raise InputError(f"LAYERS must be a .json (MindFormers layer description) or .csv layer table; "
                          f"got {str(path)!r}")
-    return readers[path.suffix.lower()](path, time_unit=None if time_unit is None else
-                                        check_time_unit(time_unit, "--time-unit"))
+    if custom:
+        raise InputError(f"--custom-options is for a CSV layer table; the MindFormers layer JSON {str(path)!r} "
+                         "holds only SAPP's options")
+    return read_layers_json(path, time_unit=unit)
 
 
 def read_offsets(path: Path) -> dict:

@@ -71,7 +71,7 @@ def _dimensions(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers, args.time_unit)
+    layers = _common.read_layers(args)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
                               modes=_common.modes(args, layers, per_layer=True), per_layer=True,
                               fsdp_holds_grads=args.fsdp_holds_grads, bucket_mb=args.bucket_mb)

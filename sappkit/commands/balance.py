@@ -54,7 +54,7 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     if args.yaml is not None:
         output_path("--yaml", args.yaml)  # before the solve, so a typo does not cost it
-    plan = balance(read_layers(args.layers, args.time_unit), stages=args.stages, micro_batches=args.micro_batches,
+    plan = balance(read_layers(args), stages=args.stages, micro_batches=args.micro_batches,
                    memory_mb=args.memory, chunks=args.chunks, schedule=args.schedule, less_memory=args.less_memory,
                    objective=args.objective, optimization_level=args.level, const_mb=args.const_mb,
                    solver=SolverOptions(solver=args.solver, time_limit=args.time_limit))

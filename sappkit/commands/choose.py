@@ -45,7 +45,7 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers, args.time_unit)
+    layers = _common.read_layers(args)
     link = None
     if args.link_gbps is not None:
         unit_ms = ms_per_unit(layers.time_unit, args.time_unit_ms, name="--time-unit-ms")

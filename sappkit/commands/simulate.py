@@ -40,7 +40,7 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     figure_format = None if args.save is None else _figure_format(args.save)
-    sim = simulate_layers(read_layers(args.layers, args.time_unit), stages=args.stages,
+    sim = simulate_layers(read_layers(args), stages=args.stages,
                           micro_batches=args.micro_batches, schedule=schedule(args), chunks=args.chunks,
                           option=args.option, less_memory=args.less_memory, seq_split=args.seq_split,
                           p2p_time=args.p2p_time, limit_mb=args.limit_mb)
