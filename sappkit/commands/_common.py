@@ -134,6 +134,18 @@ def modes(args, layers, *, per_layer: bool) -> tuple[str, ...] | None:
     return tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
 
 
+def write_report(report, args, *, with_input: bool = False) -> None:
+    """Execute and render ``--notebooks`` (default: the repository's, naming each one left out and why) into
+    ``--out``, a line per notebook and cell; ``report`` is :func:`load_report`'s module."""
+    notebooks = list(args.notebooks)
+    left_out = {} if notebooks else report.left_out_notebooks()
+    for path, why in left_out.items():
+        print(f"left out: {path.stem} ({why})", flush=True)
+    index = report.write_report(notebooks or report.default_notebooks(), args.out, with_input=with_input,
+                                force=args.force, progress=lambda line: print(line, flush=True), left_out=left_out)
+    print(f"report written to {index.parent} (open {index})")
+
+
 def load_report():
     """:mod:`sappkit.report`, imported when a command needs it: it runs notebooks, which a plain ``pip install
     sappkit`` does not bring; without them, one line naming the extra that does."""

@@ -106,7 +106,7 @@ def _table(path: Path, frame: pd.DataFrame, const: float, time_unit: str | None,
     try:
         return LayerTable(frame, const_mb=const, time_unit=time_unit, custom_options=custom_options)
     except InputError as error:
-        raise InputError(f"{path}: {error}") from None
+        raise error.with_prefix(f"{path}: ") from None
 
 
 def _csv_number(path: Path, row: int, column: str, cell: str) -> float:

@@ -350,9 +350,10 @@ def _validated(frame, custom: tuple[str, ...]) -> pd.DataFrame:
     known = (*SAPP_OPTIONS, *custom)
     for row, option in frame[OPTION].items():
         if option not in known:
-            raise InputError(f"{where(row)} column 'option' is {short(option)}; expected a recompute option, one of "
-                             f"{', '.join(map(repr, known))} (declare others with custom_options=, or "
-                             "--custom-options on the command line)")
+            refused = (f"{where(row)} column 'option' is {short(option)}; expected a recompute option, one of "
+                       f"{', '.join(map(repr, known))}")
+            raise InputError(f"{refused} (declare others with custom_options=...)",
+                             cli=f"{refused} (declare others with --custom-options NAME,...)")
     return frame
 
 

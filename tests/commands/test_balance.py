@@ -28,7 +28,6 @@ def test_cli_refuses_an_option_name_it_does_not_know_unless_declared(tmp_path, c
     assert main(["balance", *shape]) == 2
     assert capsys.readouterr() == ("", f"sappkit balance: {path}: layers row 5 (kind 'decoder') column 'option' is "
                                        "'fulll'; expected a recompute option, one of 'none', 'selective', 'comm', "
-                                       "'both', 'full' (declare others with custom_options=, or --custom-options on "
-                                       "the command line)\n")
+                                       "'both', 'full' (declare others with --custom-options NAME,...)\n")
     assert main(["balance", *shape, "--custom-options", "fulll"]) == 0
     assert capsys.readouterr().out.startswith("1f1b: 4 stages, 1 chunk(s), 8 micro-batches, 70,000 MB devices: optimal")

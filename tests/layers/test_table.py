@@ -211,7 +211,7 @@ def test_a_typo_of_an_option_is_named_with_the_known_ones():
         LayerTable(frame)
     assert str(raised.value) == ("layers row 5 (kind 'block') column 'option' is 'fulll'; expected a recompute "
                                  "option, one of 'none', 'selective', 'comm', 'both', 'full' (declare others with "
-                                 "custom_options=, or --custom-options on the command line)")
+                                 "custom_options=...)")
     declared = LayerTable(frame, custom_options=("fulll",))
     assert declared.options("block") == ("none", "selective", "fulll", "full")
     assert declared.custom_options == ("fulll",) == declared.with_frame(declared.frame).custom_options
