@@ -25,7 +25,7 @@ import yaml
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
-from ..layers.units import format_mb, format_time, with_time_unit
+from ..layers.units import format_mb, format_time, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
@@ -143,7 +143,7 @@ class Plan:
             lines.append(f"stage {stage.stage:>2}: {format_mb(getattr(stage, MEMORY_MB)):>9}, "
                          f"time {format_time(getattr(stage, TIME), unit)}  {parts}")
         lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
+        return wrap_text("\n".join(lines))
 
     # ------------------------------------------------------------ exports
 

@@ -44,9 +44,9 @@ def add_shape_arguments(parser) -> None:
                         help="micro-batches each training step is split into")
     parser.add_argument("--chunks", type=int, default=1,
                         help="model pieces each stage holds (more than 1 for interleaved schedules; default 1)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="the order stages run forward and backward passes (default 1f1b, interleaved with "
-                             "--chunks above 1)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None, metavar="NAME",
+                        help="the order stages run forward and backward passes, one of "
+                             f"{', '.join(SCHEDULES)} (default 1f1b, interleaved with --chunks above 1)")
     parser.add_argument("--less-memory", action="store_true",
                         help="the interleaved order that keeps fewer micro-batches in flight on early stages")
 
@@ -62,6 +62,15 @@ def add_pipeline_arguments(parser) -> None:
 def schedule(args) -> str:
     """``--schedule``, or its default: 1f1b for one chunk, interleaved for more."""
     return args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
+
+
+def say_unused_shape(args, out) -> None:
+    """A note on ``out`` when a shape flag changes nothing: ``--less-memory`` on 1F1B (``balance`` says it among
+    its plan's notes)."""
+    if args.less_memory and schedule(args) == "1f1b":
+        out.line("note: --less-memory changes nothing here: it is the interleaved (or SeqPipe) order that keeps "
+                 "fewer micro-batches in flight on early stages, and 1F1B already keeps p - s on stage s")
+        out.value("notes", ["--less-memory changes nothing for 1f1b"])
 
 
 def add_chooser_arguments(parser, *, modes_help: str) -> None:

@@ -76,6 +76,7 @@ def _run(args) -> int:
                               modes=_common.modes(args, layers, per_layer=True), per_layer=True,
                               fsdp_holds_grads=args.fsdp_holds_grads, bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
+    _common.say_unused_shape(args, out)
     if not choice.chosen:
         out.line(f"no per-layer choice to start from: {choice.reason}")
         out.value("reason", choice.reason)
@@ -104,8 +105,7 @@ def _run(args) -> int:
         out.line(f"left out: {found.left_out} plan(s) that fit but free no memory on their stage (the layer that "
                  "ends warm-up, at 'full', rebuilds the plain layer for its backward)")
     out.value("left_out", found.left_out)
-    shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""),
-                         layers=[_indices(changed) for changed in frame[LAYERS_CHANGED]])
+    shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""), layers=frame[LAYERS_CHANGED])
     out.table("alternatives", shown, key=KEY_COLUMNS, machine=frame,
               headers={"mark": "", ALTERNATIVE: "#", FROM_MODE: "from", MEMORY_MB: "peak_mb",
                        MEMORY_FREED_MB: "freed_mb", TIME_COST: "cost", STAGE_MEMORY_MB: "stage_mb",
@@ -123,18 +123,3 @@ def _sorted(frame: pd.DataFrame, key: str, peak_mb: float) -> pd.DataFrame:
     frame = frame.assign(**{LOWERS_PEAK: frame[MEMORY_MB] < peak_mb, FREED_PER_COST: rate})
     columns, ascending = SORTS[key]
     return frame.sort_values(columns, ascending=ascending, kind="stable").reset_index(drop=True)
-
-
-def _indices(layers) -> str:
-    """Body layer indices as ranges: ``0-1, 5``."""
-    parts, run = [], []
-    for index in sorted(layers):
-        if run and index == run[-1] + 1:
-            run.append(index)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [index]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(parts)

@@ -69,7 +69,8 @@ def _run(args) -> int:
         out.value("message", plan.message)
     if args.verbose:
         objective = "none" if plan.objective is None else format_time(plan.objective, plan.time_unit)
-        out.line(f"{plan.objective_name} objective {objective}, gap {plan.gap}, found by {plan.method} in "
+        gap = "unknown" if plan.gap is None else f"{plan.gap:.1%}"
+        out.line(f"{plan.objective_name} objective {objective}, gap {gap}, found by {plan.method} in "
                  f"{plan.solve_seconds:.2f} s")
     for note in plan.notes:
         out.line(f"note: {note}")

@@ -55,6 +55,7 @@ def _run(args) -> int:
                               per_layer=args.per_layer, link=link, fsdp_holds_grads=args.fsdp_holds_grads,
                               bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
+    _common.say_unused_shape(args, out)
     out.value("reason", choice.reason)
     out.value("mode", choice.mode)
     if not choice.chosen:

@@ -39,6 +39,7 @@ from .._check import check_bool, check_choice, check_number, short
 from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import LayerTable
+from ..layers.units import wrap_text
 from .dryruns import MICRO_BATCHES, as_observations, count_columns
 from .model import (
     ACTIVATION, CONST, HEAD, PARAM, TAIL, YAML_KEY, Param, body_params, design, observed_options, params_to_layers,
@@ -200,7 +201,7 @@ class MemoryFit:
         lines = [f"{len(self.params)} parameters from {len(stages)} observed stages in {stages[RUN].nunique()} "
                  f"run(s): rank {self.rank}, condition number {self.condition_number:.3g}, {const}, "
                  f"leave-one-out error {loo}"]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        return wrap_text("\n".join(lines + [f"warning: {w}" for w in self.warnings]))
 
 
 def _shapes(frame: pd.DataFrame) -> dict:

@@ -33,6 +33,7 @@ from .._check import check_int
 from ..columns import MEMORY_MB, SAPP_OPTIONS, STAGE
 from ..errors import InputError
 from ..limits import MAX_DRY_RUNS, MAX_LAYERS, MAX_STAGES
+from ..layers.units import wrap_text
 from .dryruns import as_observations
 from .fit import unidentified
 from .model import CONST, Param, body_params, design
@@ -141,8 +142,9 @@ class DryRunPlan:
 
     def describe(self) -> str:
         """How many runs, what they identify and how well conditioned they are."""
-        return (f"{self.runs} dry run(s) of {self.stages} stages and {self.layers} layers identify {self.rank} "
-                f"parameters ({', '.join(self.params)}); condition number {self.condition_number:.3g}")
+        return wrap_text(f"{self.runs} dry run(s) of {self.stages} stages and {self.layers} layers identify "
+                         f"{self.rank} parameters ({', '.join(self.params)}); condition number "
+                         f"{self.condition_number:.3g}")
 
 
 def _flow(value) -> str:

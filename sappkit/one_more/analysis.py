@@ -44,8 +44,8 @@ from ..recompute.knapsack import Group, canonical
 from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
 from .current import check_dimensions, dimension_pairs, layer_modes
 from .result import (
-    ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, no_alternatives,
-    stage_columns,
+    ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, layer_ranges,
+    no_alternatives, stage_columns,
 )
 
 __all__ = ["RecomputeAnalysis", "alternatives"]
@@ -220,7 +220,7 @@ class RecomputeAnalysis:
             group = self._groups[index]
             s = group.stage
             records.append((number, s, group.kind, self.modes[start],
-                            tuple(np.flatnonzero(rows[row] != rows[0]).tolist()), memory[row].max(),
+                            layer_ranges(np.flatnonzero(rows[row] != rows[0])), memory[row].max(),
                             memory[0, s] - memory[row, s], saved[0, s] - saved[row, s], memory[row, s],
                             group.in_flight, group.ends_warm_up, group.first))
         numbers = [row for row, _, _ in kept]

@@ -24,7 +24,7 @@ from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, TRANSIT_MB, Pricing
 
 __all__ = ["Alternatives", "AlternativePlan", "ALTERNATIVE_COLUMNS", "STAGE_COLUMNS", "ALTERNATIVE", "FROM_MODE",
            "LAYERS_CHANGED", "MEMORY_FREED_MB", "TIME_COST", "STAGE_MEMORY_MB", "ENDS_WARM_UP", "FIRST_LAYER",
-           "LAYER", "PlanList", "no_alternatives", "stage_columns", "build_plan"]
+           "LAYER", "PlanList", "no_alternatives", "stage_columns", "build_plan", "layer_ranges"]
 
 ALTERNATIVE = "alternative"
 FROM_MODE = "from_mode"
@@ -67,8 +67,9 @@ class Alternatives:
         One row per plan (:data:`ALTERNATIVE_COLUMNS`): ``alternative`` (its
         number, the index into ``plans``), ``stage`` and ``kind`` of the
         layer turned up, ``from_mode`` (the mode it leaves), ``layers_changed``
-        (body layer indices whose mode changed once the group's counts are
-        reassigned in canonical order), ``memory_mb`` (the plan's peak: its
+        (the body layers whose mode changed once the group's counts are
+        reassigned in canonical order, as ranges of their indices such as
+        ``"35-36"``: :func:`layer_ranges`), ``memory_mb`` (the plan's peak: its
         heaviest stage), ``memory_freed_mb`` and ``time_cost`` (on its stage:
         the memory it no longer holds, always positive: a plan that holds as
         much or more is left out, see ``left_out``; and the forward + backward
@@ -125,6 +126,25 @@ class PlanList(Sequence):
         if plan is None:
             plan = self._built[index] = self._build(range(len(self))[index])
         return plan
+
+
+def layer_ranges(indices) -> str:
+    """Body layer indices as sorted ranges, the way trainer plans key them.
+
+    Examples
+    --------
+    >>> layer_ranges([5, 0, 1, 7, 8, 9])
+    '0-1, 5, 7-9'
+    """
+    parts, run = [], []
+    for index in sorted(int(i) for i in indices):
+        if run and index != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(index)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
 
 
 def no_alternatives(current, reason: str) -> Alternatives:

@@ -10,7 +10,7 @@ import pytest
 import sappkit
 import sappkit.one_more.analysis as alt
 from sappkit import InputError, LayerTable, Partition, RecomputeAnalysis, alternatives, choose_recompute
-from sappkit.one_more.result import ALTERNATIVE_COLUMNS, STAGE_COLUMNS
+from sappkit.one_more.result import ALTERNATIVE_COLUMNS, STAGE_COLUMNS, layer_ranges
 from sappkit.pipeline.orders import stage_orders
 from sappkit.recompute.choice import build_choice
 
@@ -219,7 +219,7 @@ def test_alternatives_equal_brute_force(seed):
         assert len(hits) == 1
         matched.append(hits[0])
         changed = [i for i in range(len(modes)) if modes[i] != current[i]]
-        assert row.layers_changed == tuple(changed)
+        assert row.layers_changed == layer_ranges(changed)
         assert Counter(modes)["full"] == Counter(current)["full"] + 1
         assert row.memory_freed_mb == pytest.approx(before[row.stage] - memory[row.stage])
         assert row.memory_freed_mb > 0
@@ -293,8 +293,8 @@ def test_duplicates_are_dropped_and_custom_mode_names_work(small):
     analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
     assert len(analysis.pricing.groups[0]) == 2
     found = alternatives(_ranges(part, ["off"] * 4), analysis=analysis)
-    assert found.frame[["stage", "from_mode", "layers_changed"]].values.tolist() == [[0, "off", (0,)],
-                                                                                    [1, "off", (2,)]]
+    assert found.frame[["stage", "from_mode", "layers_changed"]].values.tolist() == [[0, "off", "0"],
+                                                                                    [1, "off", "2"]]
     renamed = RecomputeAnalysis(table, part, memory_mb=1e5, modes={"keep": "none", "full": "full"})
     frame = pd.DataFrame({"first": [0], "count": [4], "kind": ["b"], "mode": ["keep"]})
     found = alternatives(frame, analysis=renamed)
@@ -477,6 +477,12 @@ def test_plans_that_free_no_memory_are_left_out_and_counted(deepseek, capsys):
                  "70000", "--sort", "freed-per-cost", "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["left_out"] == 1 and min(row["memory_freed_mb"] for row in document["alternatives"]) > 0
+    # one value per cell: the layers changed read as ranges, in the frame and in a CSV
+    assert {type(value) for value in found.frame["layers_changed"]} == {str}
+    assert "35-36" in found.frame["layers_changed"].tolist()
+    assert main(["alternatives", "data/deepseek_v3.json", "--stages", "16", "--micro-batches", "32", "--memory",
+                 "70000", "--format", "csv"]) == 0
+    assert '"(' not in capsys.readouterr().out
 
 
 def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):
