@@ -56,3 +56,23 @@ def test_every_time_a_notebook_shows_is_compared(path):
     for text in output_texts(path):
         times = re.findall(r"[\d,.]+ ?(?:ms|s|seconds)\b", text)
         assert re.findall(r"[\d,.]+ ?(?:ms|s|seconds)\b", sanitize(text)) == times
+
+
+def printed_lines(path: Path) -> list[str]:
+    """The lines a notebook's committed outputs print: streams and plain text (not a widget's stand-in text, not
+    the plain copy of a table shown as HTML)."""
+    lines = []
+    for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", ()):
+            data = output.get("data", {})
+            shown = [output.get("text", "")]
+            if not any(kind in data for kind in ("text/html", "image/png", "application/vnd.jupyter.widget-view+json")):
+                shown.append(data.get("text/plain", ""))
+            lines += "".join("".join(text) if isinstance(text, list) else text for text in shown).splitlines()
+    return lines
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda path: path.stem)
+def test_every_printed_line_fits_100_columns(path):
+    long = [line for line in printed_lines(path) if len(line) > 100]
+    assert long == [], f"{path.name}: {len(long)} line(s) over 100 columns, the longest {max(map(len, long))}"
