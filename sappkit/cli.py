@@ -8,7 +8,7 @@ and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
 column and ``--format csv|json`` prints for other programs.
 
 Whatever goes wrong with the input ends in one line on stderr, naming the fix
-by the command's flags (:attr:`sappkit.InputError.cli`): bad input and
+by the command's flags (an InputError's ``cli`` wording): bad input and
 bad arguments exit 2, Ctrl-C exits 130, and a reader that stops early (``|
 head``) ends the command quietly with 141 (128 + SIGPIPE, as a shell reports
 a command the closed pipe stopped).
