@@ -81,8 +81,9 @@ def _run(args) -> int:
     peak = stages.loc[stages[MEMORY_MB].idxmax()]
     if plan.status != "infeasible":
         simulation = plan.simulate()
+        bubbles = simulation.bubbles
         out.line(f"simulated step time {format_time(simulation.step_time, plan.time_unit)}, bubble "
-                 f"{simulation.bubbles['real']:.1%} of the compute")
+                 f"{bubbles['real']:.1%} of the compute (idle {bubbles['of_step']:.1%} of the step)")
         out.value("step_time", simulation.step_time)
         out.value("bubble", float(simulation.bubbles["real"]))
     out.line(f"peak stage memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])} of "
