@@ -72,13 +72,28 @@ def _structural_problem(setup: BalanceSetup) -> str:
     return ""
 
 
+def _past_time_limit(start: float, options: SolverOptions) -> bool:
+    """Whether a search that began at ``start`` (:func:`time.perf_counter`) is past ``options.time_limit``."""
+    return options.time_limit is not None and time.perf_counter() - start >= options.time_limit
+
+
 def optimise(setup: BalanceSetup, options: SolverOptions, *, cache: exact.Cache | None = None) -> Solved:
     """Minimise the ``sapp`` objective within ``setup.memory_mb``: exact search first, the ILP where needed."""
     start = time.perf_counter()
     problem = _structural_problem(setup)
     if problem:
         return Solved("infeasible", None, None, None, None, 0.0, "check", problem)
-    search = exact.search(setup, cache=cache)
+    cache = cache if cache is not None else exact.Cache()
+    cache.deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
+    try:
+        search = exact.search(setup, cache=cache)
+    finally:
+        cache.deadline = None
+    if search is None and _past_time_limit(start, options):
+        # as the ILP reports a limit reached without an incumbent
+        return Solved("failed", None, None, None, None, time.perf_counter() - start, "exact search",
+                      f"the exact search ran past the {options.time_limit:g} s time limit before it proved a plan; "
+                      "allow it more time (SolverOptions.time_limit, --time-limit)")
     if search is not None and search.proven:
         status = "optimal" if search.counts is not None else "infeasible"
         message = "" if search.counts is not None else "no placement fits the memory limit"
