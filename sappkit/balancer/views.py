@@ -30,7 +30,7 @@ from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import check_simulated, schedule_chunks
 from . import exact
 from .evaluate import counts_from_assignment
-from .optimise import balance
+from .optimise import balance, balance_reusing
 from .plan import Plan, make_plan
 from .setup import make_setup
 from .step.steptime import step_timer
@@ -102,7 +102,7 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
             plan = replace(previous, stages=stages, setup=replace(previous.setup, memory_mb=limit),
                            solve_seconds=0.0, method="reused", step_time=rows[-1]["step_time"])
         else:
-            plan = balance(layers, memory_mb=limit, _cache=cache, **options)
+            plan = balance_reusing(cache, layers, memory_mb=limit, **options)
         previous = plan
         rows.append(_sweep_row(limit, plan))
         reporter.update()
@@ -122,7 +122,7 @@ def _sweep_row(limit: float, plan: Plan) -> dict:
 
 #: balance's arguments a sweep passes on (every one but the memory limit).
 _BALANCE_OPTIONS = tuple(name for name in inspect.signature(balance).parameters
-                         if name not in ("layers", "memory_mb", "_cache"))
+                         if name not in ("layers", "memory_mb"))
 
 
 #: Columns of :func:`compare_plans`'s frame.
@@ -216,8 +216,8 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     key = (schedule, stages, chunks, micro_batches, objective)
     search_cache = None if cache is None else cache.setdefault(key, exact.Cache())
     try:
-        plan = balance(layers, schedule=schedule, stages=stages, chunks=chunks, micro_batches=micro_batches,
-                       memory_mb=memory_mb, objective=objective, _cache=search_cache)
+        plan = balance_reusing(search_cache, layers, schedule=schedule, stages=stages, chunks=chunks,
+                               micro_batches=micro_batches, memory_mb=memory_mb, objective=objective)
     except InputError as error:
         return None, str(error)
     if plan.counts is None or plan.status == "infeasible":

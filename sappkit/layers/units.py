@@ -27,7 +27,7 @@ from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
            "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
-           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text"]
+           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -193,6 +193,22 @@ def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | 
         align = str.rjust if numeric else str.ljust
         columns.append([align(title, width), *(align(cell, width) for cell in cells)])
     return "\n".join("  ".join(row).rstrip() for row in zip(*columns)) if columns else ""
+
+
+def html_summary(lines, frame: pd.DataFrame, unit: str | None = None) -> str:
+    """A result as a notebook shows it: its headline ``lines`` as paragraphs, then ``frame`` (times labelled with
+    their unit, numbers rounded to one decimal) as a table.
+
+    Examples
+    --------
+    >>> html = html_summary(["peak 56,017 MB"], pd.DataFrame({"stage": [0], "memory_mb": [56017.07]}))
+    >>> html.startswith("<p>peak 56,017 MB</p>"), "<table" in html
+    (True, True)
+    """
+    import html
+
+    paragraphs = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+    return paragraphs + labelled(frame.round(1), unit).to_html(index=False)
 
 
 def _missing(value) -> bool:

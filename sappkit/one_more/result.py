@@ -43,7 +43,7 @@ STAGE_COLUMNS = (STAGE, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_
                  BACKWARD_MB, TRANSIT_MB, TIME, TIME_SAVED)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)  # the choice's short repr
 class AlternativePlan(RecomputeChoice):
     """A :class:`~sappkit.RecomputeChoice` one more fully recomputed layer reaches.
 
@@ -101,6 +101,21 @@ class Alternatives:
     current: RecomputeChoice | pd.DataFrame
     reason: str | None = None
     left_out: int = 0
+
+    def __repr__(self) -> str:
+        return f"<Alternatives {self._headline()}>"
+
+    def _repr_html_(self) -> str:
+        from ..layers.units import html_summary
+
+        shown = self.frame.drop(columns=[STAGE_MEMORY_MB, IN_FLIGHT, ENDS_WARM_UP, FIRST_LAYER])
+        return html_summary([self._headline()], shown, self.frame.attrs.get("time_unit"))
+
+    def _headline(self) -> str:
+        if self.reason is not None:
+            return f"none: {self.reason}"
+        left_out = f" ({self.left_out} more that free no memory left out)" if self.left_out else ""
+        return f"{len(self.frame)} plan(s) with one more layer at 'full'{left_out}; stage {self.binding_stage} binds"
 
     @property
     def binding_stage(self) -> int:
