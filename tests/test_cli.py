@@ -233,7 +233,8 @@ def test_choose_and_alternatives_print_no_negative_time_saved(capsys, arguments)
     assert main([*arguments, "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["time_saved"] >= 0 and document["step_time_saved"] >= 0
-    assert document["baseline"] == "every layer at full (the configured recompute, every layer none, does not fit)"
+    assert document["baseline"] == ("every layer at selective, the fastest single option that fits (the configured "
+                                    "recompute, every layer none, does not fit)")
     for stage in document.get("stages", []):
         assert stage["time_saved"] >= 0
     saved = [line for line in out.splitlines() if re.match(r"^\s+\d+\s", line)]

@@ -3,8 +3,9 @@
 
 The headline is the simulated step time against a stated baseline that fits:
 the recompute the partition is configured with, or, where that does not fit
-(as without ``--offsets``, which configures no recompute), every layer at
-its most recomputed option.
+(as without ``--offsets``, which configures no recompute), the fastest
+single option that fits every layer, else every layer at its most
+recomputed option.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def register(subparsers) -> None:
                        "already placed on the stages",
         description="For layers already placed on the stages, choose the recompute each layer runs so that every "
                     "stage fits the device and the step is fastest; print the simulated step time against the "
-                    "baseline (the configured recompute where it fits, else every layer fully recomputed), each "
+                    "baseline (the configured recompute where it fits, else the fastest single option that fits), each "
                     "range of layers and the trainer plan.")
     _common.add_pipeline_arguments(parser)
     _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "

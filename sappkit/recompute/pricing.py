@@ -45,9 +45,11 @@ The stage's memory is the higher of the two peaks.
 
 **Time saved** is measured against a stated baseline that fits
 (:attr:`Pricing.baseline`): the partition's configured options where they
-fit every stage at the device capacity, as the original tool measures it,
-else every layer at its most recomputed option on offer (the least
-activation memory, e.g. ``full``). It is the forward + backward time of one
+fit every stage at the device capacity, as the original tool measures it;
+else every layer at the fastest single option that fits every stage (what a
+runtime running one recompute for all would use: ``selective`` everywhere
+where it fits, not ``full``); else, where no single option fits, every layer
+at its most recomputed option on offer (the least activation memory). It is the forward + backward time of one
 micro-batch through the body layers, per stage: a sum, not a step time.
 
 A stage's layers form groups of interchangeable layers
@@ -94,9 +96,11 @@ class Baseline:
 
     Attributes
     ----------
-    name : {"configured", "most recomputed"}
-        The partition's configured options (they fit), or every layer at its
-        most recomputed option on offer (the configured ones do not fit).
+    name : {"configured", "fastest single", "most recomputed"}
+        The partition's configured options (they fit); else every layer at
+        the fastest single option on offer that fits every stage (what a
+        runtime would otherwise run); else, when none does, every layer at its
+        most recomputed option on offer.
     options : tuple of str
         Each body layer's option, model order.
     text : str
@@ -165,13 +169,25 @@ class Pricing:
         configured = tuple(self.body[CONFIGURED])
         as_configured = "the configured recompute" + (f", every layer {_uniform(configured)}," if _uniform(configured)
                                                       else "")
-        if (self._stage_values(configured)[MEMORY_MB] <= self.memory_mb).all():
+        if self._fits(configured):
             return Baseline("configured", configured, as_configured.rstrip(","))
+        kinds = list(self.body[KIND])
+        single = [option for option in self.offered[kinds[0]] if all(option in self.offered[k] for k in kinds)]
+        fitting = [(self._stage_values([option] * len(kinds))[TIME].sum(), option) for option in single
+                   if self._fits((option,) * len(kinds))]
+        if fitting:
+            fastest = min(fitting)[1]
+            return Baseline("fastest single", (fastest,) * len(kinds),
+                            f"every layer at {fastest}, the fastest single option that fits ({as_configured} does "
+                            "not fit)")
         most = tuple(self.most_recomputed[kind] for kind in self.body[KIND])
         every = _uniform(most)
         return Baseline("most recomputed", most, (f"every layer at {every}" if every else
                                                   "every layer at its most recomputed option")
                         + f" ({as_configured} does not fit)")
+
+    def _fits(self, options: Sequence[str]) -> bool:
+        return bool((self._stage_values(options)[MEMORY_MB] <= self.memory_mb).all())
 
     @cached_property
     def baseline_time(self) -> np.ndarray:

@@ -17,8 +17,9 @@ def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.splitlines()[0].startswith("simulated step time ")
-    assert out.splitlines()[1] == ("baseline: every layer at full (the configured recompute, every layer none, does "
-                                   "not fit)")
+    assert out.split("\n", 1)[1].split("\npeak")[0].split() == (
+        "baseline: every layer at selective, the fastest single option that fits (the configured recompute, every "
+        "layer none, does not fit)").split()
     assert "trainer plan: activation_checkpoint.mode = " in out
     assert "megatron: " in out and "torchtitan: " in out
 

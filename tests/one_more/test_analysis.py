@@ -142,9 +142,13 @@ def _key(body, modes, stages):
 
 def _baseline_time(evaluate, count, limit):
     """Per stage, what time saved is measured against: the unconfigured partition (every layer off) where it
-    fits, else every layer full."""
-    memory, time = evaluate(["off"] * count)
-    return time if (memory <= limit).all() else evaluate(["full"] * count)[1]
+    fits, else the fastest single mode that fits, else every layer full."""
+    fitting = []
+    for mode in MODES:
+        memory, time = evaluate([mode] * count)
+        if (memory <= limit).all():
+            fitting.append((time.sum(), mode, time))
+    return min(fitting, key=lambda item: item[0])[2] if fitting else evaluate(["full"] * count)[1]
 
 
 def _brute_force(partition, evaluate, current, limit):
