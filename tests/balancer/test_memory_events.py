@@ -117,8 +117,9 @@ def test_fixed_memory_is_what_an_empty_stage_holds(rng):
             assert fixed_memory(setup, s) <= stage_memory(setup, empty, np.array(s)).total + 1e-9
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"{s}-p{p}-m{m}-v{v}{'-less' if lm else ''}"
-                                               for s, p, m, v, lm in SHAPES])
+@pytest.mark.parametrize("shape", [pytest.param(shape, marks=pytest.mark.slow) if shape[3] == 3 else shape
+                                   for shape in SHAPES],  # three chunks take seconds each: the slow lane
+                         ids=[f"{s}-p{p}-m{m}-v{v}{'-less' if lm else ''}" for s, p, m, v, lm in SHAPES])
 def test_balanced_plan_memory_is_simulated_and_priced_alike(shape):
     rng = np.random.default_rng(hash(shape) % 2**32)
     for _ in range(2):
