@@ -23,8 +23,9 @@ def body(table, option, kind="layer"):
 
 
 def estimate(model=GPT, **parallel):
+    """The paper's time model (FLOPs at a flat efficiency): its closed forms are what these tests check."""
     parallel = {"micro_batch_size": 2, **parallel}
-    return estimate_layers(model, parallel=ParallelConfig(**parallel), device=SLOW)
+    return estimate_layers(model, parallel=ParallelConfig(**parallel), device=SLOW, time_model="flops")
 
 
 @pytest.mark.parametrize("sequence_parallel", [True, False])
@@ -74,8 +75,8 @@ def test_time_is_six_params_tokens_plus_attention():
 
 
 def test_device_throughput_scales_time():
-    fast = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.5))
-    slow = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.25))
+    fast = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.5), time_model="flops")
+    slow = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.25), time_model="flops")
     assert body(slow, "full").backward_time == pytest.approx(2 * body(fast, "full").backward_time, rel=1e-12)
 
 
@@ -217,8 +218,12 @@ def test_bad_estimate_inputs(models, options, parallel, message):
 def test_bad_argument_types():
     with pytest.raises(InputError, match=r"^parallel must be a ParallelConfig; got dict$"):
         estimate_layers(GPT, parallel={})
-    with pytest.raises(InputError, match=r"^device must be a DeviceConfig; got dict$"):
+    with pytest.raises(InputError, match=r"^device must be a DeviceConfig or a preset name; got dict$"):
         estimate_layers(GPT, device={})
+    with pytest.raises(InputError, match=r"^cluster must be a Cluster or a preset name; got int$"):
+        estimate_layers(GPT, cluster=8)
+    with pytest.raises(InputError, match=r"^time_model must be one of 'roofline', 'flops'; got 'mfu'$"):
+        estimate_layers(GPT, time_model="mfu")
     with pytest.raises(InputError, match=r"^const_mb must be a finite number >= 0; got -1$"):
         estimate_layers(GPT, const_mb=-1)
     with pytest.raises(InputError, match=r"^kernels must be a KernelConfig; got str$"):
