@@ -19,8 +19,10 @@ from sappkit.cli import main
 from .bundled import DATA
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Prints a 64-row stage frame, several times what a one-page pipe holds.
-LONG_OUTPUT = ["simulate", str(DATA / "llama2_70b.json"), "--stages", "64", "--micro-batches", "64"]
+#: Prints a 128-row stage frame with every column, three times what a one-page pipe holds (checked below): the
+#: command must block on the pipe, or a signal sent "while it runs" could arrive after it has finished.
+LONG_OUTPUT = ["simulate", str(DATA / "llama2_70b.json"), "--stages", "128", "--micro-batches", "128", "--wide"]
+PIPE_BYTES = 4096
 
 
 @pytest.mark.parametrize("arguments, message", [
@@ -53,11 +55,16 @@ def test_ctrl_c_is_one_line_and_130(capsys, monkeypatch):
     assert capsys.readouterr().err == "sappkit fit: interrupted\n"
 
 
+def test_the_long_output_overflows_the_pipe(capsys):
+    assert main(LONG_OUTPUT) == 0
+    assert len(capsys.readouterr().out.encode()) > 3 * PIPE_BYTES
+
+
 def _start(arguments):
     """``python -m sappkit`` writing unbuffered into a one-page pipe: the command blocks once it has printed a page,
     so it is still running, whatever the machine's speed, when the test acts on it."""
     read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)  # Linux: a one-page pipe, full after 4096 bytes
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, PIPE_BYTES)  # Linux: a one-page pipe, full after 4096 bytes
     process = subprocess.Popen([sys.executable, "-m", "sappkit", *arguments], stdout=write_end, stderr=subprocess.PIPE,
                                text=True, cwd=ROOT,
                                env={**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"})
@@ -76,7 +83,7 @@ def test_ctrl_c_in_a_subprocess():
 
 def test_a_closed_pipe_ends_quietly():
     process, read_end = _start(LONG_OUTPUT)
-    assert os.read(read_end, 100).startswith(b"1f1b: 64 stages, 1 chunk(s), 64 micro-batches\n")
+    assert os.read(read_end, 100).startswith(b"1f1b: 128 stages, 1 chunk(s), 128 micro-batches\n")
     os.close(read_end)  # as `head` does once it has its lines
     error = process.stderr.read()
     assert (process.wait(), error) == (141, "")

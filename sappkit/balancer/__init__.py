@@ -8,7 +8,7 @@ offsets, memory sweeps and plan comparisons.
 
 from .optimise import balance
 from .plan import Plan, plan_from_offsets
-from .solver import SolverOptions
+from .ilp.solver import SolverOptions
 from .torchtitan import TorchtitanConfig, torchtitan_config
 from .views import compare_plans, even_plan, sweep_memory
 

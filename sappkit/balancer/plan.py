@@ -29,8 +29,8 @@ from ..layers.units import format_mb, format_time, with_time_unit
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
-from .solver import Status
-from .steptime import step_timer
+from .ilp.solver import Status
+from .step.steptime import step_timer
 
 __all__ = ["Plan", "plan_from_offsets", "OFFSET_KEYS"]
 
@@ -55,8 +55,8 @@ class Plan:
         ``time`` (the stage time ``max_c F + max_c B``); times in
         :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
     objective : float or None
-        The plan's value of ``objective_name`` (None without a plan): seed
-        003's objective for ``"sapp"``, the simulated step time for
+        The plan's value of ``objective_name`` (None without a plan):
+        SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for
         ``"step"``; a time in :attr:`time_unit`.
     objective_name : {"sapp", "step"}
     status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}
@@ -68,7 +68,7 @@ class Plan:
         Relative gap to the proven bound (0 when optimal, None when unknown).
     lower_bound : float or None
         For ``objective="step"``: a proven lower bound on the simulated step
-        time of any placement that fits (:mod:`sappkit.balancer.bound`).
+        time of any placement that fits (:mod:`sappkit.balancer.step.bound`).
     solve_seconds : float
     method : str
         What found the plan (``"exact search"``, ``"ilp (highs)"``; for
@@ -220,7 +220,7 @@ class Plan:
 
         The file is written whole or not at all; a bad path is an :class:`InputError`.
         """
-        from .ilp import BalanceModel
+        from .ilp.program import BalanceModel
 
         output_path("path", path)
         problem = BalanceModel(self.setup).problem

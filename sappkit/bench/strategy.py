@@ -1,6 +1,6 @@
 """Pricing one strategy end to end: the layer table, the even placement, the simulated step.
 
-DESIGN.md's target is under 20 ms per strategy, so that the strategy search
+The target (README, "Performance") is under 20 ms per strategy, so that the strategy search
 prices thousands. The rows price a Llama-3-70B-class model on 1,024 H100s
 (t8 p4 v5 dp32, interleaved, global batch 1,024 x 8,192 tokens): ``cold``
 compiles its layer table first (a new shape), ``warm`` reuses the compiled

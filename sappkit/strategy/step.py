@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from ..balancer import balance, even_plan
-from ..balancer.steptime import step_timer
+from ..balancer.step import step_timer
 from ..columns import ACTIVATION_MB, BODY, COUNT, KIND, OPTION, ROLE, STAGE, STAGE_MEMORY
 from ..columns import CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, WORKING_MB
 from ..hardware import Cluster
