@@ -82,6 +82,8 @@ class LayerTable:
     breakdown: pd.DataFrame | None = field(default=None, repr=False)
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
+    _roles: dict = field(init=False, repr=False, compare=False)
+    _fixed: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
@@ -100,9 +102,14 @@ class LayerTable:
         for record in frame.to_dict("records"):
             records.setdefault(record[KIND], {})[record[OPTION]] = record
         object.__setattr__(self, "_records", records)
+        roles: dict[str, list[str]] = {role: [] for role in ROLES}
+        for kind, role in self._kinds[ROLE].items():
+            roles[role].append(kind)
+        object.__setattr__(self, "_roles", {role: tuple(kinds) for role, kinds in roles.items()})
+        object.__setattr__(self, "_fixed", {})
 
     def _role_kinds(self, role: str) -> tuple[str, ...]:
-        return tuple(self._kinds.index[self._kinds[ROLE] == role])
+        return self._roles[role]
 
     @property
     def body_kinds(self) -> tuple[str, ...]:
@@ -120,8 +127,11 @@ class LayerTable:
         return self._single_row(TAIL)
 
     def _single_row(self, role: str) -> pd.Series | None:
-        rows = self.frame[self.frame[ROLE] == role]
-        return None if rows.empty else rows.iloc[0]
+        if role not in self._fixed:  # looked up once: the models ask for the head and tail often
+            rows = self.frame[self.frame[ROLE] == role]
+            self._fixed[role] = None if rows.empty else rows.iloc[0]
+        row = self._fixed[role]
+        return None if row is None else row.copy()
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -156,7 +166,7 @@ class LayerTable:
 
     def options(self, kind: str) -> tuple[str, ...]:
         """Options of ``kind`` in table order."""
-        return tuple(self.rows(kind).index)
+        return tuple(self._records[self._known(kind)])
 
     def front(self, kind: str) -> tuple[str, ...]:
         """Options of ``kind`` not dominated in (activation memory, forward + backward time).

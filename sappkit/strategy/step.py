@@ -18,6 +18,7 @@ waiting), ``dp_comm_ms``
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -106,10 +107,11 @@ def price_single_stage(layers: LayerTable, strategy: Strategy, cluster: Cluster,
     rows = frame[(frame[ROLE] != BODY) | (frame[OPTION] == option)]
     forward, backward = (float((rows[column] * rows[COUNT]).sum()) for column in ("forward_time", "backward_time"))
     busy = micro_batches * (forward + backward)
-    parts = _per_layer(layers).loc[list(zip(rows[KIND], rows[OPTION]))]
     counts = rows[COUNT].to_numpy()
-    spent = {column: micro_batches * float((parts[column].to_numpy() * counts).sum()) for column in _BUSY}
-    dense, experts = (float((parts[column].to_numpy() * counts).sum()) for column in (PARAMS, EXPERT_PARAMS))
+    parts = np.array([_breakdown_rows(layers)[item] for item in zip(rows[KIND], rows[OPTION])]) * counts[:, None]
+    totals = parts.sum(axis=0)
+    spent = {column: micro_batches * float(total) for column, total in zip(_BUSY, totals)}
+    dense, experts = (float(total) for total in totals[len(_BUSY):])
     sync = grad_sync_parts(dense, experts, strategy.parallel, cluster)
     tail = _tail(strategy, cluster, busy, [busy - backward], [sync], (dense, experts))
     step = busy + tail[DP_COMM_MS] + tail[OPTIMIZER_MS]
@@ -152,25 +154,29 @@ def _tail(strategy: Strategy, cluster: Cluster, end: float, ready: list[float], 
 
 
 def _frame(rows: list[dict], step: float) -> pd.DataFrame:
+    busy = np.array([row.pop("_busy") for row in rows])
     frame = pd.DataFrame(rows)
     frame[STEP_MS] = step
-    frame[IDLE_MS] = step - frame["_busy"] - frame[[PP_COMM_MS, DP_COMM_MS, OPTIMIZER_MS]].sum(axis=1)
-    frame[IDLE_MS] = frame[IDLE_MS].clip(lower=0.0)  # rounding
+    exposed = frame[PP_COMM_MS].to_numpy() + frame[DP_COMM_MS].to_numpy() + frame[OPTIMIZER_MS].to_numpy()
+    frame[IDLE_MS] = np.maximum(step - busy - exposed, 0.0)  # rounding aside, the wait for the slowest stage
     return frame[[STAGE, *STEP_COLUMNS]]
 
 
-def _per_layer(layers: LayerTable) -> pd.DataFrame:
-    return layers.breakdown.set_index([KIND, OPTION])
+@lru_cache(maxsize=256)
+def _breakdown_rows(layers: LayerTable) -> dict:
+    """(kind, option) -> its per-micro-batch busy parts and parameters (:data:`_BUSY`, params, expert params),
+    read once per table (the compiled shapes keep their tables, so a search reads each once)."""
+    frame = layers.breakdown
+    values = frame[[*_BUSY, PARAMS, EXPERT_PARAMS]].to_numpy()
+    return {(kind, option): row for kind, option, row in zip(frame[KIND], frame[OPTION], values)}
 
 
 def _cell_sums(layers: LayerTable, setup, counts: np.ndarray) -> np.ndarray:
     """``[chunk, stage, column]``: the summed per-micro-batch breakdown (:data:`_BUSY`) and parameters
     (``params``, ``expert_params``) of each cell's body layers, its head and its tail."""
-    per_layer = _per_layer(layers)[[*_BUSY, PARAMS, EXPERT_PARAMS]]
-    per_item = per_layer.loc[list(setup.items)].to_numpy()
+    rows = _breakdown_rows(layers)
+    per_item = np.array([rows[item] for item in setup.items])
     sums = np.einsum("ics,ik->csk", counts, per_item)
-    for row, (chunk, stage) in ((layers.head, (0, 0)), (layers.tail, tail_cell(setup.schedule, setup.stages,
-                                                                              setup.chunks))):
-        if row is not None:
-            sums[chunk, stage] += per_layer.loc[(row[KIND], row[OPTION])].to_numpy()
+    for fixed in setup.fixed:
+        sums[fixed.chunk, fixed.stage] += rows[(fixed.kind, layers.options(fixed.kind)[0])]
     return sums
