@@ -259,3 +259,22 @@ def test_hidden_dropout_drops_the_two_residual_masks_only():
                                        vocab_size=32, hidden_dropout=False)
     assert kept(GPT)[0] - kept(attention_only)[0] == 2 * 16
     assert kept(attention_only)[1] == 0
+
+
+def test_the_flops_model_still_writes_the_bundled_tables_byte_for_byte(tmp_path):
+    """The bundled layer tables were made with the paper's count; ``time_model="flops"`` keeps making them."""
+    import importlib.util
+
+    from sappkit import write_layers_json
+
+    from ..bundled import DATA
+
+    spec = importlib.util.spec_from_file_location("make_layers", DATA / "make_layers.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    for name, models, parallel, const in (("llama2_70b", (make.LLAMA2_70B,), make.LLAMA2_70B_PARALLEL, 3000),
+                                          ("deepseek_v3", (make.DEEPSEEK_V3,), make.DEEPSEEK_V3_PARALLEL, 4000),
+                                          ("vlm", (make.VISION, make.LANGUAGE), make.VLM_PARALLEL, 3000)):
+        table = estimate_layers(*models, parallel=parallel, device=make.DEVICE, time_model="flops", const_mb=const)
+        write_layers_json(table, tmp_path / f"{name}.json")
+        assert (tmp_path / f"{name}.json").read_bytes() == (DATA / f"{name}.json").read_bytes(), name
