@@ -35,7 +35,7 @@ from ..layers.units import text_table
 from .config import Strategy
 from .evaluate import evaluate_strategy
 
-__all__ = ["METRICS", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
+__all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
            "validate_memory", "Validation", "run_inputs"]
 
 #: The bundled tables of published runs and of published per-device memory.
