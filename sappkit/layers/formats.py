@@ -17,7 +17,8 @@ import pandas as pd
 from .._files import as_path, read_csv, write_text
 from ..columns import CONST_MB, LAYER_NUMERIC, LAYER_OPTIONAL, LAYER_REQUIRED, MODULE
 from ..errors import InputError
-from .table import LayerTable, as_layer_table, check_custom_options
+from .options import check_custom_options
+from .table import LayerTable, as_layer_table
 from .units import TIME_UNIT, check_time_unit
 
 __all__ = ["read_layers_csv", "write_layers_csv"]

@@ -22,12 +22,10 @@ from ..columns import (
 )
 from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
+from .options import CUSTOM_OPTIONS, check_custom_options, check_option_names
 from .units import check_time_unit, time_unit_of, with_time_unit
 
-__all__ = ["LayerTable", "as_layer_table", "check_custom_options", "CUSTOM_OPTIONS"]
-
-#: The key a table's custom options go under in its frame's ``attrs``.
-CUSTOM_OPTIONS = "custom_options"
+__all__ = ["LayerTable", "as_layer_table"]
 
 #: Columns that describe a kind, so they must agree across its option rows.
 _PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
@@ -325,28 +323,6 @@ def as_layer_table(layers, *, name: str = "layers") -> LayerTable:
                      f"{', '.join(LAYER_REQUIRED)}; got {type(layers).__name__}")
 
 
-def check_custom_options(value, name: str = "custom_options") -> tuple[str, ...]:
-    """``value`` as a tuple of option names beside SAPP's: distinct, non-empty strings on one line.
-
-    Examples
-    --------
-    >>> check_custom_options(["attention", "mlp"])
-    ('attention', 'mlp')
-    """
-    if value is None:
-        return ()
-    names = (value,) if isinstance(value, str) else value
-    try:
-        names = tuple(names)
-    except TypeError:
-        raise InputError(f"{name} must be a tuple of option names; got {short(value)}") from None
-    for index, option in enumerate(names):
-        if not (isinstance(option, str) and option.strip() == option and option and option.isprintable()):
-            raise InputError(f"{name}[{index}] is {short(option)}; expected an option name (a non-empty string on "
-                             "one line, without leading or trailing spaces)")
-    return tuple(dict.fromkeys(names))
-
-
 def _validated(frame, custom: tuple[str, ...]) -> pd.DataFrame:
     """Check the layer columns, the option names (SAPP's or ``custom``) and per-kind consistency; return a clean
     copy with defaults filled."""
@@ -395,13 +371,7 @@ def _validated(frame, custom: tuple[str, ...]) -> pd.DataFrame:
         raise InputError(f"layers has {counts.sum()} body layers "
                          f"({', '.join(f'{kind!r}: {n}' for kind, n in counts.items())}); "
                          f"expected at most {MAX_LAYERS.cited}")
-    known = (*SAPP_OPTIONS, *custom)
-    for row, option in frame[OPTION].items():
-        if option not in known:
-            refused = (f"{where(row)} column 'option' is {short(option)}; expected a recompute option, one of "
-                       f"{', '.join(map(repr, known))}")
-            raise InputError(f"{refused} (declare others with custom_options=...)",
-                             cli=f"{refused} (declare others with --custom-options NAME,...)")
+    check_option_names(frame, custom, where)
     return frame
 
 

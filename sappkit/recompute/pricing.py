@@ -44,13 +44,9 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 The stage's memory is the higher of the two peaks.
 
 **Time saved** is measured against a stated baseline that fits
-(:attr:`Pricing.baseline`): the partition's configured options where they
-fit every stage at the device capacity, as the original tool measures it;
-else every layer at the fastest single option that fits every stage (what a
-runtime running one recompute for all would use: ``selective`` everywhere
-where it fits, not ``full``); else, where no single option fits, every layer
-at its most recomputed option on offer (the least activation memory). It is the forward + backward time of one
-micro-batch through the body layers, per stage: a sum, not a step time.
+(:attr:`Pricing.baseline`, :mod:`sappkit.recompute.baseline`). It is the
+forward + backward time of one micro-batch through the body layers, per stage:
+a sum, not a step time.
 
 A stage's layers form groups of interchangeable layers
 (:mod:`sappkit.recompute.groups`) with per-option memory at both peaks and
@@ -75,6 +71,7 @@ from ..errors import InputError
 from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from .events import event_peaks
+from .baseline import Baseline, baseline_of
 from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, layer_groups
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
 from .partition import CONFIGURED, Partition
@@ -88,30 +85,6 @@ SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
 BACKWARD_MB = "backward_mb"
 TRANSIT_MB = "transit_mb"
 TIME_SAVED = "time_saved"
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What time saved is measured against: each body layer's option, and that in words.
-
-    Attributes
-    ----------
-    name : {"configured", "fastest single", "most recomputed"}
-        The partition's configured options (they fit); else every layer at
-        the fastest single option on offer that fits every stage (what a
-        runtime would otherwise run); else, when none does, every layer at its
-        most recomputed option on offer.
-    options : tuple of str
-        Each body layer's option, model order.
-    text : str
-        The baseline in words, to follow "against ... with": ``the configured
-        recompute (every layer full)``, ``every layer at full (the configured
-        none does not fit)``.
-    """
-
-    name: str
-    options: tuple[str, ...]
-    text: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -165,29 +138,8 @@ class Pricing:
 
     @cached_property
     def baseline(self) -> Baseline:
-        """What time saved is measured against at this capacity (module docstring)."""
-        configured = tuple(self.body[CONFIGURED])
-        as_configured = "the configured recompute" + (f", every layer {_uniform(configured)}," if _uniform(configured)
-                                                      else "")
-        if self._fits(configured):
-            return Baseline("configured", configured, as_configured.rstrip(","))
-        kinds = list(self.body[KIND])
-        single = [option for option in self.offered[kinds[0]] if all(option in self.offered[k] for k in kinds)]
-        fitting = [(self._stage_values([option] * len(kinds))[TIME].sum(), option) for option in single
-                   if self._fits((option,) * len(kinds))]
-        if fitting:
-            fastest = min(fitting)[1]
-            return Baseline("fastest single", (fastest,) * len(kinds),
-                            f"every layer at {fastest}, the fastest single option that fits ({as_configured} does "
-                            "not fit)")
-        most = tuple(self.most_recomputed[kind] for kind in self.body[KIND])
-        every = _uniform(most)
-        return Baseline("most recomputed", most, (f"every layer at {every}" if every else
-                                                  "every layer at its most recomputed option")
-                        + f" ({as_configured} does not fit)")
-
-    def _fits(self, options: Sequence[str]) -> bool:
-        return bool((self._stage_values(options)[MEMORY_MB] <= self.memory_mb).all())
+        """What time saved is measured against at this capacity (module docstring; :func:`baseline_of`)."""
+        return baseline_of(self)
 
     @cached_property
     def baseline_time(self) -> np.ndarray:
@@ -303,12 +255,6 @@ class Pricing:
                 table[kind][option] = [self.cost(kind, option)[c] for c in columns]
             values[row] = table[kind][option]
         return {column: values[:, i] for i, column in enumerate(columns)}
-
-
-def _uniform(options: Sequence[str]) -> str | None:
-    """The option every layer runs, or None when they differ."""
-    distinct = set(options)
-    return distinct.pop() if len(distinct) == 1 else None
 
 
 def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:

@@ -44,7 +44,8 @@ from ..columns import (
 from ..errors import InputError
 from ..layers.configs import ParallelConfig
 from ..layers.estimate import param_bytes
-from ..layers.table import CUSTOM_OPTIONS, LayerTable
+from ..layers.options import CUSTOM_OPTIONS
+from ..layers.table import LayerTable
 from ..layers.units import MS
 from .options import DEFAULT_OPTIONS, option_specs, run_forward
 from .probe import KeptStorages, backward_peak, elapsed_ms, tensors

@@ -23,9 +23,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..setup import BalanceSetup
+from .result import SearchTimeout
 from .stage_bounds import charged_chunks, memory_bounds, monotone_chunks
 
-__all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "SearchTimeout", "best_per_total", "cell_fronts", "enumerate_stage",
+__all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
            "kind_fronts", "min_max", "pareto_fronts", "placement", "split_values", "stage_time", "subset",
            "working_fronts"]
 
@@ -35,19 +36,12 @@ COMBO_BUDGET = 400_000
 EPS = 1e-9
 
 
-class SearchTimeout(Exception):
-    """The exact search ran past its deadline (:attr:`Cache.deadline`)."""
-
-
 @dataclass
 class Cache:
     """Fronts and stage enumerations, reusable across memory limits and objectives of one instance.
 
-    :meth:`bind` empties the stage enumerations when the instance (layer
-    costs, pipeline, constant) changes, so a cache can never serve another's.
-    ``deadline`` (a :func:`time.monotonic` time, or None) bounds a search:
-    :meth:`check_time`, called as each stage, cell or round is worked out,
-    raises :class:`SearchTimeout` past it.
+    :meth:`bind` empties the stage enumerations when the instance changes, so a cache never serves another's;
+    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`).
     """
 
     fronts: dict = field(default_factory=dict)
@@ -56,7 +50,7 @@ class Cache:
     deadline: float | None = None
 
     def check_time(self) -> None:
-        """Raise :class:`SearchTimeout` when the search is past its deadline."""
+        """Raise :class:`SearchTimeout` past the deadline (called as each stage, cell or round is worked out)."""
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise SearchTimeout
 

@@ -8,8 +8,8 @@ import numpy as np
 from ..setup import BalanceSetup
 from . import enumeration, segments
 from .boundary import search as boundary_search
-from .cells import Cache, SearchTimeout
-from .result import SearchResult, found
+from .cells import Cache
+from .result import SearchResult, SearchTimeout, found
 
 __all__ = ["why_not_applicable", "search", "least_memory"]
 
