@@ -102,7 +102,7 @@ def test_every_page_renders_its_plots(report, context, tmp_path):
         assert not undrawn, f"{path.name}: images not drawn: {undrawn}"
         assert page.locator(".jp-CodeCell .jp-InputArea").count() == 0, f"{path.name}: code shown in a no-input report"
         shot = tmp_path / f"{path.stem}.png"
-        page.screenshot(path=shot)
+        page.screenshot(path=shot, full_page=True)  # the whole page, as a reader scrolls it
         assert pixel_spread(shot.read_bytes()) > 1.0, f"{path.name}: blank screenshot {shot}"
         plot = tmp_path / f"{path.stem}-plot.png"
         page.locator("img").first.screenshot(path=plot)
