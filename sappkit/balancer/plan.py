@@ -25,7 +25,7 @@ import yaml
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
-from ..layers.units import format_mb, format_time, html_summary, with_time_unit, wrap_text
+from ..layers.units import chunks_text, format_mb, format_time, html_summary, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
@@ -155,9 +155,8 @@ class Plan:
         several = len(setup.kinds) > 1
         for stage in self.stages.itertuples(index=False):
             rows = self.assignment[self.assignment[STAGE] == stage.stage]
-            chunks = [", ".join(f"{f'{r.kind} ' if several else ''}{r.option} x{r.layers}"
-                                for r in cell.itertuples(index=False)) for _, cell in rows.groupby(CHUNK, sort=True)]
-            parts = chunks[0] if setup.chunks == 1 else "; ".join(f"chunk {c}: {text}" for c, text in enumerate(chunks))
+            parts = chunks_text([", ".join(f"{f'{r.kind} ' if several else ''}{r.option} x{r.layers}"
+                                           for r in cell.itertuples(index=False)) for _, cell in rows.groupby(CHUNK)])
             lines.append(f"stage {stage.stage:>2}: {format_mb(getattr(stage, MEMORY_MB)):>9}, "
                          f"time {format_time(getattr(stage, TIME), unit)}  {parts}")
         lines.extend(f"note: {note}" for note in self.notes)

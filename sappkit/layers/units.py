@@ -27,7 +27,7 @@ from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
            "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
-           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary"]
+           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary", "chunks_text"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -130,6 +130,17 @@ def wrap_text(text: str, width: int = TEXT_WIDTH) -> str:
         lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
                                    break_long_words=False) if len(line) > width else line)
     return "\n".join(lines)
+
+
+def chunks_text(texts: list[str]) -> str:
+    """What a stage holds, one text per chunk: the text alone for one chunk, else each after ``chunk c:``.
+
+    Examples
+    --------
+    >>> chunks_text(["none x3"]), chunks_text(["full x2", "none x3"])
+    ('none x3', 'chunk 0: full x2; chunk 1: none x3')
+    """
+    return texts[0] if len(texts) == 1 else "; ".join(f"chunk {c}: {text}" for c, text in enumerate(texts))
 
 
 def format_time(value: float, unit: str) -> str:
