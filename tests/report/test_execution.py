@@ -8,6 +8,7 @@ import json
 import os
 import select
 import subprocess
+import warnings
 import sys
 from pathlib import Path
 
@@ -83,6 +84,7 @@ def _dashboard_run(name: str, folder: Path, times: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs the notebooks themselves, as the notebook lane does
 @pytest.mark.parametrize("name", ["03_recompute.ipynb", "04_alternatives.ipynb"])
 def test_dashboards_never_wait_on_an_idle_kernel(name, tmp_path):
     """Each dashboard notebook once, then its dashboard nine times more in the same kernel.
@@ -131,6 +133,7 @@ def _dying_notebook(folder: Path, condition: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # starts and kills kernels
 def test_a_kernel_that_dies_once_is_replaced_and_the_notebook_run_again(tmp_path):
     path = _dying_notebook(tmp_path, "if not Path('died').exists():\n    Path('died').touch()")
     lines = []
@@ -141,6 +144,7 @@ def test_a_kernel_that_dies_once_is_replaced_and_the_notebook_run_again(tmp_path
                      "cell 2/4", "cell 3/4", "cell 4/4"]
 
 
+@pytest.mark.slow  # starts and kills kernels
 def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys, monkeypatch):
     """Even when nbclient's clean-up then fails in turn (it once ended a report in an AssertionError of its own)."""
     cleanup = NotebookClient._async_cleanup_kernel
@@ -162,6 +166,7 @@ def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys, monkeyp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["dies.ipynb"]
 
 
+@pytest.mark.slow  # waits for a kernel that never comes
 def test_a_kernel_that_never_starts_is_named_in_one_line_and_nothing_after_it(tmp_path):
     """The whole program's stderr, exit included: nbclient left an exit-time clean-up behind that ended in an
     AssertionError traceback after the message."""
@@ -262,3 +267,22 @@ def test_idle_waits_leave_out_cells_that_did_not_run():
     nb = nbformat.v4.new_notebook(cells=[new_markdown("# T"), new_code("1", metadata={"execution": {}})])
     assert idle_waits(nb) == {}
 
+
+
+@pytest.mark.parametrize(("cell", "error"), [
+    ({"cell_type": "markdown", "metadata": {}, "source": "# Notes"}, None),
+    ({"cell_type": "code", "metadata": {}, "outputs": []}, "at cells[0]: 'source' is a required property"),
+])
+def test_notebooks_without_cell_ids_say_nothing_but_the_result(tmp_path, capsys, cell, error):
+    path = tmp_path / "no_ids.ipynb"
+    path.write_text(_notebook_json(nbformat_minor=5, cells=[cell]))  # v4.5 asks for ids; editors add them
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        code = main(["report", "--notebooks", str(path), "--out", str(tmp_path / "r")])
+    assert [str(w.message) for w in warned] == []
+    if error is None:
+        assert code == 0 and capsys.readouterr().err == ""  # progress goes to stdout
+    else:
+        assert code == 2
+        assert capsys.readouterr().err == (f"sappkit report: notebooks: {str(path)!r} is not a Jupyter notebook "
+                                           f"({error})\n")
