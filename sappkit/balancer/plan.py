@@ -62,18 +62,21 @@ class Plan:
     status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}
         How the plan was found: ``"optimal"`` proven; ``"feasible"`` a plan
         that fits from a search that proves no optimum (``objective="step"``'s
-        local search; ``gap`` to its ``lower_bound``); ``"time_limit"`` a
-        solver's incumbent; ``"evaluated"`` for :func:`plan_from_offsets`.
+        local search with several chunks, or its exact search past its budgets;
+        ``gap`` to its ``lower_bound``); ``"time_limit"`` a solver's incumbent;
+        ``"evaluated"`` for :func:`plan_from_offsets`.
     gap : float or None
         Relative gap to the proven bound (0 when optimal, None when unknown).
     lower_bound : float or None
         For ``objective="step"``: a proven lower bound on the simulated step
-        time of any placement that fits (:mod:`sappkit.balancer.step.bound`).
+        time of any placement that fits (:mod:`sappkit.balancer.step.proof`
+        with one chunk, :mod:`sappkit.balancer.step.bound` with more).
     solve_seconds : float
     method : str
         What found the plan (``"exact search"``, ``"ilp (highs)"``; for
-        ``objective="step"`` the start and the local moves, e.g. ``"sapp
-        optimum (exact search) improved by 12 local moves"``).
+        ``objective="step"`` the start and the changes, e.g. ``"even plan
+        (selective), then 12 moves and 3 swaps by local search; 2 random kicks
+        helped"``, or with one chunk the descent and the proof).
     step_time : float or None
         The simulated step time where the balancer computed it
         (``objective="step"``); None for a ``"sapp"`` plan, which the

@@ -49,12 +49,14 @@ from .exchange import exchanged, stage_exchanges
 from .resplit import stage_resplits
 from .steptime import StepTimer
 
-__all__ = ["Changes", "Improved", "improve", "valid", "WORK_BUDGET"]
+__all__ = ["Changes", "Improved", "improve", "valid", "WORK_BUDGET", "MOST_PLACEMENTS"]
 
-#: Op times computed per start (placements simulated x ops in the step) before the search stops there: a
-#: deterministic budget that buys as many placements as the schedule's size allows (about 1,600 for p = 16,
-#: v = 3, m = 64; 20,000 for p = 8, v = 2, m = 16). Twice as much found the same plans on the bench's cases.
+#: Op times computed over all starts (placements simulated x ops in the step) before the search stops: a
+#: deterministic budget that buys as many placements as the schedule's size allows (about 1,900 for p = 16,
+#: v = 3, m = 64; 23,000 for p = 8, v = 2, m = 16), but never more than :data:`MOST_PLACEMENTS`, for the
+#: search's own work per placement (validity, candidate changes, paths) outweighs short steps' op times.
 WORK_BUDGET = 12_000_000
+MOST_PLACEMENTS = 35_000
 #: The first batch of candidates simulated together in a round; each later one is twice as large.
 _FIRST_BATCH = 24
 _LARGEST_BATCH = 384
@@ -341,7 +343,7 @@ def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray]
     ``budget`` of simulated placements (default :data:`WORK_BUDGET` op times); then the kicks take turns over
     the placements reached with what is left. Ties go to the earlier start.
     """
-    budget = WORK_BUDGET // timer.graph.ops if budget is None else budget
+    budget = min(WORK_BUDGET // timer.graph.ops, MOST_PLACEMENTS) if budget is None else budget
     seen, labels, states, evaluated = [], [], [], 0
     for label, counts in starts.items():
         counts = np.asarray(counts, dtype=int)
