@@ -35,12 +35,15 @@ TINY = [
 
 
 @pytest.mark.parametrize("pipeline, counts, scale, working_set", TINY, ids=str)
-def test_the_one_chunk_step_plan_is_the_proven_fastest_placement(rng, pipeline, counts, scale, working_set):
+def test_the_one_chunk_step_plan_is_the_proven_fastest_placement(rng, monkeypatch, pipeline, counts, scale,
+                                                                 working_set):
+    """The plan, and the proof alone (no descent) from the slowest placement that fits, against every one."""
     frame = table(rng, kinds=len(counts), counts=counts, options=("none", "full"), modules=["m"] * len(counts))
     options = dict(memory_mb=loose_limit(frame, **pipeline) * scale, objective="step", working_set=working_set,
                    consistent_recompute=False, **pipeline)
     setup = make_setup(frame, **options)
-    times = [simulated(setup, counts) for counts in every_placement(setup) if allowed(setup, counts)]
+    fitting = [counts for counts in every_placement(setup) if allowed(setup, counts)]
+    times = [simulated(setup, counts) for counts in fitting]
     plan = sappkit.balance(frame, **options)
     if not times:
         assert plan.status == "infeasible"
@@ -48,6 +51,10 @@ def test_the_one_chunk_step_plan_is_the_proven_fastest_placement(rng, pipeline, 
     assert plan.step_time == pytest.approx(min(times), rel=1e-9)
     assert plan.status == "optimal" and plan.gap == 0.0 and plan.lower_bound == plan.step_time
     assert "proven optimal" in plan.method and f"found by: {plan.method}" in " ".join(plan.describe().split())
+    monkeypatch.setattr(proof, "_descend", lambda timer, runs, chosen: (chosen, 0))
+    slowest = fitting[int(np.argmax(times))]
+    found = proof.search(setup, step_timer(setup), sappkit.balancer.exact.Cache(), {"slowest": slowest})
+    assert found.proven and found.step_time == pytest.approx(min(times), rel=1e-9)
 
 
 def fast_tuner_optimum(setup) -> float:
