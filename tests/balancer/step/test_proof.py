@@ -31,6 +31,7 @@ TINY = [
     (dict(stages=3, micro_batches=6), (6,), 0.9, False),
     (dict(stages=3, micro_batches=3), (2, 3), 1.0, True),
     (dict(stages=2, micro_batches=4), (3, 3), 0.85, False),
+    (dict(stages=3, micro_batches=3, schedule="gpipe"), (5,), 0.9, True),
 ]
 
 
