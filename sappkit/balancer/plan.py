@@ -51,9 +51,12 @@ class Plan:
         The shared memory schema (``param_mb``, ``activation_mb``,
         ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb``,
         ``limit_mb``) plus ``layers``, ``forward_time``, ``backward_time``,
-        ``recompute_time`` (per micro-batch, head and tail included) and
-        ``time`` (the stage time ``max_c F + max_c B``); times in
-        :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
+        ``recompute_time`` (per micro-batch over the stage's chunks, head and
+        tail included) and ``time``, the stage time: ``forward_time +
+        backward_time`` (docs/design.md "Time and the objectives"; the
+        ``sapp`` objective's stage term is SAPP's ``max_c F + max_c B``);
+        times in :attr:`time_unit`, which the frame carries in
+        ``attrs["time_unit"]``.
     objective : float or None
         The plan's value of ``objective_name`` (None without a plan):
         SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for

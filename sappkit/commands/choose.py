@@ -13,12 +13,14 @@ from __future__ import annotations
 from ..columns import MEMORY_MB, STAGE, TIME
 from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
-from ..recompute.pricing import BACKWARD_MB, TIME_SAVED
+from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED
 from . import _common
-from ._output import Output, add_output_arguments
+from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all); ``backward_mb`` only with a second peak.
-KEY_COLUMNS = (STAGE, MEMORY_MB, BACKWARD_MB, TIME, TIME_SAVED)
+KEY_COLUMNS = (STAGE, BASELINE_MEMORY_MB, MEMORY_MB, BACKWARD_MB, TIME, TIME_SAVED)
+#: The stage table's headers: the baseline's memory beside the choice's.
+HEADERS = {BASELINE_MEMORY_MB: "baseline_mb", TIME: STAGE_TIME_HEADER, TIME_SAVED: "saved"}
 
 
 def register(subparsers) -> None:
@@ -68,8 +70,9 @@ def _run(args) -> int:
         out.value(name, getattr(choice, name))
     out.line(choice.describe())
     out.keep("ranges", choice.ranges)  # one line each in describe
-    out.table("stages", choice.stages, key=KEY_COLUMNS, headers={TIME: "fwd+bwd", TIME_SAVED: "saved"})
-    out.line(f"times per micro-batch; saved against the baseline: {choice.baseline}")
+    out.keep("changes", choice.layout_changes())  # in describe, a line per stage
+    out.table("stages", choice.stages, key=KEY_COLUMNS, headers=HEADERS)
+    out.line(f"baseline_mb: each stage's memory under the baseline; saved against it: {choice.baseline}")
     if choice.layer_options["mode"].notna().all():
         mode, overrides = choice.trainer_plan()
         out.line(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")

@@ -20,8 +20,9 @@ from ..errors import InputError
 from ..layers.units import format_mb, format_time, html_summary, with_time_unit
 from ..pipeline.costs import cell_costs
 from ..pipeline.simulator import Simulation, simulate
+from .changes import CHANGE_COLUMNS, change_lines, layout_changes
 from .export import RuntimeSetting, megatron_setting, recompute_lists, torchtitan_setting, trainer_plan
-from .pricing import TIME_SAVED, Pricing
+from .pricing import BASELINE_MEMORY_MB, TIME_SAVED, Pricing
 
 __all__ = ["RecomputeChoice", "build_choice", "refused_choice", "RANGE_COLUMNS", "MODE", "OFFLOADED_MB"]
 
@@ -48,9 +49,12 @@ class RecomputeChoice:
         Per stage the shared memory schema (``stage``, ``param_mb``,
         ``activation_mb``, ``overhead_mb``, ``working_mb``, ``const_mb``,
         ``memory_mb`` = the higher peak, ``limit_mb``) plus ``backward_mb``
-        (second peak, NaN without), ``transit_mb``, ``time`` (the body
-        layers' forward + backward per micro-batch) and ``time_saved``
-        (against :attr:`baseline`), times in :attr:`time_unit` (the frame's
+        (second peak, NaN without), ``transit_mb``, ``time`` (the stage time:
+        forward + backward per micro-batch of every layer the stage holds,
+        head and tail included, as a balancer plan's and the simulator's),
+        ``time_saved`` (against :attr:`baseline`) and
+        ``baseline_memory_mb`` (the stage's memory under :attr:`baseline`,
+        beside the choice's); times in :attr:`time_unit` (the frame's
         ``attrs["time_unit"]``). When no choice was made: the stages with
         every layer at its lightest option.
     mode : str or None
@@ -142,6 +146,14 @@ class RecomputeChoice:
         """The heaviest stage's memory (NaN when there are no stages)."""
         return float(self.stages[MEMORY_MB].max()) if len(self.stages) else float("nan")
 
+    def layout_changes(self) -> pd.DataFrame:
+        """Per stage where a layer runs otherwise than under :attr:`baseline`: the memory under each, the time
+        saved, and which layers moved or changed option (:func:`sappkit.recompute.changes.layout_changes`; empty
+        without a choice)."""
+        if not self.chosen:
+            return pd.DataFrame({column: [] for column in CHANGE_COLUMNS})
+        return with_time_unit(layout_changes(self.pricing, self.layer_options, self.stages), self.time_unit)
+
     def configured_stages(self) -> pd.DataFrame:
         """The stage frame under the partition's configured options: the "before" of a before/after."""
         return self.pricing.evaluate(self.pricing.body["configured"].tolist())
@@ -178,12 +190,19 @@ class RecomputeChoice:
         else:
             step = (f"simulated step time {format_time(self.step_time, unit)}: {self._change()} than the baseline's "
                     f"{format_time(self.baseline_step_time, unit)}")
-        peak_stage = int(self.stages[STAGE].iloc[int(np.argmax(self.stages[MEMORY_MB].to_numpy()))])
         summed = self.time_saved
-        return [step, f"baseline: {self.baseline}",
-                f"peak {format_mb(self.memory_mb)} of {format_mb(self.pricing.memory_mb)} (stage {peak_stage})",
+        return [step, f"baseline: {self.baseline}", self.peak_text(),
                 f"forward + backward per micro-batch, summed over the stages: {format_time(abs(summed), unit)} "
                 f"{'saved' if summed >= 0 else 'more'}"]
+
+    def peak_text(self) -> str:
+        """``peak 56,017 MB of 58,000 MB (stage 1)``, and the baseline's peak where it differs."""
+        memory, before = self.stages[MEMORY_MB].to_numpy(), self.stages[BASELINE_MEMORY_MB].to_numpy()
+        stages = self.stages[STAGE].to_numpy()
+        text = f"peak {format_mb(memory.max())} of {format_mb(self.pricing.memory_mb)} (stage {stages[memory.argmax()]}"
+        if format_mb(before.max()) != format_mb(memory.max()) or before.argmax() != memory.argmax():
+            text += f"; the baseline's: {format_mb(before.max())} on stage {stages[before.argmax()]}"
+        return text + ")"
 
     def _change(self) -> str:
         """The simulated step against the baseline's: ``1,848 ms (24.3%) faster``, ``no faster``, ``... slower``."""
@@ -205,6 +224,7 @@ class RecomputeChoice:
             if item.offloaded_mb > 0:
                 what += f", {format_mb(item.offloaded_mb)} per micro-batch offloaded to the host"
             lines.append(f"{where} ({item.kind}): {what}")
+        lines.extend(change_lines(self.layout_changes()))
         lines.extend(f"note: {note}" for note in self.notes)
         return "\n".join(lines)
 
