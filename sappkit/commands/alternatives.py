@@ -86,6 +86,8 @@ def _run(args) -> int:
     mode, overrides = choice.trainer_plan()
     out.line(f"the plan to start from (sappkit choose --per-layer): {choice.short_headline()}")
     out.line(f"baseline: {choice.baseline}")
+    if choice.fastest_single_text():
+        out.line(choice.fastest_single_text())
     out.line(f"{choice.peak_text()}; stage {found.binding_stage} binds")
     for line in change_lines(choice.layout_changes()):
         out.line(line)

@@ -5,7 +5,11 @@ The headline is the simulated step time against a stated baseline that fits:
 the recompute the partition is configured with, or, where that does not fit
 (as without ``--offsets``, which configures no recompute), the fastest
 single option that fits every layer, else every layer at its most
-recomputed option.
+recomputed option. Where the configured recompute fits but a single option
+that fits is faster (``--offsets`` recomputing every layer in full where
+``selective`` fits), the choice is stated against both. Each stage's
+memory under the baseline is printed beside the choice's, and the stages
+where layers moved or changed option are named.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ def register(subparsers) -> None:
                        "already placed on the stages",
         description="For layers already placed on the stages, choose the recompute each layer runs so that every "
                     "stage fits the device and the step is fastest; print the simulated step time against the "
-                    "baseline (the configured recompute where it fits, else the fastest single option that fits), each "
-                    "range of layers and the trainer plan.")
+                    "baseline (the configured recompute where it fits, else the fastest single option that fits; "
+                    "both when a single option that fits is faster than the configured), each range of layers, the "
+                    "stages whose memory the choice changes and the trainer plan.")
     _common.add_pipeline_arguments(parser)
     _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "
                                                      "instead of each layer kind's recompute options")
@@ -66,7 +71,8 @@ def _run(args) -> int:
         out.keep("ranges", choice.ranges)
         out.finish()
         return 1
-    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
+    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb",
+                 "fastest_single", "fastest_single_step_time", "fastest_single_step_time_saved"):
         out.value(name, getattr(choice, name))
     out.line(choice.describe())
     out.keep("ranges", choice.ranges)  # one line each in describe

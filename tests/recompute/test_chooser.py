@@ -154,6 +154,58 @@ def test_time_saved_is_against_the_fastest_single_option_that_fits_where_the_con
     assert tight.pricing.baseline.name == "most recomputed"
 
 
+def test_a_faster_single_option_that_fits_beside_the_configured_is_stated_too():
+    # Configured full everywhere fits 1,000 MB; so does every layer plain, which runs faster: the configured stays
+    # the baseline, and the choice is stated against every layer plain as well.
+    table, part = _two_layer_case(0, 0, 0)
+    full = Partition(stages=2, micro_batches=2, cells=part.cells, configured="full")
+    choice = choose_recompute(table, full, memory_mb=1000)
+    assert choice.pricing.baseline.name == "configured" and choice.fastest_single == "none"
+    plain = choose_recompute(table, part, memory_mb=1000, modes=("off",))
+    assert choice.fastest_single_step_time == pytest.approx(plain.step_time)
+    assert choice.fastest_single_step_time_saved == pytest.approx(0.0, abs=1e-9)
+    assert choice.describe().splitlines()[1:3] == [
+        "baseline: the configured recompute, every layer full",
+        "against the fastest single option that fits, every layer none (22 time units): no faster"]
+    # Configured plain: the configured is the fastest single option. Configured full at 120 MB, where plain does
+    # not fit: selective does, and is faster. Nothing configured fits at 120 MB: the fastest single option is the
+    # baseline itself.
+    assert choose_recompute(table, part, memory_mb=1000).fastest_single is None
+    assert choose_recompute(table, full, memory_mb=120).fastest_single == "selective"
+    assert choose_recompute(table, part, memory_mb=120).fastest_single is None
+    assert np.isnan(choose_recompute(table, part, memory_mb=120).fastest_single_step_time)
+
+
+def test_the_fastest_single_option_equals_brute_force(rng):
+    # Independently: of the options every kind offers, those whose every-layer plan fits every stage; the one
+    # with the least summed stage time, named only where it beats the configured options that fit.
+    named = 0
+    for _ in range(16):
+        table, part = random_partition(rng, random_table(rng, kinds=int(rng.integers(1, 3)), once=True),
+                                       stages=int(rng.integers(2, 4)))
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        configured = Partition(stages=part.stages, micro_batches=part.micro_batches, cells=part.cells,
+                               configured=[offered[kind][-1] for kind in part.body["kind"]])
+        choice = choose_recompute(table, configured, memory_mb=limit)
+        if not choice.chosen:
+            continue
+        pricing = choice.pricing
+        count = len(pricing.body)
+        common = set.intersection(*(set(options) for options in offered.values()))
+        fits = {option: pricing.evaluate([option] * count) for option in common
+                if (pricing.evaluate([option] * count)["memory_mb"] <= limit).all()}
+        mine = pricing.evaluate(list(pricing.body["configured"]))
+        faster = {option: frame["time"].sum() for option, frame in fits.items()
+                  if frame["time"].sum() < mine["time"].sum() * (1 - 1e-12)}
+        if pricing.baseline.name != "configured" or not faster:
+            assert choice.fastest_single is None
+            continue
+        assert choice.fastest_single == min(faster, key=faster.get)
+        named += 1
+    assert named
+
+
 @pytest.mark.parametrize("options", [dict(), dict(modes=MODES, per_layer=True)])
 def test_time_saved_is_never_negative_against_a_baseline_on_offer(rng, options):
     # A choice per layer can always pick the baseline's options where they fit, so no stage loses time. (One mode
