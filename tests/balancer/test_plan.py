@@ -275,3 +275,30 @@ def test_a_plan_without_placement_says_so():
         failed.offsets()
     assert str(error.value) == "this plan has no placement (status 'failed': no incumbent)"
 
+
+
+def test_the_step_time_is_simulated_when_first_read_and_kept_never_while_balancing(monkeypatch):
+    import dataclasses
+
+    import sappkit.balancer.plan as plan_module
+
+    timed = []
+    real = plan_module.step_timer
+    monkeypatch.setattr(plan_module, "step_timer", lambda setup: timed.append(setup) or real(setup))
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=1900)
+    assert plan.objective_name == "sapp" and timed == []  # balance simulates nothing
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12) and len(timed) == 1
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12) and len(timed) == 1  # kept
+    # Frozen and hashed by identity, as before.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.step_time = 1.0
+    assert {plan: 1}[plan] == 1 and plan != dataclasses.replace(plan)
+    # The step objective's plan carries the balancer's own value; an infeasible solve's is its least-memory
+    # placement's, as its frames; a solve without a placement has none.
+    fast = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=1900, objective="step")
+    assert fast.step_time == fast.objective == pytest.approx(fast.simulate().step_time) and len(timed) == 1
+    short = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=100)
+    assert short.status == "infeasible" and short.step_time == pytest.approx(short.simulate().step_time)
+    failed = make_plan(short.setup, None, status="failed", gap=None, solve_seconds=1.0, method="x")
+    assert failed.step_time is None
+    assert plan.step_time == 309 and "</p><p>simulated step time 309 time units</p>" in plan._repr_html_()
