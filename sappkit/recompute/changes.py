@@ -39,6 +39,23 @@ def layout_changes(pricing: Pricing, layer_options: pd.DataFrame, stages: pd.Dat
     ``"1, 4"``) and ``change`` in words: ``selective moved from layer 1 to
     layer 4`` when the stage runs the same options on other layers, else
     ``layers 20-24 selective -> none``.
+
+    Examples
+    --------
+    The bundled Llama-2-70B-class model as ``sappkit balance`` places it at
+    58,000 MB, its first stages' first layers selective (MindFormers
+    recomputes a stage's first layers): the chooser, as fast either way, runs
+    the layer ending the stage's warm-up selective instead, whose backward
+    then holds less at the peak.
+
+    >>> from sappkit import Partition, choose_recompute, read_layers_json
+    >>> llama = read_layers_json("data/llama2_70b.json")
+    >>> part = Partition.from_offsets(llama, stages=16, micro_batches=32, select_recompute=[2, 1, 1, 1] + [0] * 12)
+    >>> choice = choose_recompute(llama, part, memory_mb=58000)
+    >>> choice.layout_changes()[["stage", "memory_change_mb", "time_saved", "change"]].head(2).round(1)
+       stage  memory_change_mb  time_saved                                   change
+    0      0            -640.0         0.0  selective moved from layer 1 to layer 4
+    1      1            -640.0         0.0  selective moved from layer 5 to layer 9
     """
     baseline = np.asarray(pricing.baseline.options, dtype=object)
     chosen = layer_options[OPTION].to_numpy(object)
