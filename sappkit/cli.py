@@ -33,6 +33,8 @@ _COMMANDS = (
     "simulate",
     "choose",
     "alternatives",
+    "check_config",
+    "layers",
     "report",
     "demo",
     "bench",

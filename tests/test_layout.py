@@ -12,7 +12,8 @@ import sappkit
 PACKAGE = Path(sappkit.__file__).parent
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
-MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"), ("torch",))
+MODEL_ORDER = (("layers",), ("pipeline",), ("memfit", "recompute"), ("one_more", "balancer"), ("strategy",),
+               ("trainers",), ("torch",))
 
 
 def _module_name(path: Path) -> str:

@@ -40,6 +40,7 @@ from ..layers.units import format_mb
 from . import exact
 from .bound import step_lower_bound
 from .evaluate import evaluate
+from .grammar import within_grammar
 from .ilp import BalanceModel
 from .improve import improve
 from .plan import Plan, make_plan
@@ -145,7 +146,7 @@ def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache) ->
 
 def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
             seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-            consistent_recompute=True, working_set=True, solver: SolverOptions | None = None,
+            consistent_recompute=True, working_set=True, trainer=None, solver: SolverOptions | None = None,
             _cache: exact.Cache | None = None) -> Plan:
     """Place the body layers and their recompute on the pipeline cells: fit the device, minimise time.
 
@@ -185,6 +186,15 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         ends its warm-up (default), as the recompute chooser and the
         simulator do, so a plan that fits here fits there. ``False`` drops
         it: seed 003's memory model, for the original tool's numbers.
+    trainer : {"megatron", "torchtitan", "mindformers"}, optional
+        Plan only what that trainer's config can state
+        (:mod:`sappkit.balancer.grammar`): Megatron-LM one recompute policy
+        for the model (one option everywhere, or ``block N``: the first
+        ``N`` layers of every chunk ``full``), torchtitan one
+        activation-checkpointing mode or every ``N``-th block, MindFormers
+        per-cell counts per option as its recompute lists apply them. The
+        plan's ``constraint_cost`` says what that costs against the
+        unconstrained plan (never negative).
     solver : SolverOptions, optional
 
     Returns
@@ -214,9 +224,16 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
                        schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
                        const_mb=const_mb, objective=objective, optimization_level=optimization_level,
                        consistent_recompute=consistent_recompute, working_set=working_set)
+    if trainer is not None:
+        return within_grammar(trainer, setup, lambda instance: _solve(instance, options, _cache))
+    return _solve(setup, options, _cache)
+
+
+def _solve(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
+    """The unconstrained plan of ``setup`` for its objective."""
     if setup.objective == "sapp":
-        return _plan(setup, optimise(setup, options, cache=_cache), options, _cache)
-    return _fastest(setup, options, _cache)
+        return _plan(setup, optimise(setup, options, cache=cache), options, cache)
+    return _fastest(setup, options, cache)
 
 
 def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
