@@ -40,12 +40,11 @@ from typing import Callable
 import numpy as np
 
 from .._check import check_choice
-from ..columns import OPTION, ROLE
 from ..errors import InputError
 from ..pipeline.schedules import model_order
 from .evaluate import ceiling, counts_from_assignment, placement_memory
 from .plan import ConstraintCost, Plan, make_plan
-from .setup import BalanceSetup, make_setup
+from .setup import BalanceSetup
 from .steptime import step_timer
 
 __all__ = ["Policy", "TRAINER_POLICIES", "TRAINER_SCHEDULES", "UNIFORM_OPTIONS", "matching_policy", "policy_options",
@@ -107,23 +106,35 @@ def policy_options(policy: Policy, schedule: str, layer_counts) -> list[str]:
 
 
 def matching_policy(trainer: str, schedule: str, layer_counts, options) -> Policy | None:
-    """The policy of ``trainer``'s grammar that runs exactly ``options`` on these cells, or None."""
+    """The policy of ``trainer``'s grammar that runs ``options`` on these cells, or None.
+
+    Cells are compared by how many layers run each option: a plan states
+    counts per cell, not which position of a cell recomputes.
+    """
     options = [str(o) for o in options]
     kinds = set(options)
     if len(kinds) <= 1:
         option = options[0] if options else "none"
-        allowed = UNIFORM_OPTIONS.get(trainer, ())
-        return Policy("uniform", option) if option in allowed else None
+        return Policy("uniform", option) if option in UNIFORM_OPTIONS.get(trainer, ()) else None
     if kinds != {"none", "full"}:
         return None
-    families = TRAINER_POLICIES.get(trainer, ())
+    wanted = _per_cell(schedule, layer_counts, options)
     longest = int(np.max(layer_counts)) if np.size(layer_counts) else 0
     for family in ("block", "every"):
-        if family in families:
+        if family in TRAINER_POLICIES.get(trainer, ()):
             for n in range(1, longest * len(layer_counts) + 1):
-                if policy_options(Policy(family, n=n), schedule, layer_counts) == options:
-                    return Policy(family, n=n)
+                policy = Policy(family, n=n)
+                if _per_cell(schedule, layer_counts, policy_options(policy, schedule, layer_counts)) == wanted:
+                    return policy
     return None
+
+
+def _per_cell(schedule: str, layer_counts, options: list[str]) -> list[int]:
+    """Fully recomputed layers per cell, cells in model order."""
+    counts = np.asarray(layer_counts, dtype=int)
+    sizes = [counts[c, s] for c, s in model_order(schedule, counts.shape[1], counts.shape[0])]
+    edges = np.cumsum([0, *sizes])
+    return [options[a:b].count("full") for a, b in zip(edges[:-1], edges[1:])]
 
 
 def check_trainer(trainer, schedule: str, less_memory: bool) -> str:
@@ -186,22 +197,22 @@ def _mindformers_plan(free: Plan) -> Plan:
 
 def _uniform_plans(trainer: str, setup: BalanceSetup, solve) -> list[tuple[Policy, Plan]]:
     """One exact plan per uniform option every body kind prices."""
-    table = setup.layers
     found = []
     for option in UNIFORM_OPTIONS[trainer]:
-        if not all(option in table.options(kind) for kind in table.body_kinds):
+        keep = [i for i, (_, o) in enumerate(setup.items) if o == option]
+        if len({setup.items[i][0] for i in keep}) != len(setup.kinds):
             continue
-        frame = table.frame
-        keep = (frame[ROLE] != "body") | (frame[OPTION] == option)
-        restricted = make_setup(table.with_frame(frame[keep].reset_index(drop=True)), stages=setup.stages,
-                                micro_batches=setup.micro_batches, memory_mb=setup.memory_mb, chunks=setup.chunks,
-                                schedule=setup.schedule, less_memory=setup.less_memory, const_mb=setup.const_mb,
-                                objective=setup.objective, optimization_level=setup.level,
-                                consistent_recompute=setup.consistent_recompute, working_set=setup.working_set)
-        plan = solve(restricted)
+        plan = solve(_restricted(setup, keep))
         if plan.has_plan:
             found.append((Policy("uniform", option), _rehome(setup, plan)))
     return found
+
+
+def _restricted(setup: BalanceSetup, keep: list[int]) -> BalanceSetup:
+    """``setup`` with only the items ``keep``: same layer table, so every item keeps its memory model."""
+    arrays = {name: getattr(setup, name)[keep] for name in ("kind_index", "forward", "backward", "recompute",
+                                                          "activation", "once", "param", "working")}
+    return replace(setup, items=tuple(setup.items[i] for i in keep), **arrays)
 
 
 def _rehome(setup: BalanceSetup, plan: Plan) -> Plan:
@@ -216,7 +227,8 @@ def _count_policies(family: str, setup: BalanceSetup, starts: list[Plan]):
     search = _CountSearch(setup)
     layouts = {tuple(map(tuple, search.layout(plan.counts))) for plan in starts}
     largest = max(max(map(max, layout)) for layout in layouts)
-    for n in range(1, largest * (setup.chunks if family == "every" else 1) + 1):
+    first = 2 if family == "every" else 1  # every 1st block is uniform full
+    for n in range(first, largest * (setup.chunks if family == "every" else 1) + 1):
         policy = Policy(family, n=n)
         best = min((search.run(policy, np.array(layout)) for layout in layouts), key=lambda found: found[0])
         if best[1] is not None:

@@ -70,6 +70,9 @@ class TrainerConfig:
         Samples per step, where the config gives it.
     seq_split : int
         SeqPipe's slices per micro-batch (MindFormers ``seq_split_num``).
+    seq_params : dict or None
+        SeqPipe's model sizes (:func:`sappkit.balance`'s ``seq_params``), where
+        the config gives them.
     findings : tuple of Finding
         What the trainer's own rules say about the config (the traps
         :func:`sappkit.check_config` reports with the plan's).
@@ -91,6 +94,7 @@ class TrainerConfig:
     micro_batches: int
     global_batch: int | None = None
     seq_split: int = 1
+    seq_params: dict | None = None
     findings: tuple[Finding, ...] = ()
     settings: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
@@ -102,20 +106,22 @@ class TrainerConfig:
         """Body layers the trainer builds (the sum over cells)."""
         return int(sum(map(sum, self.layer_counts)))
 
-    def plan_for(self, layers, *, memory_mb, less_memory=False, objective="sapp") -> Plan:
+    def plan_for(self, layers, *, memory_mb, less_memory=False, objective="sapp", seq_params=None) -> Plan:
         """The config as a :class:`~sappkit.Plan` on ``layers`` (status ``"evaluated"``).
 
         The layer table's body layers must number what the config declares;
         where the trainer builds fewer or more (integer division), the plan
         prices what it builds: the last body kind loses or gains the
-        difference, and the plan's notes say so.
+        difference, and the plan's notes say so. ``seq_params`` overrides
+        :attr:`seq_params` (SeqPipe with more than one slice needs them).
         """
         table = _built_table(as_layer_table(layers), self)
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
         setup = make_setup(table, stages=s.pipeline_parallel, micro_batches=self.micro_batches,
                            memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
-                           less_memory=less_memory, seq_split=self.seq_split, objective=objective)
+                           less_memory=less_memory, seq_split=self.seq_split, objective=objective,
+                           seq_params=(seq_params or self.seq_params) if self.seq_split > 1 else None)
         assignment = _assignment(table, setup.cells, self.layer_counts, self.options)
         notes = setup.notes + self.notes
         if self.built_layers != self.num_layers:

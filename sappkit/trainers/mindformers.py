@@ -205,7 +205,21 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
     return TrainerConfig(trainer="mindformers", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=layers, micro_batches=m,
                          seq_split=parallel.get("seq_split_num", 1) if schedule == "seqpipe" else 1,
-                         findings=tuple(findings), settings=document, notes=tuple(notes), source=origin)
+                         seq_params=_seq_params(document, model, parallel), findings=tuple(findings), settings=document, notes=tuple(notes), source=origin)
+
+
+def _seq_params(document: dict, model: dict, parallel: dict) -> dict | None:
+    """SeqPipe's model sizes from the model config, where it gives them all (else None)."""
+    heads = model.get("num_heads", model.get("num_attention_heads"))
+    hidden = model.get("hidden_size")
+    params = {"batch_size": _section(document, "runner_config").get("batch_size", 1), "num_heads": heads,
+              "seq_length": model.get("seq_length"), "hidden_size": hidden, "vocab_size": model.get("vocab_size"),
+              "model_parallel": parallel.get("model_parallel", 1),
+              "head_dim": model.get("head_dim", hidden // heads if isinstance(hidden, int) and heads else None)}
+    ffn = model.get("intermediate_size", model.get("ffn_hidden_size"))
+    if ffn is not None:
+        params["ffn_size"] = ffn
+    return params if all(value is not None for value in params.values()) else None
 
 
 def _section(document: dict, key: str) -> dict:
