@@ -70,9 +70,9 @@ class ConfigCheck:
         """A header, each stage's memory and time, then each finding and its fix (lines within 100 columns)."""
         s, plan = self.config.strategy, self.plan
         unit = plan.time_unit
-        lines = [f"{self.config.trainer} config ({s.label}, m={self.config.micro_batches}): simulated step "
-                 f"{format_time(self.step_time, unit)}, peak {format_mb(plan.stages[MEMORY_MB].max())} of "
-                 f"{format_mb(plan.setup.memory_mb)}"]
+        lines = [f"{self.config.trainer} config: {s.label}, m={self.config.micro_batches}",
+                 f"simulated step {format_time(self.step_time, unit)}, peak "
+                 f"{format_mb(plan.stages[MEMORY_MB].max())} of {format_mb(plan.setup.memory_mb)}"]
         for row in plan.stages.itertuples(index=False):
             lines.append(f"stage {getattr(row, STAGE):>2}: {getattr(row, LAYERS):>3} layers, "
                          f"{format_mb(getattr(row, MEMORY_MB)):>9}, time {format_time(getattr(row, TIME), unit)}")
