@@ -1,6 +1,6 @@
 """``sappkit check-config CONFIG --layers LAYERS --memory MB [--trainer T]``: price a trainer config, name its traps.
 
-Reads a Megatron-LM launch script (or arguments after ``--``), a torchtitan
+Reads a Megatron-LM launch script (or ``--megatron-args '...'``), a torchtitan
 TOML or Python recipe, a MindFormers or HyperParallel YAML; prints the
 strategy, each stage's layers, memory and time, the simulated step, and
 every trap the config falls into with its fix. Exits 1 when a finding is an
@@ -15,6 +15,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..trainers.config import TRAINERS
 from ..trainers.exchange import check_config
+from ..trainers.shell import shell_tokens
 from ._common import read_layers
 from ._output import Output, add_output_arguments
 
@@ -42,17 +43,17 @@ def register(subparsers) -> None:
                         help="micro-batches per step, for a HyperParallel config (it does not set them)")
     parser.add_argument("--time-unit", default=None, metavar="UNIT",
                         help="the unit of the layer file's times when it states none")
-    parser.add_argument("args", nargs="*", metavar="-- ARGS",
-                        help="Megatron-LM arguments instead of a file, after '--'")
+    parser.add_argument("--megatron-args", default=None, metavar="'ARGS'",
+                        help="Megatron-LM arguments instead of a file, quoted as one string")
     add_output_arguments(parser, main="findings")
     parser.set_defaults(run=_run)
 
 
 def _run(args) -> int:
-    if (args.config is None) == (not args.args):
-        raise InputError("check-config takes a CONFIG file or Megatron-LM arguments after '--' (one of them)")
+    if (args.config is None) == (args.megatron_args is None):
+        raise InputError("check-config takes a CONFIG file or --megatron-args (one of them)")
     layers = read_layers(args.layers, args.time_unit)
-    source = args.config if args.config is not None else list(args.args)
+    source = args.config if args.config is not None else shell_tokens(args.megatron_args)
     checked = check_config(source, layers, memory_mb=args.memory, trainer=args.trainer,
                            world_size=args.world_size, micro_batches=args.micro_batches)
     out = Output(args, checked.plan.time_unit)

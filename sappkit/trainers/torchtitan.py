@@ -230,9 +230,9 @@ def _checkpointing(pipe, notes: list[str]) -> dict:
                      "otherwise; plan with balance(..., trainer='torchtitan') or set it per block in the model code")
         return {}
     if policy.family == "every":
-        notes.append(f"activation checkpointing: every {policy.n}th block a rank builds fully checkpointed, "
-                     "counted across its model parts (the release's selective_ac_option; the main branch has no "
-                     "such policy)")
+        notes.append(f"activation checkpointing: the blocks at positions {policy.n}, {2 * policy.n}, ... of those "
+                     "a rank builds, counted across its model parts, fully checkpointed (the release's "
+                     "selective_ac_option; the main branch has no such policy)")
         return {"mode": "selective", "selective_ac_option": str(policy.n)}
     notes.append(f"activation checkpointing: every block runs {policy.option}")
     if policy.option == "selective":
