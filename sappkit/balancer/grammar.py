@@ -55,6 +55,7 @@ TRAINER_POLICIES = {"megatron": ("uniform", "block"), "torchtitan": ("uniform", 
                     "mindformers": ("lists",), "hyperparallel": ("uniform",)}
 #: The options a uniform policy may run, per trainer (sappkit's names).
 UNIFORM_OPTIONS = {"megatron": ("none", "selective", "full"), "torchtitan": ("none", "selective", "full"),
+                   "mindformers": ("none", "selective", "comm", "both", "full"),
                    "hyperparallel": ("none", "selective", "full")}
 #: The sappkit schedules each trainer runs.
 TRAINER_SCHEDULES = {
@@ -89,20 +90,23 @@ class Policy:
 def policy_options(policy: Policy, schedule: str, layer_counts) -> list[str]:
     """Each body layer's option under ``policy``, in model order, for cells holding ``layer_counts[c][s]``."""
     counts = np.asarray(layer_counts, dtype=int)
-    cells = model_order(schedule, counts.shape[1], counts.shape[0])
     if policy.family == "uniform":
         return [policy.option] * int(counts.sum())
-    per_cell = [counts[c, s] for c, s in cells]
-    position = np.concatenate([np.arange(n) for n in per_cell]) if per_cell else np.zeros(0, int)
+    return ["full" if f else "none" for f in _full_mask(policy, model_order(schedule, *counts.shape[::-1]), counts)]
+
+
+def _full_mask(policy: Policy, cells, counts: np.ndarray) -> np.ndarray:
+    """Per body layer in model order: whether a ``block`` or ``every`` policy recomputes it fully."""
+    per_cell = np.array([counts[c, s] for c, s in cells])
+    starts = np.cumsum(per_cell) - per_cell
+    position = np.arange(int(per_cell.sum())) - np.repeat(starts, per_cell)
     if policy.family == "block":
-        full = position < policy.n
-    elif policy.family == "every":
+        return position < policy.n
+    if policy.family == "every":
         before = np.cumsum(counts, axis=0) - counts  # layers a rank built in its earlier chunks
         rank_position = position + np.repeat([before[c, s] for c, s in cells], per_cell) + 1
-        full = rank_position % policy.n == 0
-    else:
-        raise InputError(f"policy family {policy.family!r} gives no per-layer options")
-    return ["full" if f else "none" for f in full]
+        return rank_position % policy.n == 0
+    raise InputError(f"policy family {policy.family!r} gives no per-layer options")
 
 
 def matching_policy(trainer: str, schedule: str, layer_counts, options) -> Policy | None:
@@ -157,8 +161,8 @@ def within_grammar(trainer: str, setup: BalanceSetup, solve: Callable[[BalanceSe
     free = solve(setup)
     if not free.has_plan:
         return free
-    if trainer == "mindformers":
-        candidates = [(Policy("lists"), _mindformers_plan(free))]
+    if trainer == "mindformers":  # its lists state any uniform option too, and the nearest lists of the free plan
+        candidates = [(Policy("lists"), _mindformers_plan(free))] + _uniform_plans(trainer, setup, solve)
     else:
         candidates = _uniform_plans(trainer, setup, solve)
         families = [f for f in TRAINER_POLICIES[trainer] if f != "uniform"]
@@ -242,7 +246,10 @@ class _CountSearch:
         self.setup = setup
         self.cells = setup.cells
         self.kind_of_layer = np.repeat(np.arange(len(setup.kinds)), setup.counts)
-        self.item = {(k, o): i for i, (k, o) in enumerate(setup.items)}
+        index = {(k, o): i for i, (k, o) in enumerate(setup.items)}
+        # per kind, the item of its 'none' and its 'full' option (-1 where the table does not price it)
+        self.items = np.array([[index.get((kind, o), -1) for o in ("none", "full")] for kind in setup.kinds])
+        self.flat_cells = np.array([c * setup.stages + s for c, s in self.cells])
         self.timer = step_timer(setup) if setup.objective == "step" else None
         self.reserved = setup.reserved
 
@@ -252,17 +259,15 @@ class _CountSearch:
 
     def placement(self, layout: np.ndarray, policy: Policy) -> np.ndarray | None:
         """``counts[item, chunk, stage]`` of a layout under the policy (None if an option is not priced)."""
-        options = policy_options(policy, self.setup.schedule, layout)
-        counts = np.zeros((len(self.setup.items), self.setup.chunks, self.setup.stages), dtype=int)
-        layer = 0
-        for c, s in self.cells:
-            for _ in range(layout[c, s]):
-                item = self.item.get((self.setup.kinds[self.kind_of_layer[layer]], options[layer]))
-                if item is None:
-                    return None
-                counts[item, c, s] += 1
-                layer += 1
-        return counts
+        setup = self.setup
+        full = _full_mask(policy, self.cells, layout)
+        items = self.items[self.kind_of_layer, full.astype(int)]
+        if (items < 0).any():
+            return None
+        cells = np.repeat(self.flat_cells, [layout[c, s] for c, s in self.cells])
+        counts = np.zeros((len(setup.items), setup.chunks * setup.stages), dtype=int)
+        np.add.at(counts, (items, cells), 1)
+        return counts.reshape(len(setup.items), setup.chunks, setup.stages)
 
     def stage_scores(self, placements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``([n, stage] memory over the limit in MB, [n, stage] stage time)`` of placements."""
@@ -280,13 +285,13 @@ class _CountSearch:
         return np.stack([excess.sum(axis=1), time, (times ** 2).sum(axis=1)], axis=1)
 
     def moves(self, layout: np.ndarray, placement: np.ndarray) -> list[np.ndarray]:
-        """Layouts one layer away, the layer taken off a stage over memory or of the largest stage time, that
+        """Layouts one layer away, the layer taken off the stage furthest over memory or else the slowest, that
         keep every non-reserved cell non-empty."""
         excess, times = (values[0] for values in self.stage_scores(placement[None]))
-        sources = np.flatnonzero(excess > 0) if excess.any() else np.flatnonzero(times >= times.max() - 1e-9)
+        source = int(excess.argmax()) if excess.any() else int(times.argmax())
         found = []
         for a in self.cells:
-            if a[1] not in sources or layout[a] == 0 or (layout[a] == 1 and a not in self.reserved):
+            if a[1] != source or layout[a] == 0 or (layout[a] == 1 and a not in self.reserved):
                 continue
             for b in self.cells:
                 if b != a:
