@@ -1,6 +1,6 @@
 """sappkit: plan pipeline-parallel training of large models.
 
-The public contract of DESIGN.md, imported lazily so that ``import sappkit``
+The public face (docs/design.md walks through the models), imported lazily so that ``import sappkit``
 stays cheap (the solver and plotting stacks load on first use).
 """
 

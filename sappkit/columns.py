@@ -17,7 +17,7 @@ __all__ = [
     "HEAD", "BODY", "TAIL", "ROLES", "SAPP_OPTIONS", "POSITIONAL_OPTIONS", "DEFAULT_MODES",
 ]
 
-# The layer table (DESIGN.md "The layer table").
+# The layer table (docs/design.md "The layer table").
 KIND = "kind"
 ROLE = "role"
 COUNT = "count"
@@ -45,7 +45,7 @@ LAYER_OPTIONAL = {MODULE: "model", MEMORY_ONCE_MB: 0.0, WORKING_MB: 0.0, FIRST_W
 LAYER_NUMERIC = (COUNT, PARAM_MB, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB, WORKING_MB,
                  FIRST_WORKING_MB, GRAD_MB)
 
-# Pipeline cells and the shared per-stage memory schema (DESIGN.md "Per-stage memory").
+# Pipeline cells and the shared per-stage memory schema (docs/design.md "One memory model").
 STAGE = "stage"
 CHUNK = "chunk"
 IN_FLIGHT = "in_flight"

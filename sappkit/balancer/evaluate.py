@@ -7,19 +7,19 @@ from the placement alone, never read back from solver variables, so a plan
 from the ILP, from the exact search or from MindFormers offsets is judged
 the same way.
 
-Time (DESIGN.md "Per-stage time"): ``F(c, s)`` and ``B(c, s)`` sum the
+Time (docs/design.md "Time and the objectives"): ``F(c, s)`` and ``B(c, s)`` sum the
 forward and backward of the cell's body layers plus the head or tail on
 their cell. The stage time is ``max_c F(c, s) + max_c B(c, s)``.
 
-Memory (DESIGN.md "Per-stage memory"): parameters, activation × in-flight
+Memory (docs/design.md "One memory model"): parameters, activation × in-flight
 (+ memory kept once) and the constant; by default (``working_set=True``) the
 peak over the stage's memory events, working set included, which is what the
 simulator measures (:mod:`sappkit.balancer.peaks`); with
-``working_set=False`` seed 003's terms: the interleaved overhead
+``working_set=False`` SAPP's pipeline balancer's terms: the interleaved overhead
 ``max(0, ceil(Σ factor ΔA))`` over the *body* activations of the stage's
 chunks and no working set (:func:`stage_memory`).
 
-Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
+Objective ``sapp`` (SAPP's pipeline balancer's, every level and case):
 
 - levels 0 and 1, ``bottleneck_split`` off: ``T = max_s`` stage time;
 - ``bottleneck_split`` (level >= 1, ``v > 1``, ``m = p``):
@@ -29,11 +29,11 @@ Objective ``sapp`` (seed 003, every cell of DESIGN.md's table):
   factors); level 1 minimises ``S + max(L, S)``, level >= 2 uses
   ``max(S, L)`` as its stage term;
 - level >= 2 (approach A): ``(total + Σ chunks + Σ prev + next) / max(1, v-2)
-  + stage term * (m - 2)`` with the seed's bubble terms at their least
+  + stage term * (m - 2)`` with SAPP's bubble terms at their least
   feasible values (see :func:`_approach_a`).
 
 Objective ``step`` is the simulated step time, which no closed form gives:
-:mod:`sappkit.balancer.steptime` computes it.
+:mod:`sappkit.balancer.step.steptime` computes it.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class Evaluation:
         return bool(np.all(memory <= ceiling(self.stages[LIMIT_MB].to_numpy())))
 
 
-def _cell_sums(setup: BalanceSetup, counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
+def _cell_sums(counts: np.ndarray, per_item: np.ndarray) -> np.ndarray:
     return np.tensordot(per_item, counts, axes=(0, 0))
 
 
@@ -112,7 +112,7 @@ def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) 
     peak over the stage's memory events (:mod:`sappkit.balancer.peaks`): the
     working set its backward then holds in ``working``, the rest of the peak
     above activation × in-flight in ``overhead`` (negative where no event
-    holds every cell's in-flight count at once); without it seed 003's
+    holds every cell's in-flight count at once); without it SAPP's
     interleaved overhead ``max(0, ceil(Σ factor ΔA))`` over the body
     activations of the stage's chunks. Vectorised: the search prices many
     stages at once.
@@ -187,8 +187,8 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
     ([270.0, 350.0], 8.0)
     """
     counts = np.asarray(counts, dtype=float)
-    forward = _cell_sums(setup, counts, setup.forward) + setup.fixed_forward
-    backward = _cell_sums(setup, counts, setup.backward) + setup.fixed_backward
+    forward = _cell_sums(counts, setup.forward) + setup.fixed_forward
+    backward = _cell_sums(counts, setup.backward) + setup.fixed_backward
     memory = stage_memory(setup, np.moveaxis(counts, -1, 0), np.arange(setup.stages))
     stages = pd.DataFrame({
         STAGE: np.arange(setup.stages),
@@ -196,7 +196,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
         PARAM_MB: memory.param, ACTIVATION_MB: memory.activation, OVERHEAD_MB: memory.overhead,
         WORKING_MB: memory.working, CONST_MB: setup.const_mb, MEMORY_MB: memory.total, LIMIT_MB: setup.memory_mb,
         FORWARD_TIME: forward.sum(axis=0), BACKWARD_TIME: backward.sum(axis=0),
-        RECOMPUTE_TIME: _cell_sums(setup, counts, setup.recompute).sum(axis=0),
+        RECOMPUTE_TIME: _cell_sums(counts, setup.recompute).sum(axis=0),
         TIME: forward.max(axis=0) + backward.max(axis=0),
     })
     body_forward = forward - setup.fixed_forward
@@ -204,8 +204,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
                       sapp=sapp_objective(setup, forward, backward, body_forward))
 
 
-def split_terms(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
-                body_forward: np.ndarray) -> tuple[float, float]:
+def split_terms(setup: BalanceSetup, backward: np.ndarray, body_forward: np.ndarray) -> tuple[float, float]:
     """``(S, L)`` of the ``bottleneck_split`` objective: non-last chunks' and the last chunk's bound."""
     v = setup.chunks
     first = float(backward[: v - 1].max(initial=0.0))
@@ -218,13 +217,13 @@ def stage_term(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, b
     """The stage term: the stage time, or for ``bottleneck_split`` the level's combination of S and L."""
     if not setup.bottleneck_split:
         return float((forward.max(axis=0) + backward.max(axis=0)).max())
-    first, last = split_terms(setup, forward, backward, body_forward)
+    first, last = split_terms(setup, backward, body_forward)
     return max(first, last) if setup.level >= 2 else first + max(first, last)
 
 
 def sapp_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray,
                    body_forward: np.ndarray) -> float:
-    """Seed 003's objective for this placement at ``setup.level`` (module docstring)."""
+    """SAPP's pipeline balancer's objective for this placement at ``setup.level`` (module docstring)."""
     term = stage_term(setup, forward, backward, body_forward)
     if setup.level < 2:
         return term
@@ -232,7 +231,7 @@ def sapp_objective(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarra
 
 
 def _approach_a(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, body_forward: np.ndarray) -> float:
-    """``total + Σ chunks_sum + Σ prev_diff + next_diff`` at their least feasible values (seed 003).
+    """``total + Σ chunks_sum + Σ prev_diff + next_diff`` at their least feasible values (SAPP's pipeline balancer).
 
     ``total`` sums body work; ``chunks_sum[c] = (v - c)/v * Σ_s (F + B)(c, s) / p``
     for non-last chunks; ``prev_diff[c] = m Σ_{s>=1} max(0, R(s-1) - F(c, s))``

@@ -45,7 +45,7 @@ from ..pipeline.schedules import model_order
 from .evaluate import ceiling, counts_from_assignment, placement_memory
 from .plan import ConstraintCost, Plan, make_plan
 from .setup import BalanceSetup
-from .steptime import step_timer
+from .step.steptime import step_timer
 
 __all__ = ["Policy", "TRAINER_POLICIES", "TRAINER_SCHEDULES", "UNIFORM_OPTIONS", "matching_policy", "policy_options",
            "within_grammar"]

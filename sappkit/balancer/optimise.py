@@ -2,24 +2,23 @@
 
 :func:`balance` decides, for every cell, how many layers of each body kind
 run each recompute option so that every stage fits the device and the step
-is fastest (seed 003; DESIGN.md "ILP balancer"). Two routes reach the same
-proven optimum:
+is fastest (SAPP's pipeline balancer; docs/design.md "The routes through the
+balancer"). Two routes reach the same proven optimum:
 
-- the **exact search** (:mod:`sappkit.balancer.exact`), levels 0 and 1: for
-  one body kind, per-stage enumeration of Pareto-optimal cell contents and
-  a dynamic program over stages (every schedule); for several body kinds on
-  one chunk, a dynamic program over stages on the model position
-  (:mod:`sappkit.balancer.segments`). Both are exact for the model, with or
-  without the working set; they prove most instances in well under a second
-  and otherwise hand the integer program a proven lower bound and an
-  incumbent;
-- the **integer program** (``ilp``; HiGHS or CBC through PuLP) for
+- the **exact searches** (:mod:`sappkit.balancer.exact`, whose docstring
+  says which covers which case), levels 0 and 1: for one body kind, one
+  or two kinds over several chunks, or several kinds on one chunk, a
+  dynamic program over stages on Pareto-optimal cell contents. They are exact for
+  the model, with or without the working set; they prove most instances in
+  well under a second and otherwise hand the integer program a proven lower
+  bound and an incumbent;
+- the **integer program** (:mod:`sappkit.balancer.ilp`; HiGHS or CBC through PuLP) for
   everything else.
 
 Objective ``step`` is the simulated step time, which no closed form gives:
 the ``sapp`` optimum starts a local search on the exact step time
-(:mod:`sappkit.balancer.improve`), and a linear relaxation over the
-schedule's paths proves a lower bound (:mod:`sappkit.balancer.bound`).
+(:mod:`sappkit.balancer.step.local_search`), and a linear relaxation over the
+schedule's paths proves a lower bound (:mod:`sappkit.balancer.step.bound`).
 
 Infeasible instances come back as a :class:`~sappkit.Plan` with status
 ``"infeasible"``, the least ``memory_mb`` that would fit and the stage that
@@ -38,15 +37,15 @@ from ..columns import MEMORY_MB
 from ..errors import InputError
 from ..layers.units import format_mb
 from . import exact
-from .bound import step_lower_bound
+from .step.bound import step_lower_bound
 from .evaluate import evaluate
 from .grammar import within_grammar
-from .ilp import BalanceModel
-from .improve import improve
+from .ilp.program import BalanceModel
+from .step.local_search import improve
 from .plan import Plan, make_plan
 from .setup import BalanceSetup, make_setup
-from .solver import SolverOptions, solve
-from .steptime import step_timer
+from .ilp.solver import SolverOptions, solve
+from .step.steptime import step_timer
 
 __all__ = ["balance", "optimise", "least_memory", "Solved"]
 
@@ -170,22 +169,22 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     const_mb : float, optional
         Per-stage constant memory; default the table's (``stage_const_mem``).
     objective : {"sapp", "step"}
-        ``"sapp"``: seed 003's time model at ``optimization_level`` (DESIGN.md's
-        table). ``"step"``: the simulated step time itself
+        ``"sapp"``: SAPP's pipeline balancer's time model at ``optimization_level``
+        (docs/design.md "Time and the objectives"). ``"step"``: the simulated step time itself
         (:meth:`Plan.simulate`'s ``step_time``, computed exactly as a longest
         path through the schedule): a local search on it from the ``sapp``
         optimum, so never slower than that; ``plan.lower_bound`` is a proven
         bound, ``plan.gap`` the gap to it, ``plan.method`` how the plan was
         reached.
     optimization_level : int
-        0, 1 (default) or >= 2, as seed 003.
+        0, 1 (default) or >= 2, as in SAPP's pipeline balancer.
     consistent_recompute : bool
         MindFormers' recompute-consistency rule across body kinds (two options only).
     working_set : bool
         Charge every stage the end-of-warm-up working set of the layer that
         ends its warm-up (default), as the recompute chooser and the
         simulator do, so a plan that fits here fits there. ``False`` drops
-        it: seed 003's memory model, for the original tool's numbers.
+        it: SAPP's pipeline balancer's memory model, for the original tool's numbers.
     trainer : {"megatron", "torchtitan", "mindformers"}, optional
         Plan only what that trainer's config can state
         (:mod:`sappkit.balancer.grammar`): Megatron-LM one recompute policy

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
@@ -29,8 +28,8 @@ from ..layers.units import format_mb, format_time, with_time_unit
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
-from .solver import Status
-from .steptime import step_timer
+from .ilp.solver import Status
+from .step.steptime import step_timer
 
 __all__ = ["Plan", "ConstraintCost", "plan_from_offsets", "plan_from_lists", "OFFSET_KEYS"]
 
@@ -89,8 +88,8 @@ class Plan:
         ``time`` (the stage time ``max_c F + max_c B``); times in
         :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
     objective : float or None
-        The plan's value of ``objective_name`` (None without a plan): seed
-        003's objective for ``"sapp"``, the simulated step time for
+        The plan's value of ``objective_name`` (None without a plan):
+        SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for
         ``"step"``; a time in :attr:`time_unit`.
     objective_name : {"sapp", "step"}
     status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}
@@ -102,7 +101,7 @@ class Plan:
         Relative gap to the proven bound (0 when optimal, None when unknown).
     lower_bound : float or None
         For ``objective="step"``: a proven lower bound on the simulated step
-        time of any placement that fits (:mod:`sappkit.balancer.bound`).
+        time of any placement that fits (:mod:`sappkit.balancer.step.bound`).
     solve_seconds : float
     method : str
         What found the plan (``"exact search"``, ``"ilp (highs)"``; for
@@ -238,16 +237,11 @@ class Plan:
                              "for the nearest config")
 
     def to_yaml(self, *, strict: bool = True) -> str:
-        """The plan as a MindFormers YAML fragment (parallel, model and recompute config)."""
-        setup = self.setup
-        lists = self.offsets(strict=strict)
-        document = {
-            "parallel_config": {"pipeline_stage": setup.stages, "micro_batch_num": setup.micro_batches},
-            "model": {"model_config": {"num_layers": setup.layers.body_layers,
-                                       "pp_interleave_num": setup.chunks, "offset": lists["offset"]}},
-            "recompute_config": {key: lists[key] for key in OFFSET_KEYS[1:]},
-        }
-        return yaml.safe_dump(document, sort_keys=False, default_flow_style=None)
+        """The plan as a MindFormers YAML fragment (:func:`sappkit.trainers.mindformers.mindformers_config`:
+        parallel, pipeline, model and recompute config)."""
+        from ..trainers.mindformers import mindformers_config  # the trainers' words live below this folder
+
+        return mindformers_config(self, strict=strict).to_yaml()
 
     def write_yaml(self, path, *, strict: bool = True) -> None:
         """Write :meth:`to_yaml` to ``path`` (whole or not at all; a bad path is an :class:`InputError`)."""
@@ -260,7 +254,7 @@ class Plan:
 
         The file is written whole or not at all; a bad path is an :class:`InputError`.
         """
-        from .ilp import BalanceModel
+        from .ilp.program import BalanceModel
 
         output_path("path", path)
         problem = BalanceModel(self.setup).problem

@@ -3,7 +3,7 @@
 :func:`make_setup` validates ``balance``'s arguments once and returns a
 :class:`BalanceSetup`: the body *items* (one per (kind, option) the plan may
 use, in model order), their per-layer costs as arrays, head and tail with
-their cells, the in-flight counts, and the seed's schedule factors. The ILP
+their cells, the in-flight counts, and SAPP's schedule factors. The ILP
 (``ilp``), the exact search (``exact``) and the plan
 evaluation (``evaluate``) all read it, so they cannot disagree on the
 instance.
@@ -113,21 +113,21 @@ class BalanceSetup:
 
     @property
     def reserved(self) -> set[tuple[int, int]]:
-        """Cells that may stay empty of body layers: the head's and the tail's (seed 003)."""
+        """Cells that may stay empty of body layers: the head's and the tail's (as SAPP has them)."""
         if self.schedule in V_SHAPED:
             return {(0, 0), (1, 0)}
         return {(0, 0), (self.chunks - 1, self.stages - 1)}
 
     @property
     def overhead_active(self) -> bool:
-        """The interleaved overhead term applies: ``v > 1`` and ``m != p`` on the seed's schedules (seed 003)."""
+        """The interleaved overhead term applies: ``v > 1`` and ``m != p`` on SAPP's schedules."""
         return self.chunks > 1 and self.slices != self.stages and self.schedule in SEED_SCHEDULES
 
     def overhead_terms(self, stage: int) -> list[tuple[int, int, int]]:
         """``(factor, chunk_a, chunk_b)``: stage overhead = Σ factor (A(chunk_a) - A(chunk_b)).
 
         ``A`` is a chunk's body activation per micro-batch on the stage; the
-        chunk pairs walk as seed 003's ``init_overhead_variables`` does.
+        chunk pairs walk as SAPP's pipeline balancer's ``init_overhead_variables`` does.
         """
         p, v, s = self.stages, self.chunks, stage
         terms = []
@@ -157,7 +157,7 @@ class BalanceSetup:
 
     def earlier_cells(self, chunk: int, stage: int) -> list[tuple[int, int]]:
         """Cells whose layers precede cell (chunk, stage) for the multimodal frontier (DualPipeV's chunk 1
-        includes the cell itself, as seed 003 has it)."""
+        includes the cell itself, as SAPP's pipeline balancer has it)."""
         c, s = chunk, stage
         if self.schedule in V_SHAPED:
             if c == 0:
@@ -167,12 +167,12 @@ class BalanceSetup:
 
     @property
     def last_chunk_factors(self) -> np.ndarray:
-        """Forwards of the last chunk after a backward, per stage (seed 003's level-1 time factors)."""
+        """Forwards of the last chunk after a backward, per stage (SAPP's level-1 time factors)."""
         return forward_in_backward(self.stages, self.slices, self.less_memory)
 
     @property
     def bottleneck_split(self) -> bool:
-        """The level >= 1 objective with ``v > 1`` and ``m = p`` (``MAX_STAGE`` and ``MAX_LAST``), seed schedules."""
+        """The level >= 1 objective with ``v > 1`` and ``m = p`` (``MAX_STAGE`` and ``MAX_LAST``), SAPP's schedules."""
         return self.chunks > 1 and self.slices == self.stages and self.level >= 1 and self.schedule in SEED_SCHEDULES
 
     @property
@@ -248,7 +248,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB)
     notes = []
     if less_memory and v == 1:
-        notes.append("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way (seed 003)")
+        notes.append("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way")
     if schedule == "seqpipe" and k > 1:
         table, seq_notes = rescale_for_seqpipe(table, k, seq_params)
         notes.extend(seq_notes)
@@ -288,6 +288,6 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "
-                     "as seed 003 does")
+                     "as SAPP's pipeline balancer does")
     object.__setattr__(setup, "notes", tuple(notes))
     return setup

@@ -34,7 +34,7 @@ from .evaluate import counts_from_assignment
 from .optimise import balance
 from .plan import Plan, make_plan
 from .setup import make_setup
-from .steptime import step_timer
+from .step.steptime import step_timer
 
 __all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
 

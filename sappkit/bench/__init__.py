@@ -1,4 +1,4 @@
-"""``sappkit bench``: one table of every performance target in DESIGN.md.
+"""``sappkit bench``: one table of every performance target the README's "Performance" states.
 
 Each module here measures one model and exposes ``measure(quick: bool) ->
 list[dict]`` with rows of :data:`COLUMNS`. It is a benchmark, not a test:

@@ -1,6 +1,6 @@
 """Bench: the one-more-recomputed-layer analysis on the bundled DeepSeek-V3-class model at 16 stages.
 
-DESIGN.md target: alternatives in < 100 ms. Measured from the chooser's
+The README's target: alternatives in < 100 ms. Measured from the chooser's
 per-layer choice near the memory limit: the search with its frames (what the
 dashboard calls per step), every plan built too, and the pricing the
 analysis does once.

@@ -1,5 +1,5 @@
-"""``sappkit bench`` rows for the ILP balancer: DESIGN.md's grid against seed 003's formulation, and the
-bundled models' ``sapp`` and ``step`` plans.
+"""``sappkit bench`` rows for the ILP balancer: the README's grid against SAPP's pipeline balancer's
+formulation, and the bundled models' ``sapp`` and ``step`` plans.
 
 The grid: a 96-layer, 5-option decoder (a GPT-3-175B-class table from
 :func:`sappkit.estimate_layers`: hidden 12288, 96 heads, FFN 49152,
@@ -11,13 +11,13 @@ recompute about 14 GB), objective ``sapp`` (level 1). Target: every sappkit
 case proven optimal in under a second (:func:`sappkit.balance`, the whole
 call).
 
-The baseline is seed 003's integer program re-expressed here: integer
-layer counts per (option, chunk, stage) without upper bounds, the seed's
+The baseline is SAPP's pipeline balancer's integer program re-expressed here: integer
+layer counts per (option, chunk, stage) without upper bounds, SAPP's
 ``v^2`` stage-time constraints per stage (``F(f) + B(b) + head/tail``),
 its ``MAX_STAGE``/``MAX_LAST`` pair when ``m = p``, an unbounded integer
-overhead per stage, and its memory rows. (With one body kind the seed adds
+overhead per stage, and its memory rows. (With one body kind SAPP adds
 no frontier or consistency rows.) It is solved by CBC with a time limit
-(90 s, 2 s with ``--quick``), as the seed solves it.
+(90 s, 2 s with ``--quick``), as SAPP solves it.
 
 The bundled models (:data:`BUNDLED`: Llama-2-70B-class, DeepSeek-V3-class,
 the vision-language model) on their intended stages, and the Llama table
@@ -38,7 +38,7 @@ import pulp
 
 from ..balancer.optimise import balance
 from ..balancer.setup import BalanceSetup, make_setup
-from ..balancer.solver import SolverOptions, solve
+from ..balancer.ilp.solver import SolverOptions, solve
 from ..demo import bundled
 from ..columns import BODY, COUNT, ROLE
 from ..layers import LayerTable, read_layers_json
@@ -47,7 +47,7 @@ from ..layers.estimate import estimate_layers
 from ..layers.units import format_time
 from . import median_seconds, row
 
-__all__ = ["measure", "bench_layers", "seed_problem", "LIMIT_MB", "BUNDLED"]
+__all__ = ["measure", "bench_layers", "sapp_problem", "LIMIT_MB", "BUNDLED"]
 
 LIMIT_MB = 32000.0
 _TARGET_MS = 1000.0
@@ -69,11 +69,11 @@ def bench_layers():
         device=DeviceConfig(tflops=300.0, mfu=0.4, link_gbs=50.0, hbm_gbs=1600.0), const_mb=3000.0)
 
 
-def seed_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
-    """Seed 003's formulation of a one-body-kind instance, objective ``sapp`` (module docstring), and its layer
-    variables."""
+def sapp_problem(setup: BalanceSetup) -> tuple[pulp.LpProblem, dict]:
+    """SAPP's pipeline balancer's formulation of a one-body-kind instance, objective ``sapp`` (module
+    docstring), and its layer variables."""
     p, v, m = setup.stages, setup.chunks, setup.slices
-    problem = pulp.LpProblem("seed_003", pulp.LpMinimize)
+    problem = pulp.LpProblem("sapp_solver", pulp.LpMinimize)
     items = range(len(setup.items))
     x = {(i, c, s): problem.add_variable(f"x_{i}_{c}_{s}", 0, None, cat="Integer")
          for i in items for c in range(v) for s in range(p)}
@@ -147,12 +147,12 @@ def _model(name: str, depth: int | None) -> LayerTable:
 
 
 def measure(quick: bool) -> list[dict]:
-    """The seed-003 grid (module docstring), then ``sapp`` against ``step`` on every bundled model."""
-    return _seed_grid(quick) + _bundled(quick)
+    """The grid against SAPP's formulation (module docstring), then ``sapp`` against ``step`` on every bundled model."""
+    return _sapp_grid(quick) + _bundled(quick)
 
 
-def _seed_grid(quick: bool) -> list[dict]:
-    """One row per grid case for sappkit, one for the seed's formulation under CBC."""
+def _sapp_grid(quick: bool) -> list[dict]:
+    """One row per grid case for sappkit, one for SAPP's formulation under CBC."""
     layers = bench_layers()
     limit = 2.0 if quick else 90.0
     rows = []
@@ -166,7 +166,7 @@ def _seed_grid(quick: bool) -> list[dict]:
         rows.append(row("balance", case, seconds, _TARGET_MS, f"{plan.status}, objective "
                                                               f"{format_time(plan.objective, layers.time_unit)}, "
                                                               f"{plan.method}"))
-        problem, _ = seed_problem(setup)
+        problem, _ = sapp_problem(setup)
         result = solve(problem, SolverOptions(solver="cbc", time_limit=limit))
         worse = "" if result.objective is None else f", {result.objective / plan.objective - 1:+.1%} vs optimum"
         gap = "" if result.gap is None else f", gap {result.gap:.1%}"

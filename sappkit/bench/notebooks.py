@@ -1,6 +1,6 @@
 """Notebook execution time: every ``notebooks/*.ipynb`` run top to bottom as ``sappkit report`` and nbval run them.
 
-DESIGN.md's target is all notebooks executed in under 90 s in CI. Each run
+The README's target is all notebooks executed in under 90 s in CI. Each run
 starts a fresh kernel (included in the time, as in nbval); one row per
 notebook, then the total. Each notebook runs once with ``--quick``, else
 three times (median). A row's note gives the longest time any cell waited

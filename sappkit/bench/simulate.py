@@ -1,6 +1,6 @@
 """Simulator speed: one simulated step of the bundled Llama-2-70B-class model, evenly placed.
 
-DESIGN.md's target is p = 16, v = 3, m = 64 under 50 ms (the original tool's
+The README's target is p = 16, v = 3, m = 64 under 50 ms (the original tool's
 simulator steps p = 16, v = 1, m = 64 in about 15 ms); the other rows give
 the neighbouring schedules and the glue that builds the costs.
 """

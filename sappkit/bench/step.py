@@ -1,4 +1,4 @@
-"""``objective="step"`` against a long randomised search on random instances (DESIGN.md's 0.5 % target).
+"""``objective="step"`` against a long randomised search on random instances (the README's 0.5 % target).
 
 Each case is a random one-kind decoder (96-192 layers, 2-5 recompute
 options with MindFormers-like time and memory ratios) on a random pipeline
@@ -27,18 +27,18 @@ import numpy as np
 import pandas as pd
 
 from ..balancer.exact import least_memory
-from ..balancer.improve import valid
+from ..balancer.step.local_search import valid
 from ..balancer.optimise import balance, optimise
 from ..balancer.plan import make_plan
 from ..balancer.setup import BalanceSetup, make_setup
-from ..balancer.solver import SolverOptions
-from ..balancer.steptime import step_timer
+from ..balancer.ilp.solver import SolverOptions
+from ..balancer.step.steptime import step_timer
 from ..pipeline.costs import even_assignment, stage_memory
 from . import row
 
 __all__ = ["measure", "random_instance", "reference_search", "TOLERANCE"]
 
-#: The step plan may be this much slower than the best reference (DESIGN.md).
+#: The step plan may be this much slower than the best reference (the README's "Performance").
 TOLERANCE = 0.005
 #: (backward factor, activation factor) of each SAPP option against ``none`` (MindFormers' defaults, jittered).
 _OPTIONS = {"none": (1.0, 1.0), "selective": (1.04, 0.18), "comm": (1.125, 0.98), "both": (1.165, 0.16),

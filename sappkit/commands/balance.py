@@ -14,7 +14,7 @@ import pandas as pd
 
 from .._files import output_path
 from ..balancer.optimise import balance
-from ..balancer.solver import SolverOptions
+from ..balancer.ilp.solver import SolverOptions
 from ..columns import CHUNK, LAYERS, MEMORY_MB, OPTION, STAGE, TIME
 from ..layers.units import format_mb, format_time
 from ._common import add_export_argument, add_pipeline_arguments, print_export, read_layers

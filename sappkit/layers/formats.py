@@ -26,7 +26,7 @@ _CSV_COLUMNS = (*LAYER_REQUIRED, *LAYER_OPTIONAL, CONST_MB, TIME_UNIT)
 
 
 def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
-    """Read a layer table CSV (the columns of DESIGN.md, optional ones allowed, plus ``const_mb`` and
+    """Read a layer table CSV (the columns of :class:`~sappkit.LayerTable`, optional ones allowed, plus ``const_mb`` and
     ``time_unit``).
 
     Empty cells of optional columns take their defaults; ``const_mb``, when

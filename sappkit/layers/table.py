@@ -1,6 +1,6 @@
 """The layer table: what each layer kind costs under each recompute option.
 
-One row per (kind, option), long form (DESIGN.md "The layer table"). Every
+One row per (kind, option), long form (docs/design.md "The layer table"). Every
 model takes a :class:`LayerTable` or a plain DataFrame with these columns;
 :func:`as_layer_table` validates either once.
 """
@@ -37,8 +37,9 @@ class LayerTable:
     Parameters
     ----------
     frame : DataFrame
-        One row per (kind, option) with the columns of DESIGN.md; optional
-        columns are filled with their defaults. Body kinds keep the order of
+        One row per (kind, option) with the columns of
+        :data:`~sappkit.columns.LAYER_REQUIRED`; the optional ones
+        (:data:`~sappkit.columns.LAYER_OPTIONAL`) are filled with their defaults. Body kinds keep the order of
         their first row: that is model order.
     const_mb : float
         Memory every stage holds whatever runs on it (the layer JSON's
@@ -175,8 +176,8 @@ class LayerTable:
         Without a ``none`` row, the option keeping the most ``activation_mb``
         is the one that recomputes least; of equal ones the fastest (forward +
         backward: less recompute), then the first in table order. This is what
-        a fully recomputed layer runs again in its backward (seed 000
-        ``_plain``, which takes the option recomputing nothing).
+        a fully recomputed layer runs again in its backward (SAPP's recompute
+        chooser's ``_plain``, which takes the option recomputing nothing).
 
         Examples
         --------
@@ -202,7 +203,8 @@ class LayerTable:
         what it keeps at one micro-batch, ``activation_mb + memory_once_mb``
         of the option it runs — the :meth:`plain` option's when ``option`` is
         ``full``, since its backward rebuilds the plain layer — plus its
-        ``working_mb`` (seed 000 ``_working``, seed 004's 1F1B working set).
+        ``working_mb`` (SAPP's recompute chooser's ``_working``, its memory estimator's 1F1B
+        working set).
         With ``first`` the same with ``first_working_mb``: the stage's first
         layer, whose backward is the stage's last (the second FSDP peak).
         The balancer (``working_set=True``) and the recompute chooser both

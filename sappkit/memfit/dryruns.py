@@ -1,6 +1,6 @@
 """Dry-run observations: what each observed stage held, and its peak memory.
 
-One frame, one row per observed stage (DESIGN.md "Dry-run observations"):
+One frame, one row per observed stage:
 
 ================  ==========================================================
 ``run``           the dry-run configuration (a round of a YAML, a log folder)

@@ -1,15 +1,15 @@
-"""Memory fit: per-layer memory from the peak memory of a few dry-run stages (seed 001).
+"""Memory fit: per-layer memory from the peak memory of a few dry-run stages (SAPP's memory fit).
 
-Model (DESIGN.md "Memory fit"; :mod:`sappkit.memfit.model`): every observed
+Model (docs/design.md "The memory fit"; :mod:`sappkit.memfit.model`): every observed
 stage's peak is linear in the parameters — a per-stage constant, head, tail,
 and per body kind its parameter memory and activation memory per option,
 weighted by layer counts and micro-batches in flight. All observed stages
 are solved together by least squares (exactly when square) on the design
 matrix with columns scaled to unit norm, whose 2-norm condition number is
-reported. ``head_mb`` and ``tail_mb`` exclude ``const_mb``; the seed's
+reported. ``head_mb`` and ``tail_mb`` exclude ``const_mb``; SAPP's
 include it (:meth:`MemoryFit.head_tail` shows both).
 
-Pooling versus the seed. Seed 001 solves each dry-run configuration (A, B)
+Pooling versus SAPP. SAPP's memory fit (``compute_memory``) solves each dry-run configuration (A, B)
 separately from its middle stages, averages the two solutions, then takes
 head and tail as the mean residual of the stage-0 and stage-(p−1)
 observations. With one run the two agree exactly (head and tail each have
@@ -20,7 +20,7 @@ identify everything together. Under equal independent noise pooling is the
 least-squares optimum; averaging per-configuration solves is not (and needs
 every configuration to be solvable on its own).
 
-Several body kinds (sappkit's extension; the seed has one): observations
+Several body kinds (sappkit's extension; SAPP's fit has one): observations
 carry a ``kind`` column and each kind gets its own ``param_mb[kind]`` and
 ``activation_mb[kind:option]``. Identifiability is checked the same way —
 e.g. DeepSeek's three dense layers are identifiable only from dry runs that
@@ -29,23 +29,23 @@ put dense layers on middle stages in varying numbers.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .._check import check_bool, check_choice, check_number, short
-from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
+from .._check import check_bool, check_choice, check_number
+from ..columns import CHUNK, KIND, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import LayerTable
-from .dryruns import MICRO_BATCHES, as_observations, count_columns
+from .dryruns import MICRO_BATCHES, as_observations
+from .identify import check_ends, column_norms, considered, identifiability
 from .model import (
-    ACTIVATION, CONST, HEAD, PARAM, TAIL, YAML_KEY, Param, body_params, design, observed_options, params_to_layers,
+    ACTIVATION, CONST, HEAD, PARAM, TAIL, Param, body_params, design, observed_options, params_to_layers,
 )
 from .stage_config import RUN, STAGES
 
-__all__ = ["MemoryFit", "fit_memory", "unidentified", "NAME", "VALUE_MB", "STDERR_MB", "PREDICTED_MB", "RESIDUAL_MB",
+__all__ = ["MemoryFit", "fit_memory", "NAME", "VALUE_MB", "STDERR_MB", "PREDICTED_MB", "RESIDUAL_MB",
            "LOO_RESIDUAL_MB"]
 
 NAME = "name"
@@ -54,8 +54,6 @@ STDERR_MB = "stderr_mb"
 PREDICTED_MB = "predicted_mb"
 RESIDUAL_MB = "residual_mb"
 LOO_RESIDUAL_MB = "loo_residual_mb"
-#: Singular values below this fraction of the largest count as zero (the scaled matrix's numerical rank).
-_RANK_TOL = 1e-9
 #: Above this condition number the fit warns that noise in the peaks moves the parameters a lot.
 _ILL_CONDITIONED = 1e4
 
@@ -116,7 +114,7 @@ class MemoryFit:
         return float(match.iloc[0])
 
     def head_tail(self) -> pd.DataFrame:
-        """Head and tail memory excluding ``const_mb`` (sappkit's) and including it (the seed's report)."""
+        """Head and tail memory excluding ``const_mb`` (sappkit's) and including it (SAPP's report)."""
         const = self.value(CONST)
         values = [self.value(HEAD), self.value(TAIL)]
         return pd.DataFrame({"role": ["head", "tail"], "excluding_const_mb": values,
@@ -176,7 +174,7 @@ class MemoryFit:
             the layers of a run that observed every stage.
 
         The head's and tail's ``param_mb`` are ``head_mb`` and ``tail_mb``
-        with no activation (as the seed writes them): right for the pipeline
+        with no activation (as SAPP writes them): right for the pipeline
         shape the dry runs had. ``const_mb`` is the table's constant; the
         times keep their unit (``times.time_unit``, or a frame's
         ``attrs["time_unit"]``).
@@ -241,7 +239,7 @@ def fit_memory(observations, *, const="auto", schedule="1f1b", less_memory=False
     Notes
     -----
     ``const="auto"`` fits the constant when the design matrix with it has
-    full column rank — for one run, the seed's rule (at least options + 4
+    full column rank — for one run, SAPP's rule (at least options + 4
     observed stages, not all holding the same number of layers). Refusals
     (:class:`sappkit.InputError`) name what is missing and the dry run that
     would fix it: stage 0 or the last stage not observed, an option asked
@@ -269,17 +267,17 @@ def fit_memory(observations, *, const="auto", schedule="1f1b", less_memory=False
         listing = ", ".join(f"run {run!r} has {_shape_text(shape)}" for run, shape in shapes.items())
         raise InputError(f"observations mix pipeline shapes ({listing}): head_mb and tail_mb hold activations at "
                          "the shape's micro-batches in flight, so fit the runs of one shape at a time")
-    body = body_params(_considered(obs, options))
-    _check_ends(obs)
+    body = body_params(considered(obs, options))
+    check_ends(obs)
     params = body if const is False else [Param(CONST), *body]
     matrix, row_of, stages = design(obs, params, schedule=schedule, less_memory=less_memory)
     notes = []
-    problem = _identifiability(obs, matrix, row_of, params, const_requested=const is True)
+    problem = identifiability(obs, matrix, row_of, params, const_requested=const is True)
     if problem and const == "auto":
         notes.append(f"const_mb is not fitted: {problem[1]}; the other parameters absorb the per-stage "
                      f"constant (fitting it needs {Param(CONST).hint()})")
         params, matrix = body, matrix[:, 1:]
-        problem = _identifiability(obs, matrix, row_of, params, const_requested=False)
+        problem = identifiability(obs, matrix, row_of, params, const_requested=False)
     if problem:
         raise InputError(problem[0])
     return _solve(obs, matrix, row_of, stages, params, notes, tolerance, schedule, less_memory)
@@ -295,83 +293,11 @@ def _check_schedule(schedule) -> str:
     return check_choice("schedule", schedule, ("1f1b", "interleaved"))
 
 
-def _considered(obs: pd.DataFrame, options) -> dict:
-    """Per kind, the options to fit: refuse options asked for but never run, and runs of options not asked for."""
-    observed = observed_options(obs)
-    if options is None:
-        return observed
-    given = tuple(options) if isinstance(options, Iterable) and not isinstance(options, str) else None
-    if given is None or not all(isinstance(o, str) for o in given) or len(set(given)) != len(given):
-        raise InputError(f"options must be a sequence of distinct option names; got {short(options)}")
-    options = given
-    for kind, used in observed.items():
-        of_kind = f" of kind {kind!r}" if kind is not None else ""
-        for option in options:
-            if option not in used:
-                key = f" ({YAML_KEY[option]})" if option in YAML_KEY else ""
-                raise InputError(f"fit_memory cannot fit activation_mb for option {option!r}{of_kind}: no observed "
-                                 f"stage runs a layer{of_kind} under it; add a dry run in which some stages run "
-                                 f"layers under {option!r}{key}")
-    for column in count_columns(obs):
-        running = np.flatnonzero(obs[column].to_numpy() > 0)
-        if column[2:] not in options and running.size:
-            row = running[0]
-            raise InputError(f"observations row {row} (run {obs.at[row, RUN]!r}, stage {obs.at[row, STAGE]}) runs "
-                             f"{obs.at[row, column]} layer(s) under {column[2:]!r}, which is not in options "
-                             f"{tuple(options)!r}; leave those stages out or add {column[2:]!r} to options")
-    return observed
-
-
-def _check_ends(obs: pd.DataFrame) -> None:
-    for role, at, what, layer in ((HEAD, 0, "stage 0", "the embedding"),
-                                  (TAIL, obs[STAGES] - 1, "the last stage", "the LM head and loss")):
-        if not (obs[STAGE] == at).any():
-            raise InputError(f"fit_memory cannot fit {role} ({layer}): no run observes {what}; "
-                             f"add {what}'s peak memory to a dry run")
-
-
-def _identifiability(obs, matrix, row_of, params, *, const_requested: bool) -> tuple[str, str] | None:
-    """None when every parameter is identifiable, else (refusal message, short reason)."""
-    n, k = matrix.shape
-    if n < k:
-        names = ", ".join(p.name for p in params)
-        return (f"fit_memory needs at least {k} observed stages to fit {k} parameters ({names}); got {n}; add "
-                "dry-run stages (sappkit.plan_dryruns proposes a set that identifies every parameter)",
-                f"{n} observed stages cannot determine {k} parameters")
-    totals = np.bincount(row_of, weights=obs[LAYERS].to_numpy())
-    if params[0].role == CONST and (totals == totals[0]).all():
-        reason = f"every observed stage holds the same number of layers ({int(totals[0])})"
-        return (f"fit_memory cannot fit const_mb{' (const=True)' if const_requested else ''}: {reason}, so the "
-                "constant cannot be told apart from param_mb; add a dry run whose stages hold different numbers "
-                "of layers (a non-zero offset), or pass const=False", reason)
-    lost, rank = unidentified(matrix, params)
-    if not lost:
-        return None
-    names = ", ".join(p.name for p in lost)
-    hints = "; ".join(f"{p.name} needs {p.hint()}" for p in lost)
-    return (f"fit_memory cannot identify {names} from these observations (rank {rank} of {k}): {hints}; "
-            "sappkit.plan_dryruns proposes dry runs that identify every parameter",
-            f"{names} cannot be told apart (rank {rank} of {k})")
-
-
-def unidentified(matrix: np.ndarray, params: list[Param]) -> tuple[list[Param], int]:
-    """The parameters a design matrix does not identify (those the null space touches), and its rank."""
-    _, singular, vt = np.linalg.svd(matrix / _norms(matrix), full_matrices=True)
-    rank = int((singular > _RANK_TOL * singular[0]).sum())
-    null = vt[rank:]
-    return [p for j, p in enumerate(params) if np.linalg.norm(null[:, j]) > 1e-6], rank
-
-
-def _norms(matrix: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(matrix, axis=0)
-    return np.where(norms > 0, norms, 1.0)
-
-
 def _solve(obs, matrix, row_of, stages, params, notes, tolerance, schedule, less_memory) -> MemoryFit:
     n, k = matrix.shape
     peaks = np.zeros(n)
     peaks[row_of] = obs[MEMORY_MB].to_numpy()
-    norms = _norms(matrix)
+    norms = column_norms(matrix)
     u, singular, vt = np.linalg.svd(matrix / norms, full_matrices=False)
     values = (vt.T @ ((u.T @ peaks) / singular)) / norms
     residual = peaks - matrix @ values

@@ -8,7 +8,7 @@ An observed stage s of a run with p stages holds
 where ``n_k`` counts the stage's layers of body kind k, ``n_{k,o,c}`` those
 of chunk c under option o and ``f(c, s)`` is the micro-batches in flight
 (:func:`sappkit.in_flight`; 1F1B ``p − s``; without a ``micro_batches``
-column the counts are uncapped, as in the seed). ``head`` and ``tail`` are
+column the counts are uncapped, as in SAPP's memory fit). ``head`` and ``tail`` are
 the whole extra memory of the first and last stage (the head's parameters
 and its activations at the head cell's in-flight count), excluding
 ``const``. :func:`design` writes this as a matrix (one row per observed
@@ -147,7 +147,7 @@ def _flights(frame: pd.DataFrame, schedule: str, less_memory: bool) -> np.ndarra
         if schedule == "1f1b" and v > 1:
             raise InputError(f"observations run {run!r} has chunk {v - 1}; schedule '1f1b' has one chunk per "
                              "stage (pass schedule='interleaved')")
-        # Without micro_batches the counts are the seed's, uncapped: 2p is at least every schedule's largest.
+        # Without micro_batches the counts are SAPP's, uncapped: 2p is at least every schedule's largest.
         counts = in_flight_counts(schedule, p, int(micro[at[0]]), v, less_memory)
         out[at] = counts[chunks[at], stage[at]]
     return out

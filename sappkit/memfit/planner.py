@@ -1,6 +1,6 @@
 """Plan dry runs: the fewest well-conditioned MindFormers configurations that identify every memory parameter.
 
-Beyond the seeds (whose guide draws offsets by hand). The memory fit has
+Beyond SAPP (whose guide draws offsets by hand). The memory fit has
 ``k`` unknowns — ``const_mb`` (optional), ``head_mb``, ``tail_mb``,
 ``param_mb`` and one ``activation_mb`` per option — and a 1F1B dry run of
 ``p`` stages gives ``p`` equations, so at least ``ceil(k / p)`` runs are
@@ -34,7 +34,7 @@ from ..columns import MEMORY_MB, SAPP_OPTIONS, STAGE
 from ..errors import InputError
 from ..limits import MAX_DRY_RUNS, MAX_LAYERS, MAX_STAGES
 from .dryruns import as_observations
-from .fit import unidentified
+from .identify import unidentified
 from .model import CONST, Param, body_params, design
 from .stage_config import RUN, count_column, dryrun_config
 

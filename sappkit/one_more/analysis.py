@@ -1,7 +1,7 @@
 """One more fully recomputed layer: the distinct plans a per-layer choice reaches, and what each buys.
 
-Start from ``current``, a choice of a runtime mode per body layer (seed 000
-``RecomputeAnalysis``; DESIGN.md "One more recomputed layer"). The layers of
+Start from ``current``, a choice of a runtime mode per body layer (SAPP's recompute
+chooser's ``RecomputeAnalysis``; docs/design.md "The recompute chooser"). The layers of
 a stage that are interchangeable form the chooser's groups (same kind and
 in-flight count; the layer that ends warm-up, and with a second FSDP peak
 the stage's first layer, each stand apart: :mod:`sappkit.recompute.pricing`). For each

@@ -34,7 +34,7 @@ from ..layers.table import LayerTable, as_layer_table
 from ..layers.units import with_time_unit
 from .memory_events import NO_BACKWARD, memory_events
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
-from .simulator import STATIC_MB
+from .simulator_inputs import STATIC_MB
 
 __all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT", "COSTS"]
 
@@ -241,8 +241,8 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
     the peak, ``overhead_mb`` the peak's activations above ``Σ in_flight ×
     activation`` (0 for 1F1B, where the peak is the last-chunk cell's first
     backward; it may be negative where no event holds every cell's in-flight
-    count). With ``working_set=False`` (seed 003's model without its
-    interleaved overhead) both are 0. ``memory_mb`` is the sum.
+    count). With ``working_set=False`` (SAPP's pipeline balancer's
+    model without its interleaved overhead) both are 0. ``memory_mb`` is the sum.
 
     Examples
     --------

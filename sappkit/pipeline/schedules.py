@@ -3,10 +3,10 @@
 A *cell* is (chunk, stage). ``in_flight`` counts how many micro-batches (or
 SeqPipe slices) a cell holds activations for at its peak; every memory model
 multiplies a layer's per-micro-batch activation by it. The counts follow the
-SAPP balancer (DESIGN.md "Micro-batches in flight"):
+SAPP pipeline balancer (docs/design.md "Pipelines and schedules"):
 
 - ``1f1b``: ``p - s``, capped at ``m`` (a stage never holds more micro-batches
-  than the step has; the seed leaves this uncapped).
+  than the step has; SAPP leaves this uncapped).
 - ``interleaved``: every cell starts at ``p``; chunk 0 adds ``max(0, p-2s-1)``
   and the last chunk adds ``min(0, p-2s-1)``; capped at ``m``. With
   ``less_memory`` the last chunk holds ``p - s`` instead. One chunk is 1F1B.
@@ -156,7 +156,7 @@ def in_flight_counts(schedule: Schedule, stages: int, micro_batches: int, chunks
 
 
 def _seqpipe_counts(p: int, v: int, k: int, less_memory: bool) -> np.ndarray:
-    """SeqPipe slice counts before the cap (seed 003 ``compute_activation_seq_nums``)."""
+    """SeqPipe slice counts before the cap (SAPP's pipeline balancer, ``compute_activation_seq_nums``)."""
     if v == 1:
         return (p - np.arange(p) + k - 1)[None, :]
     gap = 1 if less_memory else 2
@@ -214,7 +214,7 @@ def forward_in_backward(stages: int, micro_batches: int, less_memory: bool = Fal
     """Forwards of the last chunk that run after a backward, per stage (the balancer's time factors).
 
     ``|p - 1 - 2s|``, zero for the first ``p // 2`` stages when ``m < 2p``;
-    ``s`` for the less-memory schedule (seed 003 ``compute_forward_in_backward``).
+    ``s`` for the less-memory schedule (SAPP's pipeline balancer, ``compute_forward_in_backward``).
 
     Examples
     --------

@@ -1,6 +1,6 @@
 """SeqPipe: what cutting each micro-batch into ``k`` sequence slices does to a layer table.
 
-Seed 003's rescaling (DESIGN.md "SeqPipe"), with ``K`` the fp16 key (or
+SAPP's pipeline balancer's rescaling (docs/design.md "SeqPipe"), with ``K`` the fp16 key (or
 value) cache of one layer for a whole micro-batch,
 ``K = 2 B heads seq head_dim / mp / 2**20`` MB:
 

@@ -21,7 +21,7 @@ so a stage's first backward measures the end-of-warm-up working set the
 balancer and the recompute chooser charge.
 
 How the measured counts relate to :func:`sappkit.in_flight` (tested in
-``tests/test_simulate.py``):
+``tests/pipeline/test_simulator.py``):
 
 - ``1f1b``, ``dualpipev`` and one-chunk ``seqpipe``: each cell's peak equals
   ``in_flight``.
@@ -31,18 +31,18 @@ How the measured counts relate to :func:`sappkit.in_flight` (tested in
   releases last-chunk activations while adding first-chunk ones, so a cell's
   own peak can exceed ``in_flight`` (up to ``min(2p, m)``); with unequal chunks
   this shift is the balancer's interleaved overhead, and for two chunks the
-  measured peak equals static + Σ activation × in_flight + the seed's overhead.
+  measured peak equals static + Σ activation × in_flight + SAPP's overhead.
   When ``m mod p = r > 0`` the first group is ``p + r`` long and a stage holds
   ``(v - 1) r`` more micro-batches than ``in_flight`` sums to.
 - ``seqpipe`` with chunks: a stage's total peak is the sum of ``in_flight``
-  plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; the seed
-  spreads that total over the chunks differently from this order.
+  plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; SAPP's pipeline
+  balancer spreads that total over the chunks differently from this order.
 - ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``:
   each cell's peak equals ``in_flight`` (a unit counts until its weight pass
   ends), and a stage's peak is at most their sum.
 
 For ``seqpipe`` the costs are per slice (a layer table rescaled by
-:func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, DESIGN.md "SeqPipe") and the step
+:func:`sappkit.pipeline.seqpipe.rescale_for_seqpipe`, docs/design.md "SeqPipe") and the step
 runs ``m k`` slices; a slice's backward follows the later slices' of its
 micro-batch. ``dualpipev`` runs each backward as one block; ``dualpipev_split``
 splits it as PyTorch's DualPipeV does, and runs each of its overlapped
@@ -56,24 +56,21 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._check import check_number, short
-from .._frames import check_frame, number_column, plain, whole_column
+from .._check import check_number
 from ..columns import (
     ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT,
-    LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WEIGHT_PASS_MB,
-    WORKING_MB,
+    LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WEIGHT_PASS_MB, WORKING_MB,
 )
-from ..errors import InputError
 from ..layers.units import UNSTATED, check_time_unit, format_mb, format_time, time_unit_of, with_time_unit
-from ..limits import MAX_CHUNKS, MAX_MEMORY_MB, MAX_STAGES, MAX_TIME
+from ..limits import MAX_MEMORY_MB, MAX_TIME
 from .events import StepPlan, op_starts, plan_from_orders, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
 from .schedules import check_pipeline, check_simulated, model_order
+from .simulator_inputs import checked_costs, checked_orders, static_parts, static_per_stage
 
-__all__ = ["Simulation", "simulate", "STATIC_MB", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
+__all__ = ["Simulation", "simulate", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
            "BUSY_TIME", "IDLE_TIME", "PHASES"]
 
-STATIC_MB = "static_mb"
 MICRO_BATCH = "micro_batch"
 SLICE = "slice"
 PHASE = "phase"
@@ -83,10 +80,6 @@ BUSY_TIME = "busy_time"
 IDLE_TIME = "idle_time"
 #: Phase names, indexed by the op phases of :mod:`sappkit.pipeline.orders`.
 PHASES = ("forward", "backward", "backward_input", "backward_weight")
-
-_COST_REQUIRED = (STAGE, CHUNK, FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB)
-_COST_NUMERIC = (FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, ACTIVATION_MB, STATIC_MB, PARAM_MB,
-                 MEMORY_ONCE_MB, WORKING_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, WEIGHT_PASS_MB)
 
 
 @dataclass(frozen=True, eq=False)
@@ -223,16 +216,16 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     {'real': 0.375, 'ideal': 0.375, 'imbalance': 0.0, 'recompute': 0.0}
     """
     unit = time_unit_of(costs) if time_unit is None else check_time_unit(time_unit)
-    cost, p, v = _checked_costs(costs)
+    cost, p, v = checked_costs(costs)
     schedule, p, m, v, k = check_pipeline(schedule, p, micro_batches, v, less_memory, seq_split)
     check_simulated(p, m, v, k)
     p2p_time = check_number("p2p_time", p2p_time, minimum=0, maximum=MAX_TIME)
     limit = np.nan if limit_mb is None else check_number("limit_mb", limit_mb, minimum=0, strict=True,
                                                          maximum=MAX_MEMORY_MB)
-    static = _static_per_stage(cost, static_mb, p)
-    param, once, const = _static_parts(cost, static)
+    static = static_per_stage(cost, static_mb, p)
+    param, once, const = static_parts(cost, static)
     plan = step_plan(schedule, p, m, v, k, less_memory) if orders is None else plan_from_orders(
-        _checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k)
+        checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k)
 
     # Cell values in model order: position i is plan.cells[i].
     in_model_order = [chunk * p + stage for chunk, stage in plan.cells]
@@ -270,75 +263,6 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
                               unit),
         in_flight=_in_flight(plan, v, p), time_unit=unit,
     )
-
-
-def _checked_costs(costs) -> tuple[dict[str, np.ndarray], int, int]:
-    """Validate the costs frame; return its columns as arrays indexed ``chunk * p + stage``, ``p`` and ``v``."""
-    check_frame(costs, "costs", _COST_REQUIRED, "a costs frame")
-    if costs.empty:
-        raise InputError("costs has no rows; it needs one row per (chunk, stage) cell")
-    costs = costs.reset_index(drop=True)
-    stage, chunk = (whole_column(costs, column, "costs", maximum=limit)
-                    for column, limit in ((STAGE, MAX_STAGES), (CHUNK, MAX_CHUNKS)))
-    values = {column: number_column(costs, column, "costs",
-                                    maximum=MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME)
-              for column in _COST_NUMERIC if column in costs.columns}
-    values.setdefault(RECOMPUTE_TIME, np.zeros(len(costs)))
-    values.setdefault(BACKWARD_WEIGHT_TIME, (values[BACKWARD_TIME] - values[RECOMPUTE_TIME]) / 2)
-    values.setdefault(BACKWARD_INPUT_TIME, values[BACKWARD_TIME] - values[BACKWARD_WEIGHT_TIME])
-    values.setdefault(WEIGHT_PASS_MB, values[ACTIVATION_MB])
-    for part, whole, why in ((RECOMPUTE_TIME, BACKWARD_TIME, "the recompute is part of the backward"),
-                             (RECOMPUTE_TIME, BACKWARD_INPUT_TIME, "the recompute runs in the input pass"),
-                             (WEIGHT_PASS_MB, ACTIVATION_MB, "the weight pass keeps part of the activation")):
-        over = np.flatnonzero(values[part] > values[whole])
-        if over.size:
-            row = int(over[0])
-            raise InputError(f"costs row {row} has {part} {plain(values[part][row])!r} above its {whole} "
-                             f"{plain(values[whole][row])!r}; {why}")
-    p, v = int(stage.max()) + 1, int(chunk.max()) + 1
-    cell = chunk * p + stage
-    seen = np.zeros(p * v, dtype=bool)
-    for row, index in enumerate(cell.tolist()):
-        if seen[index]:
-            raise InputError(f"costs row {row} repeats cell (chunk, stage) = ({chunk[row]}, {stage[row]}); "
-                             "each cell has one row")
-        seen[index] = True
-    if not seen.all():
-        index = int(np.flatnonzero(~seen)[0])
-        raise InputError(f"costs has no row for cell (chunk, stage) = ({index // p}, {index % p}); "
-                         f"stages 0..{p - 1} and chunks 0..{v - 1} need a row each")
-    if not (values[FORWARD_TIME] + values[BACKWARD_TIME] - values[RECOMPUTE_TIME]).sum() > 0:
-        raise InputError("costs has no compute time: forward_time + backward_time - recompute_time "
-                         "sums to 0 over the cells")
-    by_cell = np.empty(p * v, dtype=int)
-    by_cell[cell] = np.arange(p * v)
-    return {column: array[by_cell] for column, array in values.items()}, p, v
-
-
-def _per_stage(cost: dict[str, np.ndarray], column: str, p: int) -> np.ndarray:
-    """A cost column summed over each stage's chunks (zeros when the column is absent)."""
-    if column not in cost:
-        return np.zeros(p)
-    return cost[column].reshape(-1, p).sum(axis=0)
-
-
-def _static_per_stage(cost: dict[str, np.ndarray], static_mb, p: int) -> np.ndarray:
-    """Static memory per stage from the keyword or the ``static_mb`` column."""
-    if static_mb is None:
-        return _per_stage(cost, STATIC_MB, p)
-    if STATIC_MB in cost:
-        raise InputError("static_mb is given both as an argument and as a costs column; give one")
-    if isinstance(static_mb, pd.Series):
-        if sorted(static_mb.index.tolist()) != list(range(p)):
-            raise InputError(f"static_mb must be indexed by stages 0..{p - 1}; "
-                             f"got index {short(static_mb.index.tolist())}")
-        static_mb = static_mb.sort_index().tolist()
-    values = np.atleast_1d(np.asarray(static_mb, dtype=object))
-    if values.ndim != 1 or len(values) not in (1, p):
-        raise InputError(f"static_mb must be one number or {p} (one per stage); got {short(static_mb)}")
-    numbers = [check_number(f"static_mb[{s}]" if len(values) > 1 else "static_mb", x, minimum=0, maximum=MAX_MEMORY_MB)
-               for s, x in enumerate(values)]
-    return np.broadcast_to(np.array(numbers), (p,)).copy()
 
 
 def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
@@ -396,19 +320,6 @@ def _memory(static: np.ndarray, event_time: list[np.ndarray], held: list[np.ndar
     return pd.concat(frames, ignore_index=True)
 
 
-def _static_parts(cost: dict[str, np.ndarray], static: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Split each stage's static memory into ``param_mb``, ``memory_once_mb`` and the rest (``const_mb``)."""
-    p = len(static)
-    param, once = _per_stage(cost, PARAM_MB, p), _per_stage(cost, MEMORY_ONCE_MB, p)
-    const = static - param - once
-    short = np.flatnonzero(const < -1e-9 * np.maximum(1.0, static))
-    if short.size:
-        s = int(short[0])
-        raise InputError(f"static memory of stage {s} ({static[s]:g} MB) is less than its param_mb + "
-                         f"memory_once_mb ({param[s] + once[s]:g} MB); static_mb includes both")
-    return param, once, np.maximum(const, 0.0)
-
-
 def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time) -> pd.DataFrame:
     p = len(param)
     return pd.DataFrame({
@@ -438,20 +349,3 @@ def _in_flight(plan: StepPlan, v: int, p: int) -> pd.DataFrame:
         peaks[chunk, stage] = counts[i]
     return pd.DataFrame({STAGE: np.tile(np.arange(p), v), CHUNK: np.repeat(np.arange(v), p),
                          IN_FLIGHT: peaks.ravel()})
-
-
-def _checked_orders(orders, p: int, v: int) -> tuple:
-    """``orders`` as a tuple per stage of ``(phase, chunk, unit)`` tuples, or raise naming the bad entry."""
-    if isinstance(orders, (str, bytes)) or not hasattr(orders, "__len__") or len(orders) != p:
-        raise InputError(f"orders must hold one sequence of ops per stage ({p}); got {orders!r:.80}")
-    checked = []
-    for s, ops in enumerate(orders):
-        stage_ops = []
-        for index, op in enumerate(ops):
-            ok = isinstance(op, tuple) and len(op) == 3 and all(isinstance(x, (int, np.integer)) for x in op)
-            if not ok or op[0] not in range(len(PHASES)) or op[1] not in range(v) or op[2] < 0:
-                raise InputError(f"orders[{s}][{index}] must be (phase, chunk, unit) with phase in 0..3, chunk in "
-                                 f"0..{v - 1} and unit >= 0; got {op!r}")
-            stage_ops.append(tuple(int(x) for x in op))
-        checked.append(tuple(stage_ops))
-    return tuple(checked)

@@ -29,7 +29,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     """Per-stage forward, backward and recompute time per micro-batch, with the stage time marked.
 
     ``stages`` is a plan's ``stages`` frame; the marker is ``time`` (the
-    seed's stage time ``max_c F + max_c B``, equal to the bar for one chunk).
+    ``sapp`` objective's stage time ``max_c F + max_c B``, equal to the bar for one chunk).
     The time axis shows the frame's ``attrs["time_unit"]``, as do the other
     drawings here.
 

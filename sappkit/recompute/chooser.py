@@ -2,7 +2,7 @@
 
 For a fixed :class:`~sappkit.Partition`, each stage's layers share what the
 stage has left once its fixed memory is paid (:mod:`sappkit.recompute.pricing`). Three
-ways to choose (seed 000, DESIGN.md "Recompute chooser"):
+ways to choose (SAPP's recompute chooser; docs/design.md "The recompute chooser"):
 
 - **options** (``modes=None``): each layer any option of its kind's front;
 - **one mode** (``modes``): every layer the same mode, the fastest that fits;
@@ -318,14 +318,16 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
 
     Examples
     --------
-    >>> from sappkit.layers.table import LayerTable
-    >>> from sappkit.recompute.partition import Partition
-    >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1, backward_time=b,
-    ...              activation_mb=a) for o, a, b in (("none", 40, 2), ("full", 5, 3))]
-    >>> cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
-    >>> part = Partition(stages=2, micro_batches=4, cells=cells, configured="full")
-    >>> sweep_recompute(LayerTable(pd.DataFrame(rows)), part, memory_mb=[250, 320, 400])["time_saved"].tolist()
-    [nan, 2.0, 4.0]
+    The bundled Llama-2-70B-class model, five layers a stage, all fully
+    recomputed as configured; one mode for all layers at each capacity:
+
+    >>> import sappkit
+    >>> from sappkit.demo import bundled
+    >>> layers = sappkit.read_layers_json(bundled("llama2_70b.json"))
+    >>> part = sappkit.Partition.from_offsets(layers, stages=16, micro_batches=32, recompute=True)
+    >>> curve = sweep_recompute(layers, part, memory_mb=[15000, 30000, 80000], modes=("off", "selective", "full"))
+    >>> curve[["memory_mb", "mode", "time_saved"]].round(1).values.tolist()
+    [[15000.0, 'full', 0.0], [30000.0, 'selective', 584.1], [80000.0, 'off', 629.9]]
     """
     limits = np.array(check_numbers("memory_mb", memory_mb, maximum_count=MAX_SWEEP_POINTS, maximum=MAX_MEMORY_MB))
     pricing = price(layers, partition, memory_mb=float(limits.max()), modes=modes,

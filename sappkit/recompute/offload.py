@@ -1,6 +1,6 @@
 """Offloading activations to the host: a stage's first layers run plain and move what they keep.
 
-The model (seed 000 ``_offload_*``, ``_returns_fit``, ``_trim_offload``), at
+The model (SAPP's recompute chooser's ``_offload_*``, ``_returns_fit``, ``_trim_offload``), at
 one chunk per stage, every layer of a stage holding ``n`` micro-batches:
 
 - **Copy window.** One stream copies each layer's activations to the host
@@ -154,7 +154,7 @@ def offload_stage(pricing: Pricing, stage: int, stay: dict | None, link: HostLin
             break
     if best is None:
         return kept
-    return search.trimmed(best, shares) if link.time_per_mb > 0 else best
+    return search.trimmed(best) if link.time_per_mb > 0 else best
 
 
 class _Search:
@@ -257,7 +257,7 @@ class _Search:
         back += sum(cost[GRAD_MB] for cost in costs) + costs[0][FIRST_WORKING_MB]
         return max(warm_up, back)
 
-    def trimmed(self, plan: StageOffload, shares) -> StageOffload:
+    def trimmed(self, plan: StageOffload) -> StageOffload:
         """The plan with no more offloaded than the stage needs, the copies costing time."""
         part = np.array([plan.offloaded_mb.get(int(layer), 0.0) for layer in self.layers[:len(plan.copy_time)]])
         slack = math.floor(self.limit / self.bucket) * self.bucket - self._memory(plan.options, part, plan.transit_mb)

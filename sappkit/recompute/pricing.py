@@ -5,7 +5,8 @@ and the options on offer; :func:`~sappkit.choose_recompute`,
 :func:`~sappkit.sweep_recompute` and the one-more-recomputed-layer analysis
 all work from the :class:`Pricing` it returns.
 
-The memory model (DESIGN.md "Per-stage memory", seeds 000 and 004). A body
+The memory model (docs/design.md "One memory model"; SAPP's recompute chooser and
+memory estimator). A body
 layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 ``kept(o, n) = activation_mb(o) n + memory_once_mb(o)``. Per stage ``s``:
 
@@ -31,7 +32,7 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
   backward runs (the layers flagged ``ends_warm_up``, one per such cell);
   reported as activation × in-flight, ``overhead_mb`` (the rest of the
   peak) and the working set held then.
-- **interleaved overhead** in ``F2`` (v > 1, seed 004
+- **interleaved overhead** in ``F2`` (v > 1, SAPP's memory estimator's
   ``vpp_1f1b_steady_overhead``): with ``d_c`` the per-micro-batch
   activation of cell ``(c, s)`` under the *configured* options (head and
   tail included where they sit) and ``r = m - p``: the largest of ``(r -
@@ -49,11 +50,9 @@ else every layer at its most recomputed option on offer (the least
 activation memory, e.g. ``full``). It is the forward + backward time of one
 micro-batch through the body layers, per stage: a sum, not a step time.
 
-A stage's layers form
-:class:`LayerGroup` s of interchangeable layers (same kind, chunk and
-in-flight count; the layer that ends warm-up, and with a second peak the
-stage's first layer, each stand apart) with per-option memory at both peaks
-and time.
+A stage's layers form groups of interchangeable layers
+(:mod:`sappkit.recompute.groups`) with per-option memory at both peaks and
+time.
 """
 
 from __future__ import annotations
@@ -67,80 +66,26 @@ import pandas as pd
 
 from .._check import check_bool, check_number
 from ..columns import (
-    ACTIVATION_MB, CHUNK, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
+    ACTIVATION_MB, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
     OVERHEAD_MB, PARAM_MB, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
 from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
-from .events import charged_chunks, event_peaks
-from .knapsack import to_buckets
+from .events import event_peaks
+from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, layer_groups
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
-from .partition import CONFIGURED, LAYER, Partition
+from .partition import CONFIGURED, Partition
 from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, fixed_memory
 
-__all__ = ["LayerGroup", "Baseline", "Pricing", "price", "SUPPORTED_SCHEDULES",
+__all__ = ["Baseline", "Pricing", "price", "SUPPORTED_SCHEDULES",
            "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
 
-#: Schedules whose in-flight counts and working set the chooser prices (seed 000).
+#: Schedules whose in-flight counts and working set the chooser prices (as SAPP's recompute chooser does).
 SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
 BACKWARD_MB = "backward_mb"
 TRANSIT_MB = "transit_mb"
 TIME_SAVED = "time_saved"
-ENDS_WARM_UP = "ends_warm_up"
-FIRST = "first"
-GROUP = "group"
-
-
-@dataclass(frozen=True, eq=False)
-class LayerGroup:
-    """Interchangeable body layers of one stage and what each of their options costs one layer.
-
-    Attributes
-    ----------
-    stage, kind, in_flight : the layers' stage, kind and micro-batches in flight.
-    ends_warm_up : bool
-        The group is the layer that ends the stage's warm-up (its memory
-        includes its working set); with more than one chunk, the last body
-        layer of a cell whose working set a memory event charges
-        (:mod:`sappkit.recompute.events`).
-    first : bool
-        The group is the stage's first layer, standing apart because the
-        stage has a second peak (its backward memory includes ``W1``).
-    layers : tuple of int
-        Body layer indices, model order.
-    options : tuple of str
-        Options on offer, as :attr:`Pricing.offered` lists them.
-    memory_mb, backward_mb, time : ndarray
-        Per option: what one layer adds to the warm-up peak, to the second
-        peak (0 without one), and its forward + backward time.
-    weight : ndarray
-        ``memory_mb`` in whole buckets, rounded up.
-    """
-
-    stage: int
-    kind: str
-    in_flight: int
-    ends_warm_up: bool
-    first: bool
-    layers: tuple[int, ...]
-    options: tuple[str, ...]
-    memory_mb: np.ndarray
-    backward_mb: np.ndarray
-    time: np.ndarray
-    weight: np.ndarray
-    chunk: int = 0
-    """The layers' chunk (they share a cell's in-flight count and memory events)."""
-
-    @property
-    def count(self) -> int:
-        """Layers in the group (what the knapsack calls a group's items)."""
-        return len(self.layers)
-
-    @property
-    def share(self) -> float:
-        """The share ``(n - 1)/n`` of what a layer keeps that stays as a later micro-batch's backward ends."""
-        return (self.in_flight - 1) / self.in_flight
 
 
 @dataclass(frozen=True)
@@ -431,13 +376,15 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     body = partition.body.copy()
     body[CONFIGURED] = [prices.plain[kind] if option is None else option
                         for kind, option in zip(body[KIND], body[CONFIGURED])]
-    body[ENDS_WARM_UP] = _ends_warm_up(partition, ends_with_tail=prices.tail is not None)
+    body[ENDS_WARM_UP] = ends_warm_up(partition, ends_with_tail=prices.tail is not None)
     body[FIRST] = bool(fsdp_holds_grads) & ~body.duplicated(STAGE)
     pricing = replace(empty, body=body)
     configured = pricing._layer_costs(body[CONFIGURED].tolist())[ACTIVATION_MB]
     stages = fixed_memory(prices, partition, body, configured, memory_mb=memory_mb,
                           fsdp_holds_grads=bool(fsdp_holds_grads))
-    return _grouped(replace(pricing, stages=stages))
+    group_of, groups = layer_groups(body, offered, pricing.cost, stages=partition.stages,
+                                    fsdp_holds_grads=bool(fsdp_holds_grads), bucket_mb=bucket_mb)
+    return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups)
 
 
 def _check_memory(memory_mb, bucket_mb: float) -> float:
@@ -448,48 +395,3 @@ def _check_memory(memory_mb, bucket_mb: float) -> float:
                          f"buckets; expected at most {MAX_BUCKETS.cited} (use bucket_mb >= "
                          f"{memory_mb / MAX_BUCKETS:.3g})")
     return memory_mb
-
-
-def _ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:
-    """The last body layer of each stage's last-chunk cell, unless that cell ends with the tail; with more
-    chunks, of each cell whose working set a memory event charges (:func:`charged_chunks`)."""
-    body = partition.body
-    flags = np.zeros(len(body), dtype=bool)
-    if partition.chunks > 1:
-        ending = body.drop_duplicates([CHUNK, STAGE], keep="last")
-        charged = {(c, s) for s in range(partition.stages)
-                   for c in charged_chunks(partition, s, ends_with_tail=ends_with_tail)}
-        flags[ending[LAYER].to_numpy()[[cell in charged for cell in zip(ending[CHUNK], ending[STAGE])]]] = True
-        return flags
-    last = body[body[CHUNK] == partition.chunks - 1]
-    ending = last.drop_duplicates(STAGE, keep="last")
-    if ends_with_tail:
-        ending = ending[ending[STAGE] != partition.stages - 1]
-    flags[ending[LAYER].to_numpy()] = True
-    return flags
-
-
-def _grouped(pricing: Pricing) -> Pricing:
-    """Group each stage's layers and price every offered option of each group at both peaks."""
-    body = pricing.body
-    keys = list(zip(body[STAGE], body[KIND], body[IN_FLIGHT], body[ENDS_WARM_UP], body[FIRST], body[CHUNK]))
-    members: dict[tuple, list[int]] = {}
-    for layer, key in zip(body[LAYER], keys):
-        members.setdefault(key, []).append(int(layer))
-    per_stage: list[list[LayerGroup]] = [[] for _ in range(pricing.partition.stages)]
-    group_of = np.zeros(len(body), dtype=int)
-    for (stage, kind, n, ends, first, chunk), layers in members.items():
-        options = pricing.offered[kind]
-        costs = [pricing.cost(kind, option) for option in options]
-        kept = np.array([c[ACTIVATION_MB] * n + c[MEMORY_ONCE_MB] for c in costs])
-        memory = kept + (np.array([c[WORKING_MB] for c in costs]) if ends else 0.0)
-        backward = np.zeros(len(options))
-        if pricing.fsdp_holds_grads:
-            backward = kept * (n - 1) / n + np.array([c[GRAD_MB] for c in costs])
-            backward += np.array([c[FIRST_WORKING_MB] for c in costs]) if first else 0.0
-        group_of[layers] = len(per_stage[stage])
-        per_stage[stage].append(LayerGroup(int(stage), str(kind), int(n), bool(ends), bool(first), tuple(layers),
-                                           options, memory, backward, np.array([c[TIME] for c in costs]),
-                                           to_buckets(memory, pricing.bucket_mb), int(chunk)))
-    body = body.assign(**{GROUP: group_of})
-    return replace(pricing, body=body, groups=tuple(tuple(groups) for groups in per_stage))

@@ -5,8 +5,8 @@ activations at their cells' in-flight counts, the tail's working set on the
 stage it ends and the constant (with more chunks the warm-up peak is the
 events' of :mod:`sappkit.recompute.events`, and ``F1`` only a part of it).
 ``F2`` (second FSDP peak): parameters, head/tail activations times
-``(n - 1)/n``, head/tail ``grad_mb``, the interleaved steady overhead (seed
-004, at the configured options; ``overhead_mb``) and the constant.
+``(n - 1)/n``, head/tail ``grad_mb``, the interleaved steady overhead (SAPP's
+memory estimator's, at the configured options; ``overhead_mb``) and the constant.
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, 
 
 
 def steady_overhead(per_batch: np.ndarray, partition: Partition) -> np.ndarray:
-    """Seed 004's steady overhead of unequal chunks per stage, from each cell's activation per micro-batch
-    (``per_batch[chunk, stage]``); 0 for one chunk."""
+    """SAPP's memory estimator's steady overhead of unequal chunks per stage, from each cell's activation per
+    micro-batch (``per_batch[chunk, stage]``); 0 for one chunk."""
     v, p = per_batch.shape
     overhead = np.zeros(p)
     if v == 1:

@@ -86,7 +86,7 @@ def measure_layers(block: torch.nn.Module, example, *, kwargs: dict | None = Non
         Submodules whose parameters are routed experts, e.g. ``("mlp.experts",)``:
         a device holds ``1 / (expert_parallel · expert_tensor_parallel)`` of them.
     parallel : ParallelConfig, optional
-        ZeRO stage and data/expert parallel degrees for ``param_mb``; its
+        ZeRO stage and the data- and expert-parallel degrees for ``param_mb``; its
         dtype must be the block's (default: all 1, ZeRO-1, the block's dtype).
     repeats, warmup : int
         Timed and untimed forward-backward passes per option.

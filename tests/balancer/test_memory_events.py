@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 
 import sappkit
-from sappkit.balancer.stage_bounds import fixed_memory
+from sappkit.balancer.exact.stage_bounds import fixed_memory
 from sappkit.balancer.evaluate import stage_memory
 from sappkit.balancer.exact import search
 from sappkit.balancer.setup import make_setup
@@ -27,7 +27,7 @@ from sappkit.pipeline.orders import stage_orders
 from sappkit.pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from sappkit.pipeline.schedules import in_flight_counts
 
-from .test_exact import brute_force, every_placement, with_working_sets
+from .exact.test_enumeration import brute_force, every_placement, with_working_sets
 from .test_optimise import loose_limit, solve_both_ways, table
 from .test_working_set import chooser_stages, random_table
 

@@ -1,11 +1,11 @@
 """The balancer against brute-force enumeration, and every constraint and objective cell biting.
 
-The reference here re-derives seed 003's model independently of
+The reference here re-derives SAPP's pipeline balancer's model independently of
 ``sappkit.balance_*``: in-flight counts, the overhead walk, the frontier,
-recompute consistency and DESIGN.md's objective table, evaluated on every
+recompute consistency and every level of the ``sapp`` objective, evaluated on every
 placement of a small instance. Each constraint test also solves the
 reference *without* the constraint and checks that the answer changes, so
-dropping it from sappkit would fail the test. Seed 003 charges no working
+dropping it from sappkit would fail the test. SAPP charges no working
 set, so the balancer runs here with ``working_set=False`` (its parity
 switch) unless a test asks for it.
 """
@@ -24,12 +24,12 @@ import pytest
 import sappkit
 from sappkit.balancer.evaluate import counts_from_assignment, evaluate
 from sappkit.balancer.exact import search
-from sappkit.balancer.ilp import BalanceModel
+from sappkit.balancer.ilp.program import BalanceModel
 from sappkit.balancer.optimise import optimise
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.solver import SolverOptions, solve
+from sappkit.balancer.ilp.solver import SolverOptions, solve
 
-#: The balancer and its set-up in seed 003's memory model (no working set), unless a call asks for it.
+#: The balancer and its set-up in SAPP's pipeline balancer's memory model (no working set), unless a call asks for it.
 balance = partial(sappkit.balance, working_set=False)
 setup_of = partial(make_setup, working_set=False)
 
@@ -39,7 +39,7 @@ OPTIONS = ("none", "selective", "full")
 
 
 def reference_in_flight(schedule, p, m, v, less_memory=False, k=1):
-    """DESIGN.md "Micro-batches in flight", written out cell by cell."""
+    """SAPP's pipeline balancer's micro-batches in flight, written out cell by cell."""
     counts = np.zeros((v, p), dtype=int)
     for c, s in itertools.product(range(v), range(p)):
         if schedule == "dualpipev":
@@ -57,7 +57,7 @@ def reference_in_flight(schedule, p, m, v, less_memory=False, k=1):
 
 
 def reference_overhead_terms(p, v, s, less_memory):
-    """Seed 003 ``init_overhead_variables``: (factor, plus chunk, minus chunk) for stage s."""
+    """SAPP's pipeline balancer's ``init_overhead_variables``: (factor, plus chunk, minus chunk) for stage s."""
     terms, vf, vb = [], v - 1, v - 1
     for step in range(v - 1):
         if step % 2 == 0:
@@ -177,7 +177,8 @@ def brute_force(frame, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
 
 
 def reference_sapp(F, B, body_forward, fixed_f, fixed_b, frame, *, p, m, v, level, less_memory):
-    """DESIGN.md's objective table, cell by cell, for arrays of placements [n, chunk, stage]."""
+    """The ``sapp`` objective at every level (docs/design.md "Time and the objectives"), cell by cell, for
+    arrays of placements [n, chunk, stage]."""
     split = v > 1 and m == p and level >= 1
     if split:
         s = np.arange(p)
@@ -288,7 +289,7 @@ def _bites(frame, flag, **pipeline):
 
 
 def test_overhead_term_binds():
-    # A slow tail empties the last stage's last chunk, so its first chunk outweighs it: the seed's
+    # A slow tail empties the last stage's last chunk, so its first chunk outweighs it: SAPP's
     # overhead charges the difference when m != p.
     frame = pd.DataFrame([
         *[dict(kind="b", role="body", count=6, param_mb=10, option=o, forward_time=2, backward_time=bt,
@@ -331,8 +332,7 @@ def test_less_memory_with_one_chunk_is_1f1b_with_a_note(rng):
     pipeline = dict(stages=3, micro_batches=6, memory_mb=loose_limit(frame, stages=3, micro_batches=6))
     plain, less = balance(frame, **pipeline), balance(frame, less_memory=True, **pipeline)
     assert less.objective == plain.objective and less.stages.equals(plain.stages)
-    assert less.notes == ("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way "
-                          "(seed 003)",)
+    assert less.notes == ("less_memory has no effect with one chunk: a stage holds the 1F1B counts either way",)
     assert less.simulate().step_time == plain.simulate().step_time
 
 
@@ -385,7 +385,7 @@ def test_consistency_with_three_options_is_noted():
              activation_mb=30 - 10 * i) for k in ("a", "b") for i, o in enumerate(OPTIONS)])
     plan = balance(frame, stages=2, micro_batches=4, memory_mb=1000)
     assert plan.notes == ("recompute consistency not applied: MindFormers' rule is defined for two options "
-                          "and the body kinds use 3 (none, selective, full), as seed 003 does",)
+                          "and the body kinds use 3 (none, selective, full), as SAPP's pipeline balancer does",)
 
 
 # ---------------------------------------------------------------- the objective table

@@ -28,8 +28,9 @@ WORKING_MB = {"none": 30, "selective": 12, "full": 30, "tail": 10}
 
 
 def reference_memory(plan, *, stages, micro_batches, chunks=1, schedule="1f1b", less_memory=False, working_set=True):
-    """Per-stage memory recomputed from the assignment frame alone (DESIGN.md "Per-stage memory"): seed 003's
-    model, with the end-of-warm-up working set when ``working_set`` (the default model for one chunk)."""
+    """Per-stage memory recomputed from the assignment frame alone (docs/design.md "One memory model"):
+    SAPP's pipeline balancer's model, with the end-of-warm-up working set when ``working_set`` (the default
+    model for one chunk)."""
     p, v, m = stages, chunks, micro_batches
     flight = reference_in_flight(schedule, p, m, v, less_memory)
     rows = TABLE.frame.set_index(["kind", "option"])
@@ -70,7 +71,7 @@ def exactly(message: str) -> str:
     dict(stages=2, micro_batches=4, chunks=2, schedule="dualpipev"),
 ], ids=str)
 def test_stage_memory_recomputed_from_the_assignment(pipeline):
-    # Seed 003's model by hand; the default model is the simulated peak (by hand too for one chunk).
+    # SAPP's pipeline balancer's model by hand; the default model is the simulated peak (by hand too for one chunk).
     schedule = pipeline.get("schedule", "1f1b" if pipeline.get("chunks", 1) == 1 else "interleaved")
     for working_set in (False, True):
         plan = sappkit.balance(TABLE, memory_mb=2500, working_set=working_set, **pipeline)
@@ -94,8 +95,8 @@ def test_memory_matches_the_pipeline_model_and_the_simulated_peak_for_1f1b():
 
 def test_two_chunk_peak_includes_the_seeds_overhead():
     # The simulator measures static + Σ activation x in-flight + overhead for two chunks, m a multiple of p.
-    # The seed's overhead weighs body activations only, so the match holds where head and tail keep none; and
-    # without working sets (seed 003's model), since a later first-chunk backward can peak with its own.
+    # SAPP's overhead weighs body activations only, so the match holds where head and tail keep none; and
+    # without working sets (SAPP's model), since a later first-chunk backward can peak with its own.
     table = TABLE.with_frame(TABLE.frame.assign(activation_mb=TABLE.frame.activation_mb.where(
         TABLE.frame.role == "body", 0.0)))
     # stage 0's first chunk one layer heavier than the second: the overhead bites there

@@ -3,11 +3,11 @@
 import numpy as np
 import pytest
 
-from sappkit.balancer.improve import valid
+from sappkit.balancer.step.local_search import valid
 from sappkit.balancer.optimise import optimise
 from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup
-from sappkit.balancer.solver import SolverOptions
+from sappkit.balancer.ilp.solver import SolverOptions
 from sappkit.bench.step import random_instance, reference_search
 from sappkit.pipeline.costs import even_assignment, stage_memory
 

@@ -160,20 +160,20 @@ def test_synthetic_peaks_equal_stage_memory(schedule, chunks, kinds):
                                "stage": config["stage"], "layers": config[COUNTS].to_numpy().tolist()})
     long = [dict(kind=r.kind, chunk=r.chunk, stage=r.stage, option=o, layers=n)
             for r in assignment.itertuples() for o, n in zip(SAPP_OPTIONS, r.layers) if n]
-    # The memory fit's model (seed 001) has no working set term: the pipeline model without it.
+    # The memory fit's model (SAPP's) has no working set term: the pipeline model without it.
     want = stage_memory(table, pd.DataFrame(long), stages=p, micro_batches=6, chunks=chunks, schedule=schedule,
                         working_set=False)
     np.testing.assert_allclose(peaks.to_numpy(), want["memory_mb"].to_numpy(), rtol=1e-12)
 
 
-# --- against the seed, and the statistics against closed forms and brute force -------------------
+# --- against SAPP's memory fit, and the statistics against closed forms and brute force ---------
 
-def test_one_run_equals_the_seeds_two_step_solve(rng):
+def test_one_run_equals_sapps_two_step_solve(rng):
     table = as_table(random_table(rng, options=("none", "selective", "full")))
     plan = plan_dryruns(12, 60, ["none", "selective", "full"])
     observed = synthetic_dryruns(table, plan.configs, noise_mb=80, seed=5)
     fit = fit_memory(observed)
-    # Seed 001: least squares over the middle stages for const, param and activations, then head and
+    # SAPP's memory fit: least squares over the middle stages for const, param and activations, then head and
     # tail as the residual of stage 0 and p - 1 (which include the constant).
     p, s = 12, observed["stage"].to_numpy()
     n = observed[["n_none", "n_selective", "n_full"]].to_numpy()

@@ -59,7 +59,7 @@ def _partition(rng, table, *, stages, chunks=1, micro_batches=None, less_memory=
                      cells=pd.DataFrame(rows), less_memory=less_memory)
 
 
-# --- an independent evaluation of a plan (DESIGN.md "Per-stage memory", chooser terms; more chunks: stepped) ------
+# --- an independent evaluation of a plan (docs/design.md "One memory model", chooser terms; more chunks: stepped) -
 
 def _oracle(table, partition, *, fsdp):
     """A function: modes per body layer -> per stage (peak memory, body time), from first principles."""
@@ -99,7 +99,7 @@ def _oracle(table, partition, *, fsdp):
             warm[s] += row["param_mb"] + kept + working
             back[s] += row["param_mb"] + kept * (n - 1) / n + row["grad_mb"]
             per_batch[c, s] += row["activation_mb"]
-        if v == 2:  # seed 004's steady overhead stays in the second peak
+        if v == 2:  # SAPP's steady overhead stays in the second peak
             overhead = np.maximum(0.0, (m - p - np.arange(p)) * np.abs(per_batch[1] - per_batch[0]))
             back = back + overhead
         if v > 1:

@@ -26,7 +26,7 @@ def test_interleaved_first_and_last_chunk_adjustments():
 def test_interleaved_less_memory_and_one_chunk():
     assert _grid("interleaved", 4, 8, 2, less_memory=True) == [[4, 4, 4, 4], [4, 3, 2, 1]]
     assert _grid("interleaved", 4, 8, 1) == _grid("1f1b", 4, 8)
-    # Seed 003 defines less-memory with one chunk too (MindFormers configs set it): the 1F1B counts.
+    # SAPP's pipeline balancer defines less-memory with one chunk too (MindFormers configs set it): the 1F1B counts.
     assert _grid("1f1b", 4, 8, less_memory=True) == _grid("interleaved", 4, 8, 1, less_memory=True) \
         == _grid("1f1b", 4, 8)
 

@@ -270,7 +270,8 @@ def test_each_stage_runs_every_op_once_forward_before_backward(schedule, p, m, v
 # --- memory ------------------------------------------------------------------------------------
 
 def seed_two_chunk_overhead(p, m, s, a0, a1, less_memory):
-    """Seed 003's interleaved overhead for two chunks (``init_overhead_variables``), dropped when m = p."""
+    """SAPP's pipeline balancer's interleaved overhead for two chunks (``init_overhead_variables``), dropped
+    when m = p."""
     if m == p:
         return 0.0
     factor = p - s if less_memory else p - abs(p - 2 * s - 1)

@@ -1,6 +1,7 @@
 """Random small cases, an independent stage-memory model and brute force for the recompute chooser tests.
 
-The memory model here is written from DESIGN.md directly, in exact fractions,
+The memory model here is written from docs/design.md ("One memory model", the chooser's terms)
+directly, in exact fractions,
 without sappkit.recompute.pricing: the chooser's reported memory and its optimality are
 checked against it.
 """
@@ -115,7 +116,7 @@ def _stage_layers(part):
 
 
 def overhead(table, part, s, layers):
-    """Seed 004's interleaved steady overhead of stage ``s`` at the configured options."""
+    """SAPP's interleaved steady overhead of stage ``s`` at the configured options."""
     v, p = part.chunks, part.stages
     if v == 1:
         return Fraction(0)
@@ -143,7 +144,7 @@ def one_stage(table, part, s, layers, options, *, fsdp=False, offloaded=None, tr
     prices = _prices(table)
     head, tail = prices.head, prices.tail
     param = sum(Fraction(prices.param[layer.kind]) for layer in layers) + Fraction(prices.const)
-    steady = overhead(table, part, s, layers)  # seed 004's, in the second peak (one chunk: 0)
+    steady = overhead(table, part, s, layers)  # SAPP's, in the second peak (one chunk: 0)
     warm = back = Fraction(0)
     for row, (c, at) in ((head, (0, 0)), (tail, (v - 1, p - 1))):
         if row is None or at != s:
@@ -203,7 +204,7 @@ def stepped_warm_up(table, part, s, layers, options):
 
 
 def stage_memory(table, part, options, *, fsdp=False, offloaded=None, transit=None):
-    """Per stage ``(warm-up peak, second peak or None, time)`` from DESIGN.md, in exact fractions.
+    """Per stage ``(warm-up peak, second peak or None, time)`` from docs/design.md's model, in exact fractions.
 
     ``options`` lists each layer's option; ``offloaded`` maps layer -> MB per micro-batch moved;
     ``transit`` maps stage -> MB held in transit.

@@ -1,0 +1,315 @@
+"""Local search on the simulated step time: the ``step`` objective's improvement phase.
+
+From each start placement the search makes one change at a time while the
+simulated step (:mod:`sappkit.balancer.step.steptime`) gets shorter and the
+placement stays valid (:func:`valid`: every stage fits, by the balancer's
+memory model):
+
+- **move**: one layer leaves a cell and joins another, keeping its option or
+  changing it (within its kind); on one cell that is a recompute change;
+- **swap**: two cells exchange the options of one layer each (recompute moves
+  from one cell to another).
+
+Every path through the schedule bounds the step from below, and a change
+alters a path's length by the layers' times on it. So a change can only
+help if it shortens the current longest path, and its new step time is at
+least the longest of the *known* paths after it: the stage paths of
+:func:`sappkit.pipeline.critical.stage_paths` and the longest paths of the
+placements the search accepted. Each round keeps the changes whose bound
+does not exceed the current step, simulates them in growing batches (the
+changes that helped last round first, then by that bound), and takes the
+best of the first batch that holds a better placement: faster, or as fast
+with its ops ending earlier elsewhere (another longest path got shorter,
+which lets the next change shorten the step). When no change helps, the
+round tries every **stage exchange** (:mod:`sappkit.balancer.step.exchange`: two
+stages trade their layers, recompute repaired to fit), which moves a busy
+stage to where its fill and drain cost least; a round without a better
+placement either way is a local optimum.
+
+Some better placements lie several changes away, each one alone slower
+(e.g. with 1F1B and few micro-batches the first stage should hold more
+layers than the others). So the search then *kicks* the best placement
+found (two random changes, or the exchange of two random stages, that keep
+it valid) and descends again, keeping the result when it is better: an
+iterated local search, until a budget of simulated placements is spent or
+forty kicks in a row found nothing better. Everything is deterministic:
+candidates in a fixed order, kicks from a seeded generator, a budget of
+placements rather than of seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..evaluate import ceiling, placement_memory
+from .exchange import exchanged, stage_exchanges
+from ..setup import BalanceSetup
+from .steptime import StepTimer
+
+__all__ = ["Improved", "improve", "valid", "WORK_BUDGET"]
+
+#: Op times computed per start (placements simulated x ops in the step) before the search stops there: a
+#: deterministic budget that buys as many placements as the schedule's size allows (about 1,600 for p = 16,
+#: v = 3, m = 64; 20,000 for p = 8, v = 2, m = 16). Twice as much found the same plans on the bench's cases.
+WORK_BUDGET = 10_000_000
+#: The first batch of candidates simulated together in a round; each later one is twice as large.
+_FIRST_BATCH = 24
+_LARGEST_BATCH = 384
+#: Candidates checked for validity at a time.
+_SCREEN = 512
+#: Longest paths of accepted placements kept as bounds.
+_KEPT_PATHS = 24
+#: A change must shorten the step by more than this fraction (ties are no improvement).
+_TOLERANCE = 1e-9
+#: Random changes per kick, attempts at a valid kick, placements simulated per descent after a kick.
+_KICK, _KICK_TRIES, _KICK_BUDGET = 2, 50, 500
+#: Kicks in a row that find nothing better before the search stops (most that help come within the first 50).
+_PATIENCE = 40
+#: The kicks' random generator's seed: the search is deterministic.
+_SEED = 0
+
+
+@dataclass(frozen=True)
+class Improved:
+    """The best placement found, its simulated step time, and how it was reached."""
+
+    counts: np.ndarray
+    step_time: float
+    start: str
+    """The label of the start it came from."""
+    moves: int
+    """Changes between the start and the placement (those of the kicks that helped included)."""
+    kicks: int
+    """Kicks after which the search found a better placement."""
+    evaluated: int
+    """Placements simulated over all starts."""
+
+
+def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """Per placement ``[n, item, chunk, stage]``: no negative count, no empty cell but the head's and the
+    tail's, the multimodal frontier and recompute consistency hold, every stage fits."""
+    ok = (counts >= 0).all(axis=(1, 2, 3))
+    per_cell = counts.sum(axis=1)
+    for c, s in setup.cells:
+        if (c, s) not in setup.reserved:
+            ok &= per_cell[:, c, s] >= 1
+    for k in range(1, len(setup.kinds)):
+        later = counts[:, setup.item_indices(setup.kinds[k])].sum(axis=1)
+        earlier = counts[:, setup.item_indices(setup.kinds[k - 1])].sum(axis=1)
+        for c, s in setup.cells:
+            before = setup.earlier_cells(c, s)
+            if before:
+                started = sum(later[:, d, t] for d, t in before) > 0
+                ok &= ~(started & (earlier[:, c, s] > 0))
+    if setup.consistency is not None:
+        least, most = setup.consistency
+        index = {item: i for i, item in enumerate(setup.items)}
+        for k, kind in enumerate(setup.kinds[:-1]):
+            later_most = [index[(other, most)] for other in setup.kinds[k + 1:] if (other, most) in index]
+            if (kind, least) in index and later_most:
+                clash = (counts[:, later_most].sum(axis=1) > 0) & (counts[:, index[(kind, least)]] > 0)
+                ok &= ~clash.any(axis=(1, 2))
+    return ok & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
+
+
+def _changes(setup: BalanceSetup, counts: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """Every move and swap that shortens the path ``weight`` describes (``[item, chunk p + stage]``).
+
+    Rows ``(i, a, j, b, k, c, l, d)``: a layer of ``i`` leaves cell ``a`` and
+    one of ``j`` joins ``b``, then one of ``k`` leaves ``c`` and one of ``l``
+    joins ``d``. A move's second half is ``(i, a, i, a)``, no change; a swap
+    is ``(i, a, j, a)`` and ``(j, b, i, b)``.
+    """
+    cells = setup.chunks * setup.stages
+    flat = counts.reshape(len(setup.items), cells)
+    rows = []
+    for kind in setup.kinds:
+        items = np.array(setup.item_indices(kind))
+        here, there = weight[items], flat[items]  # [item of the kind, cell]
+        # A move (i, a) -> (j, b): a layer of i on a, and j on b weighing less on the path.
+        gain = here[None, None] - here[:, :, None, None]
+        i, a, j, b = np.nonzero((there[:, :, None, None] > 0) & (gain < 0))
+        rows.append(np.column_stack([items[i], a, items[j], b, items[i], a, items[i], a]))
+        # A swap: i on a becomes j, j on b becomes i (i < j, a != b).
+        change = here[None, :, :] - here[:, None, :]  # [i, j, cell]: j instead of i on the cell
+        gain = change[:, :, :, None] - change[:, :, None, :]
+        held = (there[:, None, :, None] > 0) & (there[None, :, None, :] > 0)
+        upper = np.triu(np.ones((len(items),) * 2, dtype=bool), 1)[:, :, None, None]
+        i, j, a, b = np.nonzero(held & upper & (gain < 0))
+        rows.append(np.column_stack([items[i], a, items[j], a, items[j], b, items[i], b]))
+    return np.concatenate(rows)
+
+
+def _bounds(changes: np.ndarray, weights: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Per change, the longest of the known paths after it: a lower bound on its step time."""
+    delta = (weights[:, changes[:, 2], changes[:, 3]] - weights[:, changes[:, 0], changes[:, 1]]
+             + weights[:, changes[:, 6], changes[:, 7]] - weights[:, changes[:, 4], changes[:, 5]])
+    return (lengths[:, None] + delta).max(axis=0)
+
+
+def _among(changes: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of ``changes``: whether it is one of ``rows``."""
+    if not len(rows):
+        return np.zeros(len(changes), dtype=bool)
+    return (changes[:, None, :] == rows[None, :, :]).all(axis=2).any(axis=1)
+
+
+def _apply(counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
+    """The placements each row of ``changes`` gives."""
+    n, (items, v, p) = len(changes), counts.shape
+    result = np.repeat(counts.reshape(1, items, v * p), n, axis=0)
+    rows = np.arange(n)
+    for out_item, out_cell, in_item, in_cell in (changes[:, :4].T, changes[:, 4:].T):
+        np.add.at(result, (rows, out_item, out_cell), -1)
+        np.add.at(result, (rows, in_item, in_cell), 1)
+    return result.reshape(n, items, v, p)
+
+
+@dataclass(frozen=True)
+class _Reached:
+    counts: np.ndarray
+    time: float
+    ends: float
+    """Sum of the ops' end times: the tie-break between placements of one step time."""
+    moves: int
+    evaluated: int
+
+    def beats(self, other: _Reached) -> bool:
+        """Faster, or as fast with ops ending earlier elsewhere."""
+        if self.time < other.time * (1 - _TOLERANCE):
+            return True
+        return self.time <= other.time * (1 + _TOLERANCE) and self.ends < other.ends * (1 - _TOLERANCE)
+
+
+def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
+                 ends: float) -> tuple[tuple[np.ndarray, float, float] | None, np.ndarray]:
+    """The best of ``candidates`` that beats a placement of step ``time`` and end sum ``ends`` (faster, or as
+    fast with ops ending earlier elsewhere: another longest path got shorter), as ``(counts, time, ends)`` or
+    None; and which of them beat it."""
+    if not len(candidates):
+        return None, np.zeros(0, dtype=bool)
+    times, sums = timer.times_and_ends(candidates)
+    same = np.abs(times - time) <= time * _TOLERANCE
+    better = (times < time * (1 - _TOLERANCE)) | (same & (sums < ends * (1 - _TOLERANCE)))
+    if not better.any():
+        return None, better
+    best = int(np.lexsort((sums, np.where(same, time, times)))[0])
+    return (candidates[best], float(times[best]), float(sums[best])), better
+
+
+def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
+    """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated."""
+    times, sums = timer.times_and_ends(counts[None])
+    time, ends = float(times[0]), float(sums[0])
+    moves = evaluated = 0
+    accepted = []
+    helped = np.zeros((0, 8), dtype=int)
+    while evaluated < budget:
+        longest = timer.critical(counts)
+        accepted = [longest, *accepted][:_KEPT_PATHS]
+        paths = np.vstack([*accepted, timer.graph.paths])
+        weights = timer.cell_weights(paths)
+        changes = _changes(setup, counts, weights[0])
+        bounds = _bounds(changes, weights, paths @ timer.durations(counts))
+        keep = bounds <= time * (1 + _TOLERANCE)
+        changes, bounds = changes[keep], bounds[keep]
+        changes = changes[np.lexsort((bounds, ~_among(changes, helped)))]
+        found, size, screened = None, _FIRST_BATCH, 0
+        waiting = changes[:0]  # screened valid, not simulated yet
+        while found is None and evaluated < budget:
+            wanted = min(size, budget - evaluated)
+            while len(waiting) < wanted and screened < len(changes):
+                block = changes[screened:screened + _SCREEN]
+                screened += _SCREEN
+                waiting = np.concatenate([waiting, block[valid(setup, _apply(counts, block))]])
+            if not len(waiting):
+                break
+            tried, waiting = waiting[:wanted], waiting[wanted:]
+            evaluated += len(tried)
+            found, better = _best_better(timer, _apply(counts, tried), time, ends)
+            helped = tried[better]
+            size = min(2 * size, _LARGEST_BATCH)
+        if found is None and evaluated < budget:
+            traded = stage_exchanges(setup, counts)
+            traded = traded[valid(setup, traded)][:budget - evaluated]
+            evaluated += len(traded)
+            found, _ = _best_better(timer, traded, time, ends)
+        if found is None:
+            break
+        counts, time, ends = found
+        moves += 1
+    return _Reached(counts, time, ends, moves, evaluated)
+
+
+def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+    """``counts`` after :data:`_KICK` random changes (moves or swaps), or half the time after the exchange of
+    two random stages (:func:`~sappkit.balancer.step.exchange.exchanged`), that leave it valid; None if none found."""
+    if setup.stages > 1 and rng.random() < 0.5:
+        pair = rng.choice(setup.stages, size=2, replace=False)
+        kicked = exchanged(setup, counts[None], pair[:1], pair[1:])[0]
+        if valid(setup, kicked[None])[0] and not np.array_equal(kicked, counts):
+            return kicked
+    items, cells = len(setup.items), setup.chunks * setup.stages
+    kinds = [np.array(setup.item_indices(kind)) for kind in setup.kinds]
+    for _ in range(_KICK_TRIES):
+        kicked = counts.reshape(items, cells).copy()
+        for _ in range(_KICK):
+            kind = kinds[rng.integers(len(kinds))]
+            held = np.argwhere(kicked[kind] > 0)
+            i, a = held[rng.integers(len(held))]
+            i, j, b = kind[i], kind[rng.integers(len(kind))], int(rng.integers(cells))
+            if rng.random() < 0.5:
+                kicked[i, a] -= 1
+                kicked[j, b] += 1
+            elif kicked[j, b] > 0:
+                kicked[[i, j, j, i], [a, a, b, b]] += (-1, 1, -1, 1)
+        kicked = kicked.reshape(counts.shape)
+        if valid(setup, kicked[None])[0]:
+            return kicked
+    return None
+
+
+def _search(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> tuple[_Reached, int]:
+    """Descend from ``counts``; then kick the best placement and descend again, keeping what beats it
+    (iterated local search), until the budget is spent or :data:`_PATIENCE` kicks in a row found nothing.
+    Returns the best and the kicks that improved it."""
+    best = _descend(setup, timer, counts, budget)
+    evaluated, kicks, failed = best.evaluated, 0, 0
+    rng = np.random.default_rng(_SEED)
+    while evaluated < budget and failed < _PATIENCE:
+        kicked = _kick(setup, best.counts, rng)
+        evaluated += 1  # the kicked placement is simulated too
+        if kicked is None:
+            break
+        reached = _descend(setup, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
+        evaluated += reached.evaluated
+        failed += 1
+        if reached.beats(best):
+            best = _Reached(reached.counts, reached.time, reached.ends, best.moves + _KICK + reached.moves, 0)
+            kicks, failed = kicks + 1, 0
+    return replace(best, evaluated=evaluated), kicks
+
+
+def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray], *,
+            budget: int | None = None) -> Improved:
+    """The fastest placement the search reaches from any of ``starts`` (labelled valid placements).
+
+    Starts are searched in order, each with its own ``budget`` of simulated
+    placements (default :data:`WORK_BUDGET` op times); a start equal to one
+    searched before is skipped; ties go to the earlier start.
+    """
+    budget = WORK_BUDGET // timer.graph.ops if budget is None else budget
+    best, seen, evaluated = None, [], 0
+    for label, counts in starts.items():
+        counts = np.asarray(counts, dtype=int)
+        if any(np.array_equal(counts, other) for other in seen):
+            continue
+        seen.append(counts)
+        reached, kicks = _search(setup, timer, counts, budget)
+        evaluated += reached.evaluated
+        if best is None or reached.time < best.step_time:
+            best = Improved(counts=reached.counts, step_time=reached.time, start=label, moves=reached.moves,
+                            kicks=kicks, evaluated=0)
+    return replace(best, evaluated=evaluated)
