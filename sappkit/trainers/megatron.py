@@ -119,7 +119,7 @@ def megatron_args(source, *, strategy: Strategy | None = None, global_batch: int
     ...              backward_time=b, activation_mb=a) for o, b, a in (("none", 2, 50), ("full", 3, 5))]
     >>> plan = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000)
     >>> megatron_args(plan).line()
-    '--num-layers 6 --pipeline-model-parallel-size 2 --micro-batch-size 1'
+    '--num-layers 6 --pipeline-model-parallel-size 2 --micro-batch-size 1 --global-batch-size 4'
     """
     mtp = check_int("mtp_layers", mtp_layers, minimum=0)
     if isinstance(source, Strategy):
