@@ -82,16 +82,15 @@ def export_config(source, trainer: str, *, strategy: Strategy | None = None, glo
 
     Examples
     --------
-    >>> import pandas as pd
-    >>> from sappkit import balance
-    >>> rows = [dict(kind="block", role="body", count=6, param_mb=100, option=o, forward_time=1,
-    ...              backward_time=b, activation_mb=a) for o, b, a in (("none", 2, 50), ("full", 3, 5))]
-    >>> plan = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000, trainer="megatron")
-    >>> print(export_config(plan, "megatron").text)
-    --num-layers 6 \\
-    --pipeline-model-parallel-size 2 \\
+    >>> print(export_config(Strategy(tensor_parallel=8, pipeline_parallel=4, data_parallel=2), "megatron",
+    ...                     global_batch=64).text)
+    --pipeline-model-parallel-size 4 \\
+    --tensor-model-parallel-size 8 \\
     --micro-batch-size 1 \\
-    --global-batch-size 4
+    --global-batch-size 64 \\
+    --sequence-parallel \\
+    --use-distributed-optimizer \\
+    --bf16
     """
     trainer = check_choice("trainer", trainer, TRAINERS)
     if form is not None and (trainer != "torchtitan" or form not in ("toml", "python")):

@@ -102,22 +102,29 @@ def _fulls(pipe) -> list[int]:
     return [pipe.options[end - size:end].count("full") for end, size in zip(ends, sizes)]
 
 
+def _matched(choice, runtime: str, name: str, mixed: str, unmatched: str):
+    """``(policy, None)`` when the runtime's grammar runs the choice, else ``(None, RuntimeSetting)`` saying why."""
+    why = _unsupported(_require_choice(choice, runtime), name)
+    if why:
+        return None, RuntimeSetting(runtime, False, note=why)
+    pipe = pipeline_of(choice)
+    policy = matching_policy(runtime, pipe.schedule, pipe.layer_counts, pipe.options)
+    if policy is not None:
+        return policy, None
+    note = mixed if "selective" in pipe.options else unmatched.format(fulls=_fulls(pipe))
+    return None, RuntimeSetting(runtime, False, note=note)
+
+
 def megatron_setting(choice) -> RuntimeSetting:
     """The choice as Megatron-LM recompute arguments (``recompute_granularity``, ``recompute_method``,
     ``recompute_num_layers``), or why they cannot express it."""
-    layers = _require_choice(choice, "megatron")
-    why = _unsupported(layers, "Megatron-LM")
-    if why:
-        return RuntimeSetting("megatron", False, note=why)
-    pipe = pipeline_of(choice)
-    policy = matching_policy("megatron", pipe.schedule, pipe.layer_counts, pipe.options)
-    if policy is None and "selective" in pipe.options:
-        return RuntimeSetting("megatron", False, note="Megatron-LM runs one recompute granularity for every layer; "
-                                                      "this choice mixes selective with other options")
-    if policy is None:
-        return RuntimeSetting("megatron", False, note=f"the fully recomputed layers per cell ({_fulls(pipe)}) are "
-                                                      "not the first N of every cell for one N: "
-                                                      "--recompute-num-layers takes one count for every stage")
+    policy, refused = _matched(choice, "megatron", "Megatron-LM",
+                               "Megatron-LM runs one recompute granularity for every layer; this choice mixes "
+                               "selective with other options",
+                               "the fully recomputed layers per cell ({fulls}) are not the first N of every cell for "
+                               "one N: --recompute-num-layers takes one count for every stage")
+    if refused:
+        return refused
     if policy.family == "block":
         return RuntimeSetting("megatron", True, {"recompute_granularity": "full", "recompute_method": "block",
                                                  "recompute_num_layers": policy.n},
@@ -131,20 +138,14 @@ def megatron_setting(choice) -> RuntimeSetting:
 
 def torchtitan_setting(choice) -> RuntimeSetting:
     """The choice as torchtitan's ``[activation_checkpoint]`` settings, or why they cannot express it."""
-    layers = _require_choice(choice, "torchtitan")
-    why = _unsupported(layers, "torchtitan")
-    if why:
-        return RuntimeSetting("torchtitan", False, note=why)
-    pipe = pipeline_of(choice)
-    policy = matching_policy("torchtitan", pipe.schedule, pipe.layer_counts, pipe.options)
-    if policy is None and "selective" in pipe.options:
-        return RuntimeSetting("torchtitan", False, note="torchtitan runs op-level selective checkpointing on every "
-                                                        "block or none; this choice mixes it with others")
-    if policy is None:
-        return RuntimeSetting("torchtitan", False, note="torchtitan's layer-level checkpointing recomputes the "
-                                                        "blocks at positions N, 2N, ... of those a rank builds; "
-                                                        "this choice's fully recomputed blocks per cell "
-                                                        f"({_fulls(pipe)}) follow no such pattern")
+    policy, refused = _matched(choice, "torchtitan", "torchtitan",
+                               "torchtitan runs op-level selective checkpointing on every block or none; this choice "
+                               "mixes it with others",
+                               "torchtitan's layer-level checkpointing recomputes the blocks at positions N, 2N, ... "
+                               "of those a rank builds; this choice's fully recomputed blocks per cell ({fulls}) "
+                               "follow no such pattern")
+    if refused:
+        return refused
     if policy.family == "every":
         return RuntimeSetting("torchtitan", True, {"mode": "selective", "selective_ac_option": str(policy.n)},
                               f"the blocks at positions {policy.n}, {2 * policy.n}, ... of those a rank builds "

@@ -7,7 +7,6 @@ file, read back with ``read_trainer_config`` and priced: the placement
 """
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -15,19 +14,10 @@ from sappkit import Strategy, plan_from_offsets, read_trainer_config
 from sappkit.trainers import export_config, hyperparallel_config, mindformers_config, torchtitan_config
 from sappkit.trainers.megatron import megatron_args
 
-OPTIONS = (("none", 2.0, 40.0), ("selective", 2.2, 25.0), ("full", 3.0, 4.0))
+from .tables import table
+
 SEQ_PARAMS = dict(batch_size=1, num_heads=8, seq_length=1024, head_dim=64, hidden_size=512, vocab_size=1000,
                   model_parallel=1)
-
-
-def table(count):
-    rows = [dict(kind="block", role="body", count=count, param_mb=100, option=o, forward_time=1.0,
-                 backward_time=b, activation_mb=a) for o, b, a in OPTIONS]
-    rows += [dict(kind="embed", role="head", count=1, param_mb=50, option="none", forward_time=0.5,
-                  backward_time=1.0, activation_mb=10),
-             dict(kind="lm_head", role="tail", count=1, param_mb=80, option="none", forward_time=0.8,
-                  backward_time=1.5, activation_mb=20)]
-    return pd.DataFrame(rows)
 
 
 #: Cells [chunk][stage] per chunk count: uneven on purpose (first and last stages differ, chunks differ).
