@@ -42,6 +42,14 @@ def test_megatron_even_split_that_does_not_divide():
                                                                      "(30 // 4 = 7 per stage)")
 
 
+def test_megatron_chunks_that_do_not_divide_a_stage():
+    checked = check_config(["--num-layers", "30", "--pipeline-model-parallel-size", "2",
+                            "--num-virtual-stages-per-pipeline-rank", "2", "--global-batch-size", "4"],
+                           table(30), memory_mb=100_000)
+    assert one_line(checked, "layers_dropped")["message"].startswith(
+        "Megatron builds 28 of the 30 layers (30 // 2 = 15 per stage, then // 2 chunks)")
+
+
 def test_mindformers_offsets_that_do_not_sum_to_the_remainder(tmp_path):
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"parallel_config": {"pipeline_stage": 4, "micro_batch_num": 8},

@@ -1,4 +1,6 @@
-"""read_profile_times on MindSpore's trace_view.json, built as MindSpore's profiler writes it.
+"""read_profile_times on traces built to the profilers' formats: MindSpore's trace_view.json, PyTorch's events.
+
+(``tests/torch/test_profile_traces.py`` records PyTorch traces from real modules.)
 
 MindSpore's ``Scope Layer`` process (named by a ``process_name`` metadata
 event) holds one complete event per scope level, ``tid`` the depth; the
@@ -93,3 +95,20 @@ def test_bad_traces_and_patterns_are_refused_naming_what(tmp_path, document, kwa
     with pytest.raises(InputError) as caught:
         read_profile_times(path, **{"layer_pattern": r"(\d+)-Layer", **kwargs})
     assert str(caught.value) == message.format(path=path)
+
+
+def test_a_pytorch_layers_backward_counts_each_backward_call_once(tmp_path):
+    """Two autograd nodes recorded inside the layer's forward; one's backward runs inside the other's."""
+    def op(name, ts, dur, seq, tid=1):
+        return {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": tid, "ts": ts, "dur": dur,
+                "args": {"Sequence number": seq, "Fwd thread id": 0}}
+    events = [{"ph": "X", "cat": "python_function", "name": "nn.Module: Block_0", "pid": 1, "tid": 1, "ts": 100,
+               "dur": 50, "args": {}},
+              op("aten::mm", 110, 10, 7), op("aten::gelu", 125, 5, 8), op("aten::mm", 200, 10, 9),  # 9: not the layer's
+              op("autograd::engine::evaluate_function: CheckpointFunctionBackward", 300, 40, 8),
+              op("autograd::engine::evaluate_function: MmBackward0", 310, 12, 7),  # nested in the one above
+              op("autograd::engine::evaluate_function: MmBackward0", 400, 9, 9)]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    times = read_profile_times(path, r"nn\.Module: Block_(\d+)")
+    assert times[["layer", "passes", "forward_time", "backward_time"]].values.tolist() == [["0", 1, 0.05, 0.04]]

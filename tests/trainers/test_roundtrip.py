@@ -21,7 +21,7 @@ SEQ_PARAMS = dict(batch_size=1, num_heads=8, seq_length=1024, head_dim=64, hidde
 
 
 #: Cells [chunk][stage] per chunk count: uneven on purpose (first and last stages differ, chunks differ).
-LAYOUTS = {1: [[5, 6, 7, 6]], 2: [[3, 4, 3, 2], [3, 3, 3, 3]], 3: [[2, 2, 2, 1], [2, 2, 2, 2], [2, 2, 2, 3]]}
+LAYOUTS = {1: [[5, 6, 7, 6]], 2: [[3, 4, 3, 2], [2, 3, 3, 4]], 3: [[2, 2, 2, 1], [2, 3, 2, 1], [2, 2, 2, 3]]}
 
 
 def recompute(policy, layout):
@@ -74,6 +74,24 @@ def test_megatron_arguments_read_back_to_the_plan(schedule, chunks, policy):
                                memory_mb=10_000)
     assert back.strategy == strategy
     same(plan, back.plan)
+
+
+@pytest.mark.parametrize("layout, flags", [
+    ([[4, 7, 7, 6]], ["--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers", "6"]),
+    ([[2, 3, 3, 4], [2, 3, 3, 4]], ["--num-virtual-stages-per-pipeline-rank", "2",
+                                    "--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers",
+                                    "8"]),
+    ([[6, 6, 6, 6]], []),
+])
+def test_megatron_states_uneven_first_and_last_stages_with_their_own_flags(layout, flags):
+    chunks = len(layout)
+    schedule = "interleaved" if chunks > 1 else "1f1b"
+    offset = (np.array(layout) - 24 // (4 * chunks)).tolist()
+    plan = plan_from_offsets(table(24), stages=4, micro_batches=8, memory_mb=10_000, chunks=chunks,
+                             schedule=schedule, offset=offset if chunks > 1 else offset[0])
+    args = list(megatron_args(plan).args)
+    assert args[4:4 + len(flags)] == flags and "--pipeline-model-parallel-layout" not in args
+    same(plan, read_trainer_config(args, layers=table(24), memory_mb=10_000).plan)
 
 
 def test_megatron_launch_script_reads_back_like_the_argument_list(tmp_path):
