@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_int, check_number, short
 from ..balancer.evaluate import counts_from_assignment
 from ..balancer.plan import Plan, make_plan
 from ..balancer.setup import make_setup
@@ -29,7 +29,7 @@ from ..pipeline.schedules import model_order
 from ..recompute import RecomputeChoice
 from ..strategy import Strategy
 
-__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options"]
+__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "section"]
 
 #: The trainers sappkit speaks, as ``trainer=`` names them.
 TRAINERS = ("megatron", "torchtitan", "mindformers", "hyperparallel")
@@ -227,3 +227,18 @@ def layer_options(schedule: str, layer_counts, options: list[str]) -> list[list[
         cells[chunk][stage] = list(options[layer:layer + layer_counts[chunk][stage]])
         layer += layer_counts[chunk][stage]
     return cells
+
+
+def whole(what: str, mapping: dict, key: str, default: int, *, minimum: int = 1, maximum=None) -> int:
+    """``mapping[key]`` (``default`` when absent) as an int >= ``minimum``, else an InputError naming the key."""
+    return check_int(f"{what}: {key}", mapping.get(key, default), minimum=minimum, maximum=maximum)
+
+
+def section(what: str, mapping, key: str) -> dict:
+    """``mapping[key]`` as a mapping (empty when absent), else an InputError naming the key."""
+    value = mapping.get(key) if isinstance(mapping, dict) else None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{what}: {key} must be a mapping; got {short(value)}")
+    return value

@@ -27,8 +27,9 @@ import yaml
 from .._check import short
 from .._files import as_path, load_yaml
 from ..errors import InputError
+from ..limits import MAX_STAGES
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, pipeline_of
+from .config import Finding, TrainerConfig, pipeline_of, section, whole
 
 __all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel", "layer_plan", "TRAINER_MODES"]
 
@@ -133,19 +134,19 @@ def read_hyperparallel(source, *, num_layers: int | None = None, micro_batches: 
     document = source if isinstance(source, dict) else load_yaml(as_path("path", source), "a HyperParallel config")
     if not isinstance(document, dict):
         raise InputError(f"{_WHAT}: expected a mapping at the top; got {short(document)}")
-    accelerator = document.get("accelerator") or {}
-    checkpoint = document.get("activation_checkpoint") or {}
+    accelerator = section(_WHAT, document, "accelerator")
+    checkpoint = section(_WHAT, document, "activation_checkpoint")
     if num_layers is None:
         raise InputError(f"{_WHAT}: the config does not name the model's depth; give num_layers (or the layer table)")
-    p = accelerator.get("pp_size", 1)
+    p = whole(_WHAT, accelerator, "pp_size", 1, maximum=MAX_STAGES)
     if num_layers % p:
         raise InputError(f"{_WHAT}: {num_layers} layers over pp_size {p}: the config states no split, and sappkit "
                          "reads an even one")
     modes = _modes(checkpoint, num_layers)
-    t, cp = accelerator.get("tp_size", 1), accelerator.get("cp_size", 1)
+    t, cp = whole(_WHAT, accelerator, "tp_size", 1), whole(_WHAT, accelerator, "cp_size", 1)
     dp = 1 if world_size is None else max(1, world_size // (t * cp * p))
     strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, data_parallel=dp, context_parallel=cp,
-                        expert_parallel=accelerator.get("ep_size", 1),
+                        expert_parallel=whole(_WHAT, accelerator, "ep_size", 1),
                         sequence_parallel=bool(accelerator.get("sequence_parallel", False)))
     m = micro_batches if micro_batches is not None else p
     findings = []
@@ -163,12 +164,12 @@ def read_hyperparallel(source, *, num_layers: int | None = None, micro_batches: 
 
 def _modes(checkpoint: dict, count: int) -> list[str]:
     mode = checkpoint.get("mode", "off") or "off"
-    if mode not in _MODE_OPTION:
+    if not isinstance(mode, str) or mode not in _MODE_OPTION:
         raise InputError(f"{_WHAT}: activation_checkpoint.mode must be off, selective or full; got {short(mode)}")
     modes = [mode] * count
-    for key, value in (checkpoint.get("layers") or {}).items():
+    for key, value in section(_WHAT, checkpoint, "layers").items():
         match = _RANGE.match(str(key))
-        if match is None or value not in _MODE_OPTION:
+        if match is None or not isinstance(value, str) or value not in _MODE_OPTION:
             raise InputError(f"{_WHAT}: activation_checkpoint.layers entry {short(key)}: {short(value)} must be "
                              "'i' or 'i-j' mapped to off, selective or full")
         first, last = int(match.group(1)), int(match.group(2) or match.group(1))

@@ -11,13 +11,12 @@ where only the first and last stages differ, else
 policy (:mod:`sappkit.balancer.grammar`): ``--recompute-granularity``,
 ``--recompute-method``, ``--recompute-num-layers``, ``--recompute-modules``.
 
-Import (:func:`read_megatron`) builds each cell's layers as Megatron does:
-the layout string (:mod:`.megatron_layout`), else the first/last counts with
-the middle stages splitting the rest, else ``--num-layers`` (plus the
-embedding and loss when ``--account-for-*-in-pipeline-split``) divided over
-the stages and chunks, each division an integer one. Where that drops or
-adds layers, or the micro-batches break the interleaved schedule's group
-rule, the config's findings say so.
+Import (:func:`read_megatron`) builds each cell's layers as Megatron does: the
+layout string (:mod:`.megatron_layout`), else the first/last counts with the
+middle stages splitting the rest, else ``--num-layers`` (plus the embedding
+and loss with ``--account-for-*-in-pipeline-split``) divided over stages and
+chunks, each division an integer one; findings say where that drops or adds
+layers, or the micro-batches break the interleaved schedule's group rule.
 
 Sources followed: Megatron-LM ``megatron/training/arguments.py``
 (``validate_args``, the pipeline arguments), ``megatron/core/transformer/
@@ -59,6 +58,8 @@ MEGATRON_FLAGS = {
     "--nproc-per-node": "int", "--nnodes": "int",
 }
 _WHAT = "Megatron-LM arguments"
+#: Integer flags that may be 0 (the others count something there is at least one of).
+_MAY_BE_ZERO = ("--mtp-num-layers", "--recompute-num-layers")
 
 
 @dataclass(frozen=True)
@@ -238,6 +239,9 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     """
     words = shell_tokens(source) if isinstance(source, str) else list(source)
     flags = read_flags(words, MEGATRON_FLAGS, what=_WHAT)
+    for flag, value in flags.items():
+        if MEGATRON_FLAGS[flag] == "int":
+            check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1)
     if "--num-layers" not in flags:
         raise InputError(f"{_WHAT}: --num-layers is missing (sappkit needs the decoder layer count)")
     p = flags.get("--pipeline-model-parallel-size", 1)

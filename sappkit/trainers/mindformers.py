@@ -35,13 +35,14 @@ from dataclasses import dataclass
 import numpy as np
 import yaml
 
-from .._check import short
+from .._check import check_bool, short
 from .._files import as_path, load_yaml
 from ..balancer.grammar import TRAINER_SCHEDULES
 from ..errors import InputError
+from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_SEQ_SPLIT, MAX_STAGES
 from ..pipeline.schedules import model_order
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, layer_options, pipeline_of
+from .config import Finding, TrainerConfig, layer_options, pipeline_of, section, whole
 
 __all__ = ["MindFormersConfig", "mindformers_config", "read_mindformers", "RECOMPUTE_FIELDS", "SCHEDULERS"]
 
@@ -172,19 +173,19 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
     origin = "document" if isinstance(source, dict) else str(source)
     if not isinstance(document, dict):
         raise InputError(f"{_WHAT}: expected a mapping at the top; got {short(document)}")
-    parallel = _section(document, "parallel_config")
-    model = _section(_section(document, "model"), "model_config")
-    pipeline = _section(_section(document, "parallel"), "pipeline_config")
-    recompute = _section(document, "recompute_config")
-    layers = model.get("num_layers", model.get("num_hidden_layers"))
-    if not isinstance(layers, int) or layers < 1:
-        raise InputError(f"{_WHAT}: model.model_config.num_layers (or num_hidden_layers) must be an int >= 1; got "
-                         f"{short(layers)}")
-    p, m = parallel.get("pipeline_stage", 1), parallel.get("micro_batch_num", 1)
-    v = model.get("pp_interleave_num", 1) if pipeline.get("pipeline_interleave", False) else 1
+    parallel = section(_WHAT, document, "parallel_config")
+    model = section(_WHAT, section(_WHAT, document, "model"), "model_config")
+    pipeline = section(_WHAT, section(_WHAT, document, "parallel"), "pipeline_config")
+    recompute = section(_WHAT, document, "recompute_config")
+    layers = whole(_WHAT, model, "num_layers" if "num_layers" in model else "num_hidden_layers", None,
+                   maximum=MAX_LAYERS)
+    p = whole(_WHAT, parallel, "pipeline_stage", 1, maximum=MAX_STAGES)
+    m = whole(_WHAT, parallel, "micro_batch_num", 1, maximum=MAX_MICRO_BATCHES)
+    interleave = check_bool(f"{_WHAT}: pipeline_interleave", pipeline.get("pipeline_interleave", False))
+    v = whole(_WHAT, model, "pp_interleave_num", 1, maximum=MAX_CHUNKS) if interleave else 1
     scheduler = pipeline.get("pipeline_scheduler", "1f1b")
     schedule = {"1f1b": "interleaved" if v > 1 else "1f1b", "seqpipe": "seqpipe", "seqvpp": "seqpipe",
-                "zero_bubble_v": "zbv"}.get(scheduler)
+                "zero_bubble_v": "zbv"}.get(scheduler) if isinstance(scheduler, str) else None
     if schedule is None:
         raise InputError(f"{_WHAT}: parallel.pipeline_config.pipeline_scheduler {short(scheduler)} is not one "
                          "MindFormers runs (1f1b, seqpipe, seqvpp, zero_bubble_v)")
@@ -192,19 +193,18 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
     counts = _cell_counts(model.get("offset", 0), layers, p, v, findings)
     options = _options(recompute, counts, schedule, notes)
     findings += _rules(parallel, scheduler, p, m)
-    dp = parallel.get("data_parallel", 1)
-    if world_size is not None and world_size != dp * p * parallel.get("model_parallel", 1) * parallel.get(
-            "context_parallel", 1):
+    dp, t, cp = (whole(_WHAT, parallel, key, 1) for key in ("data_parallel", "model_parallel", "context_parallel"))
+    if world_size is not None and world_size != dp * p * t * cp:
         notes.append(f"world_size {world_size} is not data_parallel x model_parallel x context_parallel x "
                      "pipeline_stage, as MindFormers requires")
-    strategy = Strategy(tensor_parallel=parallel.get("model_parallel", 1), pipeline_parallel=p, virtual_stages=v,
-                        data_parallel=dp, context_parallel=parallel.get("context_parallel", 1),
-                        expert_parallel=parallel.get("expert_parallel", 1),
-                        micro_batch_size=_section(document, "runner_config").get("batch_size", 1),
+    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
+                        context_parallel=cp, expert_parallel=whole(_WHAT, parallel, "expert_parallel", 1),
+                        micro_batch_size=whole(_WHAT, section(_WHAT, document, "runner_config"), "batch_size", 1),
                         schedule=schedule, sequence_parallel=bool(parallel.get("use_seq_parallel", False)))
+    seq_split = whole(_WHAT, parallel, "seq_split_num", 1, maximum=MAX_SEQ_SPLIT) if schedule == "seqpipe" else 1
     return TrainerConfig(trainer="mindformers", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=layers, micro_batches=m,
-                         seq_split=parallel.get("seq_split_num", 1) if schedule == "seqpipe" else 1,
+                         seq_split=seq_split,
                          seq_params=_seq_params(document, model, parallel), findings=tuple(findings), settings=document, notes=tuple(notes), source=origin)
 
 
@@ -212,7 +212,7 @@ def _seq_params(document: dict, model: dict, parallel: dict) -> dict | None:
     """SeqPipe's model sizes from the model config, where it gives them all (else None)."""
     heads = model.get("num_heads", model.get("num_attention_heads"))
     hidden = model.get("hidden_size")
-    params = {"batch_size": _section(document, "runner_config").get("batch_size", 1), "num_heads": heads,
+    params = {"batch_size": section(_WHAT, document, "runner_config").get("batch_size", 1), "num_heads": heads,
               "seq_length": model.get("seq_length"), "hidden_size": hidden, "vocab_size": model.get("vocab_size"),
               "model_parallel": parallel.get("model_parallel", 1),
               "head_dim": model.get("head_dim", hidden // heads if isinstance(hidden, int) and heads else None)}
@@ -222,22 +222,18 @@ def _seq_params(document: dict, model: dict, parallel: dict) -> dict | None:
     return params if all(value is not None for value in params.values()) else None
 
 
-def _section(document: dict, key: str) -> dict:
-    value = document.get(key) if isinstance(document, dict) else None
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise InputError(f"{_WHAT}: {key} must be a mapping; got {short(value)}")
-    return value
-
-
 def _cell_counts(offset, layers: int, p: int, v: int, findings: list[Finding]) -> np.ndarray:
     """``[chunk, stage]`` layers MindFormers builds: ``layers // (p v) + offset``."""
+    expected = f"{_WHAT}: offset must be an int, a list of {p} ints or {v} such lists; got {short(offset)}"
+    flat = offset if isinstance(offset, list) and not any(isinstance(x, list) for x in offset) else (
+        [x for row in offset for x in (row if isinstance(row, list) else [row])] if isinstance(offset, list)
+        else [offset])
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
+        raise InputError(expected)
     try:
         grid = np.broadcast_to(np.array(offset, dtype=int), (v, p))
     except ValueError:
-        raise InputError(f"{_WHAT}: offset must be an int, a list of {p} ints or {v} such lists; got "
-                         f"{short(offset)}") from None
+        raise InputError(expected) from None
     counts = layers // (p * v) + grid
     if (counts < 0).any():
         raise InputError(f"{_WHAT}: offset {short(offset)} leaves a cell fewer than 0 layers")
@@ -275,9 +271,14 @@ def _recompute_grid(key: str, value, counts: np.ndarray, notes: list[str]) -> np
         return np.max(grids, axis=0) if grids else np.zeros_like(counts)
     if isinstance(value, bool):
         return counts.copy() if value else np.zeros_like(counts)
+    expected = f"recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got {short(value)}"
     if not isinstance(value, list | tuple) or len(value) not in (p, v):
-        raise InputError(f"recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got "
-                         f"{short(value)}")
+        raise InputError(expected)
+    items = [x for row in value for x in (row if isinstance(row, list | tuple) else [row])]
+    if not all(isinstance(x, int) and x >= 0 for x in items) or (
+            any(isinstance(row, list | tuple) for row in value) and not all(
+            isinstance(row, list | tuple) and len(row) == p for row in value)):
+        raise InputError(expected)
     if all(isinstance(item, int) for item in value) and len(value) == p:
         per_stage = np.array([counts[:, s].sum() if item is True else int(item) for s, item in enumerate(value)])
         return _deal(np.minimum(per_stage, counts.sum(axis=0)), counts)

@@ -33,11 +33,12 @@ import math
 import re
 
 from .._check import check_int, short
+from ..limits import MAX_MICRO_BATCHES, MAX_STAGES
 from .._files import as_path, load_toml, read_text
 from ..errors import InputError
 from ..strategy import Strategy
 from ..balancer.grammar import Policy, policy_options
-from .config import Finding, TrainerConfig
+from .config import Finding, TrainerConfig, section, whole
 from .torchtitan import TORCHTITAN_SCHEDULES
 
 __all__ = ["read_torchtitan", "python_settings", "split_layers"]
@@ -60,10 +61,10 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
     ``data_parallel_shard_degree = -1``.
     """
     settings, origin = _settings(source)
-    par, training = settings.get("parallelism", {}), settings.get("training", {})
-    p = par.get("pipeline_parallel_degree", 1)
+    par, training = section(_WHAT, settings, "parallelism"), section(_WHAT, settings, "training")
+    p = whole(_WHAT, par, "pipeline_parallel_degree", 1, maximum=MAX_STAGES)
     name = par.get("pipeline_parallel_schedule", "1F1B")
-    schedule = _SCHEDULES.get(str(name).lower())
+    schedule = _SCHEDULES.get(name.lower()) if isinstance(name, str) else None
     if schedule is None:
         raise InputError(f"{_WHAT}: pipeline_parallel_schedule {short(name)} is not one torchtitan runs (it knows "
                          f"{', '.join(sorted(set(TORCHTITAN_SCHEDULES.values())))})")
@@ -78,17 +79,19 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
         schedule = "interleaved"  # torchtitan picks Interleaved1F1B for 1F1B with more stages a rank
     findings += _schedule_findings(schedule, p, v, m)
     dp, zero = _data_parallel(par, world_size, p, notes)
-    strategy = Strategy(tensor_parallel=par.get("tensor_parallel_degree", 1), pipeline_parallel=p, virtual_stages=v,
-                        data_parallel=dp, context_parallel=par.get("context_parallel_degree", 1),
-                        expert_parallel=par.get("expert_parallel_degree", 1),
-                        expert_tensor_parallel=par.get("expert_tensor_parallel_degree", 1), micro_batch_size=b,
+    strategy = Strategy(tensor_parallel=whole(_WHAT, par, "tensor_parallel_degree", 1), pipeline_parallel=p,
+                        virtual_stages=v, data_parallel=dp,
+                        context_parallel=whole(_WHAT, par, "context_parallel_degree", 1),
+                        expert_parallel=whole(_WHAT, par, "expert_parallel_degree", 1),
+                        expert_tensor_parallel=whole(_WHAT, par, "expert_tensor_parallel_degree", 1), micro_batch_size=b,
                         schedule=schedule, zero=zero,
                         sequence_parallel=bool(par.get("enable_sequence_parallel", True)))
-    options = policy_options(_checkpoint_policy(settings.get("activation_checkpoint", {}), notes), schedule, counts)
+    options = policy_options(_checkpoint_policy(section(_WHAT, settings, "activation_checkpoint"), notes), schedule,
+                             counts)
+    batch = whole(_WHAT, training, "global_batch_size", -1, minimum=-1)
     return TrainerConfig(trainer="torchtitan", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=declared, micro_batches=m,
-                         global_batch=training.get("global_batch_size") if training.get("global_batch_size", -1) > 0
-                         else None, findings=tuple(findings), settings=settings, notes=tuple(notes), source=origin)
+                         global_batch=batch if batch > 0 else None, findings=tuple(findings), settings=settings, notes=tuple(notes), source=origin)
 
 
 def _settings(source) -> tuple[dict, str]:
@@ -174,14 +177,15 @@ def _literal(node, where: str):
 def _micro_batches(par, training, notes, findings) -> tuple[int, int]:
     """``(micro-batches, samples per micro-batch)``."""
     if "num_pp_microbatches" in par:  # the main branch
-        m = par["num_pp_microbatches"]
+        m = whole(_WHAT, par, "num_pp_microbatches", 1, maximum=MAX_MICRO_BATCHES)
         tokens, context = training.get("num_tokens_per_microbatch_per_dp_rank"), training.get("max_context_length")
         if tokens and context:
             return m, max(1, tokens // context)
         notes.append("micro-batch size taken as 1 sample (num_tokens_per_microbatch_per_dp_rank and "
                      "max_context_length not both set)")
         return m, 1
-    size, local = par.get("pipeline_parallel_microbatch_size", 1), training.get("local_batch_size", 8)
+    size = whole(_WHAT, par, "pipeline_parallel_microbatch_size", 1)
+    local = whole(_WHAT, training, "local_batch_size", 8)
     if local % size:
         findings.append(Finding("microbatches_unsupported", "error",
                                 f"local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size "
@@ -195,9 +199,10 @@ def _generated_parts(par, p: int, schedule: str, num_layers) -> list[list[str]]:
         raise InputError(f"{_WHAT}: module_fqns_per_model_part is not set, so torchtitan splits the model's layers "
                          "itself: give num_layers (or the layer table) to read it")
     n = check_int("num_layers", num_layers, minimum=1)
-    first, last = par.get("pipeline_parallel_first_stage_less_layers", 1), par.get(
-        "pipeline_parallel_last_stage_less_layers", 1)
-    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    first, last = (whole(_WHAT, par, f"pipeline_parallel_{end}_stage_less_layers", 1, minimum=0)
+                   for end in ("first", "last"))
+    per_stage = (None if par.get("pipeline_parallel_layers_per_stage") is None else
+                 whole(_WHAT, par, "pipeline_parallel_layers_per_stage", 1))
     single = schedule in _SINGLE
     if per_stage is None:
         total = p * (1 if single else 2)
@@ -302,9 +307,13 @@ def _schedule_findings(schedule: str, p: int, v: int, m: int) -> list[Finding]:
 
 def _data_parallel(par, world_size, p: int, notes: list[str]) -> tuple[int, int]:
     """``(data-parallel degree, ZeRO stage)``: FSDP's shard degree is ZeRO-3, replicas alone ZeRO-0."""
-    shard, replicate = par.get("data_parallel_shard_degree", -1), par.get("data_parallel_replicate_degree", 1)
+    shard = whole(_WHAT, par, "data_parallel_shard_degree", -1, minimum=-1)
+    replicate = whole(_WHAT, par, "data_parallel_replicate_degree", 1)
+    if shard == 0:
+        raise InputError(f"{_WHAT}: data_parallel_shard_degree must be -1 (the ranks left over) or >= 1; got 0")
     if shard == -1:
-        others = p * replicate * par.get("tensor_parallel_degree", 1) * par.get("context_parallel_degree", 1)
+        others = (p * replicate * whole(_WHAT, par, "tensor_parallel_degree", 1)
+                  * whole(_WHAT, par, "context_parallel_degree", 1))
         if world_size is None:
             notes.append("data_parallel_shard_degree = -1 takes the ranks left over: give world_size; taken as 1")
             shard = 1
@@ -313,18 +322,19 @@ def _data_parallel(par, world_size, p: int, notes: list[str]) -> tuple[int, int]
     return shard * replicate, 3 if shard > 1 else 0
 
 
-def _checkpoint_policy(section: dict, notes: list[str]) -> Policy:
-    mode = section.get("mode", "selective")
-    option = str(section.get("selective_ac_option", "2"))
+def _checkpoint_policy(checkpoint: dict, notes: list[str]) -> Policy:
+    mode = checkpoint.get("mode", "selective")
+    option = str(checkpoint.get("selective_ac_option", "2"))
     if mode == "none":
         return Policy("uniform", "none")
     if mode == "full" or (mode == "selective" and option.isdigit() and int(option) <= 1):
         return Policy("uniform", "full")
     if mode == "selective" and option.isdigit():
         return Policy("every", n=int(option))
-    if mode == "selective":
+    if mode == "selective" and option == "op":
         return Policy("uniform", "selective")
-    notes.append(f"activation checkpointing {mode!r} is the compiler's choice: priced as no recompute")
-    return Policy("uniform", "none")
-
-
+    if mode == "memory_budget":
+        notes.append("activation checkpointing 'memory_budget' is the compiler's choice: priced as no recompute")
+        return Policy("uniform", "none")
+    raise InputError(f"{_WHAT}: activation_checkpoint mode {short(mode)} with selective_ac_option {short(option)} is "
+                     "not one torchtitan runs (none, full, selective with 'op' or a block count, memory_budget)")
