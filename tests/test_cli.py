@@ -119,12 +119,14 @@ RUNS = {
                      ["check-config", str(DATA / "torchtitan_llama2_70b.toml"), "--layers", LLAMA, "--memory",
                       "58000"]],
     "layers": [["layers", "--from-trace", str(TRACE), "--layer-pattern", r"(\d+)-LlamaDecodeLayer"]],
+    "validate": [["validate"]],
     "report": [["report"]],
     "demo": [["demo", "--no-report"]],
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
 TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "bench")
 
 
 @pytest.fixture
