@@ -43,6 +43,8 @@ def register(subparsers) -> None:
                         help="micro-batches per step, for a HyperParallel config (it does not set them)")
     parser.add_argument("--time-unit", default=None, metavar="UNIT",
                         help="the unit of the layer file's times when it states none")
+    parser.add_argument("--custom-options", default="", metavar="NAME,...",
+                        help="recompute options a CSV layer table may name beside SAPP's")
     parser.add_argument("--megatron-args", default=None, metavar="'ARGS'",
                         help="Megatron-LM arguments instead of a file, quoted as one string")
     add_output_arguments(parser, main="findings")
@@ -52,7 +54,7 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     if (args.config is None) == (args.megatron_args is None):
         raise InputError("check-config takes a CONFIG file or --megatron-args (one of them)")
-    layers = read_layers(args.layers, args.time_unit)
+    layers = read_layers(args)
     source = args.config if args.config is not None else shell_tokens(args.megatron_args)
     checked = check_config(source, layers, memory_mb=args.memory, trainer=args.trainer,
                            world_size=args.world_size, micro_batches=args.micro_batches)

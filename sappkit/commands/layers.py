@@ -9,6 +9,7 @@ LAYERS --out NEW.json`` writes the layer table with those times.
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 from .._files import output_path
 from ..errors import InputError
@@ -56,7 +57,8 @@ def _run(args) -> int:
              f"backward {body['backward_time'].mean():.3f} ms per micro-batch on average")
     out.table("layer times", times)
     if args.into is not None:
-        table = profile_layer_table(read_layers(args.into), times, option=args.option)
+        into = SimpleNamespace(layers=args.into, time_unit=None, custom_options="")
+        table = profile_layer_table(read_layers(into), times, option=args.option)
         write_layers_json(table, args.out)
         out.line(f"layer table with the measured times written to {args.out}")
         out.value("out", str(args.out))

@@ -119,3 +119,15 @@ def test_seqpipe_has_no_torchtitan_schedule():
     assert str(err.value) == ("torchtitan runs no 'seqpipe' schedule; plan for one of '1f1b', 'interleaved', "
                               "'gpipe', 'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev', 'dualpipev_split'")
     assert isinstance(torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)), TorchtitanConfig)
+
+
+def test_the_toml_of_a_long_model_fits_100_columns_and_reads_back(llama):
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    config = torchtitan_config(balance(llama, stages=8, micro_batches=16, memory_mb=60000))
+    text = config.to_toml()
+    assert max(map(len, text.splitlines())) <= 100 and len(text.splitlines()) < 40
+    assert tomllib.loads(text)["parallelism"] == config.settings["parallelism"]
