@@ -521,6 +521,8 @@ def test_no_bubble_term_is_negative_and_they_add_up(case, p, extra, seed, p2p):
     """Each schedule's own ideal: on random cells none of ideal, imbalance, recompute is negative."""
     schedule, v = case
     m = 2 * p + extra  # DualPipeV needs two micro-batches per stage; the others run with fewer too
+    if schedule == "zb_interleaved":  # PyTorch runs it in equal rounds of m // p micro-batches
+        m = p * (2 + extra % 3)
     costs = random_costs(np.random.default_rng(seed), p, v)
     b = simulate(costs, schedule=schedule, micro_batches=m, p2p_time=p2p).bubbles
     assert min(b["ideal"], b["imbalance"], b["recompute"]) >= -1e-9, (schedule, b.to_dict())
