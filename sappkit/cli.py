@@ -34,6 +34,8 @@ _COMMANDS = (
     "simulate",
     "choose",
     "alternatives",
+    "check_config",
+    "layers",
     "validate",
     "report",
     "demo",

@@ -17,10 +17,10 @@ more: lists of lists per chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
@@ -32,10 +32,44 @@ from .setup import BalanceSetup, make_setup
 from .ilp.solver import Status
 from .step.steptime import step_timer
 
-__all__ = ["Plan", "plan_from_offsets", "OFFSET_KEYS"]
+__all__ = ["Plan", "ConstraintCost", "plan_from_offsets", "plan_from_lists", "OFFSET_KEYS"]
 
 #: The keys of :meth:`Plan.offsets`, MindFormers' names.
 OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute")
+
+
+@dataclass(frozen=True)
+class ConstraintCost:
+    """What planning within a trainer's grammar costs against the unconstrained plan (``balance(trainer=...)``).
+
+    ``unconstrained`` and ``constrained`` are the two plans' objectives (the
+    simulated step time for ``objective="step"``), in :attr:`time_unit`;
+    :attr:`time` is their difference and :attr:`percent` it against the
+    unconstrained plan. Never negative: the grammar's plans are plans the
+    unconstrained balancer may choose.
+    """
+
+    trainer: str
+    policy: str
+    """The recompute policy the trainer runs (``uniform full``, ``block 3``, ``every 2``, ``lists``)."""
+    unconstrained: float
+    constrained: float
+    time_unit: str
+
+    @property
+    def time(self) -> float:
+        """The constraint's cost in :attr:`time_unit` (``ms`` for the bundled tables)."""
+        return max(0.0, self.constrained - self.unconstrained)
+
+    @property
+    def percent(self) -> float:
+        """The cost in percent of the unconstrained objective."""
+        return 100.0 * self.time / self.unconstrained if self.unconstrained else 0.0
+
+    def describe(self) -> str:
+        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) against the unconstrained plan``."""
+        return (f"{self.trainer} ({self.policy}) costs {format_time(self.time, self.time_unit)} "
+                f"({self.percent:.1f}%) against the unconstrained plan")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -51,9 +85,12 @@ class Plan:
         The shared memory schema (``param_mb``, ``activation_mb``,
         ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb``,
         ``limit_mb``) plus ``layers``, ``forward_time``, ``backward_time``,
-        ``recompute_time`` (per micro-batch, head and tail included) and
-        ``time`` (the stage time ``max_c F + max_c B``); times in
-        :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
+        ``recompute_time`` (per micro-batch over the stage's chunks, head and
+        tail included) and ``time``, the stage time: ``forward_time +
+        backward_time`` (docs/design.md "Time and the objectives"; the
+        ``sapp`` objective's stage term is SAPP's ``max_c F + max_c B``);
+        times in :attr:`time_unit`, which the frame carries in
+        ``attrs["time_unit"]``.
     objective : float or None
         The plan's value of ``objective_name`` (None without a plan):
         SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for
@@ -78,10 +115,13 @@ class Plan:
         (selective), then 12 moves and 3 swaps by local search; 2 random kicks
         helped"``, or with one chunk the descent and the proof).
     step_time : float or None
-        The simulated step time where the balancer computed it
-        (``objective="step"``); None for a ``"sapp"`` plan, which the
-        balancer does not simulate (its objective is SAPP's formula):
-        ``plan.simulate().step_time`` gives it, as sweeps and comparisons do.
+        The simulated step time of the placement the frames show
+        (:meth:`simulate`'s, without transfer time; for an infeasible solve
+        its least-memory placement), None without one. For ``objective="step"``
+        the balancer's own value; otherwise simulated the first time it is
+        read (here, by a sweep or a comparison, or by the notebook display)
+        and kept, never during :func:`sappkit.balance`, whose ``sapp``
+        objective is SAPP's formula: a solve costs no simulation.
     memory_needed_mb, binding_stage
         For an infeasible plan: the smallest ``memory_mb`` at which a plan
         exists, and the stage whose memory sets it (``assignment`` and
@@ -90,6 +130,9 @@ class Plan:
         What the balancer changed or did not apply (SeqPipe, recompute consistency).
     message : str
         Why a solve is not optimal, in words.
+    constraint_cost : ConstraintCost or None
+        For ``balance(..., trainer=...)``: what the trainer's grammar costs
+        against the unconstrained plan.
     """
 
     assignment: pd.DataFrame
@@ -101,13 +144,21 @@ class Plan:
     solve_seconds: float
     method: str
     lower_bound: float | None = None
-    step_time: float | None = None
     memory_needed_mb: float | None = None
     binding_stage: int | None = None
     notes: tuple[str, ...] = ()
     message: str = ""
+    constraint_cost: ConstraintCost | None = None
     setup: BalanceSetup = field(repr=False)
     counts: np.ndarray | None = field(default=None, repr=False)
+    _step_time: float | None = field(default=None, repr=False)  # the balancer's, where it simulated the plan
+
+    @cached_property
+    def step_time(self) -> float | None:
+        """The simulated step time of the placement (class docstring), simulated on first read and kept."""
+        if self.counts is None:
+            return None
+        return self._step_time if self._step_time is not None else step_timer(self.setup).time(self.counts)
 
     @property
     def has_plan(self) -> bool:
@@ -131,7 +182,10 @@ class Plan:
 
     def _repr_html_(self) -> str:
         stages = self.stages[[c for c in (STAGE, LAYERS, MEMORY_MB, LIMIT_MB, TIME) if c in self.stages]]
-        return html_summary([self.headline(), *(f"note: {note}" for note in self.notes)], stages, self.time_unit)
+        simulated = [] if self.step_time is None else [
+            f"simulated step time {format_time(self.step_time, self.time_unit)}"]
+        return html_summary([self.headline(), *simulated, *(f"note: {note}" for note in self.notes)], stages,
+                            self.time_unit)
 
     def headline(self) -> str:
         """One line: the pipeline, the limit, the status and the objective (and what an infeasible plan needs)."""
@@ -165,6 +219,8 @@ class Plan:
                                            for r in cell.itertuples(index=False)) for _, cell in rows.groupby(CHUNK)])
             lines.append(f"stage {stage.stage:>2}: {format_mb(getattr(stage, MEMORY_MB)):>9}, "
                          f"time {format_time(getattr(stage, TIME), unit)}  {parts}")
+        if self.constraint_cost is not None:
+            lines.append(f"trainer: {self.constraint_cost.describe()}")
         lines.extend(f"note: {note}" for note in self.notes)
         return wrap_text("\n".join(lines))
 
@@ -221,16 +277,11 @@ class Plan:
                              "for the nearest config")
 
     def to_yaml(self, *, strict: bool = True) -> str:
-        """The plan as a MindFormers YAML fragment (parallel, model and recompute config)."""
-        setup = self.setup
-        lists = self.offsets(strict=strict)
-        document = {
-            "parallel_config": {"pipeline_stage": setup.stages, "micro_batch_num": setup.micro_batches},
-            "model": {"model_config": {"num_layers": setup.layers.body_layers,
-                                       "pp_interleave_num": setup.chunks, "offset": lists["offset"]}},
-            "recompute_config": {key: lists[key] for key in OFFSET_KEYS[1:]},
-        }
-        return yaml.safe_dump(document, sort_keys=False, default_flow_style=None)
+        """The plan as a MindFormers YAML fragment (:func:`sappkit.trainers.mindformers.mindformers_config`:
+        parallel, pipeline, model and recompute config)."""
+        from ..trainers.mindformers import mindformers_config  # the trainers' words live below this folder
+
+        return mindformers_config(self, strict=strict).to_yaml()
 
     def write_yaml(self, path, *, strict: bool = True) -> None:
         """Write :meth:`to_yaml` to ``path`` (whole or not at all; a bad path is an :class:`InputError`)."""
@@ -298,7 +349,7 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
     if "objective" in fields:
         objective = fields.pop("objective")
     elif setup.objective == "step":
-        objective = step_timer(setup).time(counts)
+        objective = fields.setdefault("_step_time", step_timer(setup).time(counts))
     else:
         objective = evaluation.sapp
     return Plan(assignment=assignment_frame(setup, counts),
@@ -331,11 +382,16 @@ def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, rec
                        schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
                        const_mb=const_mb, objective=objective, optimization_level=optimization_level,
                        working_set=working_set)
+    return plan_from_lists(setup, {"offset": offset, "recompute": recompute, "select_recompute": select_recompute,
+                                   "select_comm_recompute": select_comm_recompute})
+
+
+def plan_from_lists(setup: BalanceSetup, lists: dict) -> Plan:
+    """MindFormers' ``offset`` and recompute lists (the keys of :data:`OFFSET_KEYS`) evaluated on ``setup``."""
     partition = Partition.from_offsets(setup.layers, stages=setup.stages, micro_batches=setup.micro_batches,
-                                       offset=offset, chunks=setup.chunks, schedule=setup.schedule,
-                                       less_memory=setup.less_memory, seq_split=setup.seq_split,
-                                       recompute=recompute, select_recompute=select_recompute,
-                                       select_comm_recompute=select_comm_recompute)
+                                       chunks=setup.chunks, schedule=setup.schedule, less_memory=setup.less_memory,
+                                       seq_split=setup.seq_split, offset=lists.get("offset", 0),
+                                       **{key: lists.get(key) for key in OFFSET_KEYS[1:]})
     counts = counts_from_assignment(setup, partition.assignment)
     return make_plan(setup, counts, status="evaluated", gap=None, solve_seconds=0.0, method="offsets",
                      notes=setup.notes)

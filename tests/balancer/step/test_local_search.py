@@ -185,3 +185,17 @@ def test_the_plan_says_which_start_and_changes_reached_it(rng):
     assert Changes(moves=12, swaps=3, exchanges=1).describe() == "12 moves, 3 swaps and 1 stage exchange"
     assert Changes(moves=1, resplits=2).describe() == "1 move and 2 stage re-splits"
     assert Changes().total == 0
+
+
+def test_kicks_keep_every_kinds_layers():
+    """A swap whose two items or two cells coincide repeats an index; the kick must still move, not add, layers
+    (the vision-language model with one option per kind once gained two vision layers)."""
+    rows = [dict(kind=kind, role="body", count=6, param_mb=1, option="full", forward_time=1.0, backward_time=2.0,
+                 activation_mb=1.0) for kind in ("vision", "language")]
+    setup = make_setup(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6, objective="step")
+    counts = sappkit.balance(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6).counts
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        kicked = _kick(setup, counts, rng)
+        if kicked is not None:
+            assert kicked.sum(axis=(1, 2)).tolist() == [6, 6]
