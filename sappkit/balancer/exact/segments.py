@@ -28,7 +28,7 @@ from .cells import EPS, Cache, Front, _subset_fronts, _undominated, working_fron
 from ..setup import BalanceSetup
 from .stage_bounds import fixed_memory
 
-__all__ = ["why_not_applicable", "search", "least_memory", "run_front", "run_times", "per_kind", "within"]
+__all__ = ["why_not_applicable", "uneven_options", "search", "least_memory", "run_front", "run_times", "per_kind", "within"]
 
 #: How the cap on a stage's value grows when no placement lies under it.
 _GROWTH = 1.06
@@ -41,6 +41,13 @@ def why_not_applicable(setup: BalanceSetup) -> str:
         return "optimization_level >= 2"
     if setup.consistency is not None:
         return "recompute consistency between body kinds"
+    return uneven_options(setup)
+
+
+def uneven_options(setup: BalanceSetup) -> str:
+    """The first body kind whose options differ in forward time or memory kept once, said as a reason a
+    search over runs does not apply ('' when there is none): a run's forward and memory kept once must
+    follow from its layers alone."""
     for kind in setup.kinds:
         index = setup.item_indices(kind)
         if np.ptp(setup.forward[index]) > 0 or np.ptp(setup.once[index]) > 0:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..exact.cells import Cache
-from ..exact.segments import run_front, run_times
+from ..exact.segments import run_front, run_times, uneven_options
 from ..setup import BalanceSetup
 from .steptime import StepTimer
 
@@ -66,11 +66,7 @@ def why_not_applicable(setup: BalanceSetup) -> str:
         return f"{setup.chunks} chunks: the proof's bounds are too weak there (module docstring)"
     if setup.consistency is not None:
         return "recompute consistency between body kinds ties the options of a stage's kinds"
-    for kind in setup.kinds:
-        index = setup.item_indices(kind)
-        if np.ptp(setup.forward[index]) > 0 or np.ptp(setup.once[index]) > 0:
-            return f"options of {kind!r} with different forward times or memory kept once"
-    return ""
+    return uneven_options(setup)
 
 
 def stage_contents(setup: BalanceSetup, timer: StepTimer, cache: Cache, cap: float) -> StageContents:
