@@ -30,7 +30,13 @@ from .errors import InputError
 from .limits import MAX_DOCUMENT_VALUES, MAX_FILE_MB
 
 __all__ = ["as_path", "shown", "read_text", "load_json", "load_yaml", "read_csv", "output_path", "write_file",
-           "write_text"]
+           "write_text", "BUNDLED_DATA", "bundled"]
+
+#: The bundled example inputs: inside the installed package (``pip install .`` ships the repository's ``data/``
+#: folder as ``sappkit/data``, see pyproject.toml), else the ``data/`` folder beside the package (a source checkout,
+#: or ``pip install -e .``).
+_PACKAGED = Path(__file__).resolve().parent / "data"
+BUNDLED_DATA = _PACKAGED if _PACKAGED.is_dir() else _PACKAGED.parent.parent / "data"
 
 
 def as_path(name: str, value) -> Path:
@@ -213,3 +219,18 @@ def write_file(path, write: Callable[[Path], None], *, name: str = "path") -> Pa
 def write_text(path, text: str, *, name: str = "path") -> Path:
     """Write ``text`` as UTF-8 to ``path``, whole or not at all (:func:`write_file`)."""
     return write_file(path, lambda temporary: temporary.write_text(text, encoding="utf-8"), name=name)
+
+
+def bundled(name: str) -> Path:
+    """The path of a bundled data file, or an error saying where it was looked for.
+
+    Examples
+    --------
+    >>> bundled("llama2_70b.json").name
+    'llama2_70b.json'
+    """
+    path = BUNDLED_DATA / name
+    if not path.is_file():
+        raise InputError(f"bundled data file {name!r} is not in {BUNDLED_DATA}; the bundled data ships with sappkit "
+                         "(reinstall it: pip install sappkit, or pip install -e . from a clone)")
+    return path

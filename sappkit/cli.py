@@ -3,8 +3,8 @@
 Each sub-command is defined in ``sappkit/commands/``; they are listed in the
 order of the work: fit memory from dry runs (or plan the dry runs), balance
 the layers over the stages, simulate a step, choose each layer's recompute,
-see what one more recomputed layer buys, then the shared report, the demo
-and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
+see what one more recomputed layer buys, check the performance model against
+published runs, then the shared report, the demo and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
 column and ``--format csv|json`` prints for other programs.
 
 Whatever goes wrong with the input ends in one line on stderr: bad input and
@@ -33,6 +33,7 @@ _COMMANDS = (
     "simulate",
     "choose",
     "alternatives",
+    "validate",
     "report",
     "demo",
     "bench",

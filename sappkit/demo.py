@@ -12,12 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pandas as pd
 
 from .columns import MEMORY_MB, STAGE
-from .errors import InputError
+from ._files import BUNDLED_DATA, bundled
 from .layers.mindformers import read_layers_json
 from .layers.table import LayerTable, as_layer_table
 from .layers.units import UNSTATED, format_mb, text_table, with_time_unit
@@ -30,29 +29,9 @@ from .pipeline.simulator import Simulation, simulate
 __all__ = ["BUNDLED_DATA", "DEMO_LAYERS", "DEMO_DRYRUNS", "Demo", "bundled", "headline", "run_demo",
            "simulate_layers", "tour_simulation"]
 
-#: The bundled example inputs: inside the installed package (``pip install .`` ships the repository's ``data/``
-#: folder as ``sappkit/data``, see pyproject.toml), else the ``data/`` folder beside the package (a source checkout,
-#: or ``pip install -e .``).
-_PACKAGED = Path(__file__).resolve().parent / "data"
-BUNDLED_DATA = _PACKAGED if _PACKAGED.is_dir() else _PACKAGED.parent.parent / "data"
 #: The model the demo and the tour load, and its dry-run observations.
 DEMO_LAYERS = "llama2_70b.json"
 DEMO_DRYRUNS = "llama2_70b_dryruns.csv"
-
-
-def bundled(name: str) -> Path:
-    """The path of a bundled data file, or an error saying where it was looked for.
-
-    Examples
-    --------
-    >>> bundled("llama2_70b.json").name
-    'llama2_70b.json'
-    """
-    path = BUNDLED_DATA / name
-    if not path.is_file():
-        raise InputError(f"bundled data file {name!r} is not in {BUNDLED_DATA}; the bundled data ships with sappkit "
-                         "(reinstall it: pip install sappkit, or pip install -e . from a clone)")
-    return path
 
 
 def simulate_layers(layers, *, stages: int, micro_batches: int, schedule: str = "1f1b", chunks: int = 1,

@@ -107,12 +107,13 @@ RUNS = {
     "choose": [["choose", LLAMA, *LLAMA_PIPELINE], ["choose", LLAMA, *LLAMA_PIPELINE, "--per-layer"],
                ["choose", DEEPSEEK, *DEEPSEEK_PIPELINE, "--per-layer"]],
     "alternatives": [["alternatives", LLAMA, *LLAMA_PIPELINE], ["alternatives", DEEPSEEK, *DEEPSEEK_PIPELINE]],
+    "validate": [["validate"]],
     "report": [["report"]],
     "demo": [["demo", "--no-report"]],
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "bench")
 
 
 @pytest.fixture

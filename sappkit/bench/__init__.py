@@ -28,6 +28,7 @@ MODULES = (
     "fit",
     "balance",
     "step",
+    "strategy",
 )
 #: Modules that take minutes however few their cases (every notebook executed): left out of a quick run.
 SLOW = ("notebooks",)

@@ -1,13 +1,15 @@
 """Settings of an analytic layer estimate: a transformer stack's shape, how it is trained in parallel
-(micro-batch, parallel degrees, ZeRO stage, precision) and what one device computes and moves per second."""
+(micro-batch, parallel degrees, ZeRO stage, precision) and which kernels its layers run. What one device computes
+and moves per second (:class:`DeviceConfig`) lives in :mod:`sappkit.hardware` and is re-exported here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
 
-from .._check import check_bool, check_choice, check_int, check_number
+from .._check import check_bool, check_choice, check_int
 from ..errors import InputError
+from ..hardware import DeviceConfig
 from ..limits import MAX_LAYERS
 
 __all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
@@ -158,26 +160,6 @@ class ParallelConfig:
             raise InputError(f"expert_parallel * expert_tensor_parallel = {self.expert_parallel} * "
                              f"{self.expert_tensor_parallel} must divide tensor_parallel * context_parallel * "
                              f"data_parallel = {ranks}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeviceConfig:
-    """What one device computes and moves per second."""
-
-    tflops: float = 300.0
-    """Peak dense TFLOP/s in ``dtype`` (Ascend 910B-class ~300, H100 ~990)."""
-    mfu: float = 0.4
-    """Fraction of peak a layer's matmuls reach (model FLOPs utilisation), in (0, 1]."""
-    link_gbs: float = 50.0
-    """Tensor-parallel link bandwidth per device, GB/s (1e9 bytes), for ``comm`` recompute."""
-    hbm_gbs: float = 1600.0
-    """Device memory bandwidth, GB/s, for re-running layer norms under ``comm`` recompute."""
-
-    def __post_init__(self):
-        for field in ("tflops", "link_gbs", "hbm_gbs"):
-            check_number(field, getattr(self, field), minimum=0, strict=True)
-        if not 0 < check_number("mfu", self.mfu) <= 1:
-            raise InputError(f"mfu must be in (0, 1]; got {self.mfu!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -64,50 +64,69 @@ stage 2 also ``g``, stage 3 (FSDP) also ``w``, over ``D`` = ``dp·c`` ranks
 experts over ``ep·etp``. Under stage 3 a layer gathers its weights and
 gradients for compute: ``working_mb = (w + g)·P·(1 − 1/D)``.
 
-**Time** (Narayanan et al. 2021, "Efficient Large-Scale Language Model
-Training on GPU Clusters using Megatron-LM", app.: ``6·P·tokens`` per step
-plus attention): forward FLOPs per token ``2·P_active``, plus ``2·a·(d +
-d_v)`` per (query, key) pair for ``QKᵀ`` and ``AV`` (no causal discount,
-as in that paper); split over ``t·c``; time = FLOPs / (``tflops``·``mfu``)
-in ms. Backward ``2×`` forward; ``selective`` adds the attention core's
-forward, ``full`` a whole forward, ``comm`` the all-gathers (received bytes
-``(t−1)/t·e·s·b·h/c`` twice, at ``link_gbs``) and the layer norms
-(reading and writing ``2e·s·b·h/(c·t_sp)``, at ``hbm_gbs``).
+**Time** (``time_model="roofline"``, the default): each op of the layer,
+forward and backward, priced on the device by the compute or memory roofline
+with its size-dependent matmul efficiency (:mod:`sappkit.layers.ops`), plus
+the communication of the tensor-, context- and expert-parallel groups on the
+links they use (:mod:`sappkit.layers.comm`); what each recompute option
+re-runs, and the per-kind breakdown the table carries, are
+:mod:`sappkit.layers.timing`'s.
+
+**Time (flops)** (``time_model="flops"``, the paper's count and sappkit's
+model before the roofline; Narayanan et al. 2021, "Efficient Large-Scale
+Language Model Training on GPU Clusters using Megatron-LM", app.:
+``6·P·tokens`` per step plus attention): forward FLOPs per token
+``2·P_active``, plus ``2·a·(d + d_v)`` per (query, key) pair for ``QKᵀ`` and
+``AV`` (no causal discount, as in that paper); split over ``t·c``; time =
+FLOPs / (``tflops``·``mfu``) in ms. Backward ``2×`` forward; ``selective``
+adds the attention core's forward, ``full`` a whole forward, ``comm`` the
+all-gathers (received bytes ``(t−1)/t·e·s·b·h/c`` twice, at ``link_gbs``) and
+the layer norms (reading and writing ``2e·s·b·h/(c·t_sp)``, at ``hbm_gbs``).
 
 **Head** (embeddings, on the first stage): token embedding ``v·h`` (0 FLOPs;
 with dropout it keeps a mask, ``h`` bytes per token) and, for a vision tower, the patch
 embedding ``3·p²·h + s·h`` (positions; ``2·3p²·h`` FLOPs and the ``e·3p²``
 pixels per token). **Tail**: final norm and LM head ``h + v·h`` (``2hv``
 FLOPs per token) keeping ``R = 2eh`` and ``S = 4v`` (fp32 logits) per token:
-the paper's ``4·s·b·h/t·(1 + v/h)`` (sec. 4.3). Head and tail backward is
-``2×`` forward.
+the paper's ``4·s·b·h/t·(1 + v/h)`` (sec. 4.3). Under ``time_model="flops"``
+head and tail backward is ``2×`` forward.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pandas as pd
 
-from .._check import check_number
+from .._check import check_choice, check_number
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, HEAD, KIND, MEMORY_ONCE_MB,
     MODULE, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS, TAIL, WORKING_MB,
 )
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
-from .configs import _BYTES, DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig
+from ..hardware import Cluster, DeviceConfig
+from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms, tail_comm
+from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
+from .ops import BACKWARD, FORWARD, head_ops, layer_ops, patch_ops, tail_ops
+from .shapes import Shape, head_shape, kinds, layer_shape, tail_shape
 from .table import LayerTable
+from .timing import (
+    COMPUTE_MS, CP_COMM_MS, DP_COMM_MS, EP_COMM_MS, EXPERT_PARAMS, MODEL_FLOPS, OPTIMIZER_MS, PARAMS, PP_COMM_MS,
+    RECOMPUTE_MS, TP_COMM_MS, KindTimes, kind_times,
+)
 from .units import MS
 
-__all__ = ["estimate_layers", "param_bytes"]
+__all__ = ["estimate_layers", "param_bytes", "TIME_MODELS"]
+
+#: How :func:`estimate_layers` prices time (its ``time_model``).
+TIME_MODELS = ("roofline", "flops")
 
 _MB = 2**20
 
 
 def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None = None,
                     device: DeviceConfig | None = None, options=SAPP_OPTIONS, const_mb: float = 0.0,
-                    kernels: KernelConfig | None = None) -> LayerTable:
+                    kernels: KernelConfig | None = None, cluster: Cluster | None = None,
+                    time_model: str = "roofline") -> LayerTable:
     """A layer table from transformer stacks in model order (formulas and sources in the module docstring).
 
     Parameters
@@ -119,7 +138,8 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     parallel : ParallelConfig
         Micro-batch, parallel degrees, ZeRO stage, precision (default: all 1, bf16, ZeRO-1).
     device : DeviceConfig
-        Throughput for the times (default 300 TFLOP/s at 40% MFU).
+        What prices the ops (default: the cluster's device, else a generic 300 TFLOP/s device whose matmuls reach
+        40% of it); a device preset name (``"h100-sxm"``) is looked up.
     options : sequence of str
         Body options to price, among ``none``, ``selective``, ``comm``,
         ``both``, ``full``; rows come in that order.
@@ -127,11 +147,19 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
         The table's per-stage constant (runtime buffers, workspace), MB.
     kernels : KernelConfig
         Which attention, norm, MLP and dropout kernels the layers run (default: the paper's count).
+    cluster : Cluster
+        The links the tensor-, context- and expert-parallel groups use (default: one node of ``device`` talking
+        over its ``link_gbs``); a cluster preset name (``"dgx-h100"``) is looked up.
+    time_model : {"roofline", "flops"}
+        ``roofline``: each op on the device plus each dimension's communication (:mod:`sappkit.layers.ops`,
+        :mod:`sappkit.layers.comm`); ``flops``: the paper's FLOP count at the device's flat ``mfu`` (the
+        module docstring's "Time (flops)"), as sappkit priced layers before the roofline model.
 
     Returns
     -------
     LayerTable
-        Memory per device in MB, times per micro-batch in ms.
+        Memory per device in MB, times per micro-batch in ms, and the :attr:`~LayerTable.breakdown` of each
+        kind's time (:mod:`sappkit.layers.timing`).
 
     Examples
     --------
@@ -149,165 +177,127 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     1      layer  body      4   none
     2      layer  body      4   full
     3    lm_head  tail      1   none
+    >>> table.breakdown[["kind", "option", "compute_ms", "tp_comm_ms"]].round(2)
+            kind option  compute_ms  tp_comm_ms
+    0  embedding   none        0.01        0.09
+    1      layer   none        1.39        0.38
+    2      layer   full        1.90        0.56
+    3    lm_head   none        3.01        0.12
     """
     parallel = ParallelConfig() if parallel is None else parallel
-    device = DeviceConfig() if device is None else device
+    cluster, device = _hardware(cluster, device)
     kernels = KernelConfig() if kernels is None else kernels
     options = _check_estimate(models, parallel, device, options, kernels)
-    rows = _rows(_head_shape(models, parallel, kernels), models[0].module, parallel, device, HEAD, "embedding")
-    for model in models:
-        for kind, count, moe in _kinds(model):
-            shape = _layer_shape(model, moe, _BYTES[parallel.dtype], kernels)
-            rows += _rows([shape], model.module, parallel, device, BODY, kind, count=count, options=options)
-    rows += _rows(_tail_shape(models[-1], parallel), models[-1].module, parallel, device, TAIL, "lm_head")
-    return LayerTable(pd.DataFrame(rows), const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
-                      time_unit=MS)
-
-
-@dataclass(frozen=True)
-class _Shape:
-    """One kind's costs before parallel splitting: parameters, bytes kept and FLOPs, per token of its stack."""
-
-    seq: float
-    """The stack's sequence length ``s``: tokens per sample and keys each query attends to."""
-    dense_params: float
-    expert_params: float = 0.0
-    replicated: float = 0.0
-    """``R``: bytes per token split over ``t`` only under sequence parallel."""
-    split: float = 0.0
-    """``S``: bytes per token split over ``t``."""
-    core: float = 0.0
-    """Attention-core bytes per (query, key) pair, all heads."""
-    core_tokens: float = 0.0
-    """Attention-core bytes per token that ``selective`` does not keep either (split over ``t``)."""
-    dropped_by_comm: float = 0.0
-    """Bytes per token of ``R`` that ``comm`` recompute does not keep."""
-    kept_by_full: float = 0.0
-    """Bytes per token of ``R`` that ``full`` recompute keeps (the layer input)."""
-    flops: float = 0.0
-    """Forward matmul FLOPs per token."""
-    core_flops: float = 0.0
-    """Forward attention-core FLOPs per (query, key) pair."""
-
-
-def _layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConfig) -> _Shape:
-    h, a, d, dv = model.hidden_size, model.num_heads, model.head_dim, model.v_head_dim
-    q_r, kv_r, rope = model.q_lora_rank, model.kv_lora_rank, model.rope_head_dim
-    if kv_r:  # MLA: latents projected up to per-head keys and values
-        kv_heads = a
-        query = h * q_r + q_r + q_r * a * d if q_r else h * a * d
-        key_value = h * (kv_r + rope) + kv_r + kv_r * a * (d - rope + dv)
-        latents = 2 * e * q_r + 2 * e * kv_r + e * rope
-    else:
-        kv_heads = model.num_kv_heads
-        query, key_value, latents = h * a * d, h * kv_heads * (d + dv), 0
-    attention = query + key_value + a * dv * h
-    m = 3 if model.gated_mlp else 2
-    kept_m = 4 if model.gated_mlp and not kernels.fused_mlp else m
-    f, experts = model.expert_ffn_size, model.experts
-    if moe:
-        mlp_dense = h * experts + model.shared_experts * m * h * f
-        expert = experts * m * h * f
-        mlp_kept = model.top_k * (2 * e * h + kept_m * e * f) + model.shared_experts * kept_m * e * f + 4 * experts
-        if kernels.moe == "hf":
-            mlp_kept += model.top_k * (e * h + 4 + 16) + model.top_k * 12 + 4
-        mlp_flops = 2 * (h * experts + (model.top_k + model.shared_experts) * m * h * f)
-    else:
-        mlp_dense, expert = m * h * model.ffn_size, 0.0
-        mlp_kept, mlp_flops = kept_m * e * model.ffn_size, 2 * m * h * model.ffn_size
-    qkv = e * (a * d + kv_heads * d + kv_heads * dv)
-    core, core_tokens = _attention_core(kernels, e, a, a * (2 * d + dv), qkv, model.dropout)
-    norm = e * h if kernels.norm == "paper" else 4 * h + e * h + 4
-    hidden_masks = 2 * _mask_bytes(kernels, e) * h if model.hidden_dropout else 0
-    return _Shape(
-        seq=model.seq_length, dense_params=attention + mlp_dense + 2 * h, expert_params=expert,
-        replicated=2 * norm + 2 * e * h + hidden_masks + latents,
-        split=qkv + e * a * dv + mlp_kept, core=core, core_tokens=core_tokens,
-        dropped_by_comm=2 * e * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
-
-
-def _mask_bytes(kernels: KernelConfig, e: int) -> int:
-    """Bytes per element of a dropout mask for a dropout running in ``e``-byte elements."""
-    return 1 if kernels.dropout_mask == "bool" else e
-
-
-def _attention_core(kernels: KernelConfig, e: int, a: int, repeated: int, qkv: float,
-                    dropout: bool) -> tuple[float, float]:
-    """The attention core's bytes per (query, key) pair and per token (module docstring, "Kernels").
-
-    ``repeated`` is ``a·(2d + d_v)``, Q, K and V at every query head, in
-    elements; ``qkv`` the paper's Q, K, V bytes per token.
-    """
-    if kernels.attention == "flash":
-        return 0.0, 4 * a
-    if kernels.attention == "paper":
-        return a * (e + (_mask_bytes(kernels, e) + e if dropout else 0)), 0.0
-    if kernels.attention == "eager":
-        kept_for_values = _mask_bytes(kernels, e) + e if dropout else (e if e < 4 else 0)
-        return a * (4 + kept_for_values), e * repeated - qkv
-    return a * (4 + (_mask_bytes(kernels, 4) + 4 if dropout else 0)), 4 * repeated - qkv
-
-
-def _head_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig,
-                kernels: KernelConfig) -> list[_Shape]:
-    """The head's parts: the first stack's patch embedding (if any) and the last stack's token embedding."""
-    e, parts = _BYTES[parallel.dtype], []
+    time_model = check_choice("time_model", time_model, TIME_MODELS)
+    price = _Pricing(parallel, device, cluster, kernels, time_model)
     first, last = models[0], models[-1]
-    mask = _mask_bytes(kernels, e)
-    if first.patch_size:
-        pixels = 3 * first.patch_size**2
-        parts.append(_Shape(seq=first.seq_length,
-                            dense_params=pixels * first.hidden_size + first.seq_length * first.hidden_size,
-                            replicated=e * pixels + first.hidden_dropout * mask * first.hidden_size,
-                            flops=2 * pixels * first.hidden_size))
-    parts.append(_Shape(seq=last.seq_length, dense_params=last.vocab_size * last.hidden_size,
-                        replicated=last.hidden_dropout * mask * last.hidden_size))
-    return parts
+    rows = price.rows(head_shape(models, parallel, kernels), first.module, HEAD, "embedding",
+                      ops=lambda: _head_ops(models, parallel, device), comm=lambda: head_comm(last, parallel, cluster),
+                      boundary=last)
+    for model in models:
+        for kind, count, moe in kinds(model):
+            rows += price.rows([layer_shape(model, moe, _BYTES[parallel.dtype], kernels)], model.module, BODY, kind,
+                               count=count, options=options, body=(model, moe), boundary=model)
+    rows += price.rows(tail_shape(last, parallel), last.module, TAIL, "lm_head",
+                       ops=lambda: tail_ops(last, parallel, device), comm=lambda: tail_comm(last, parallel, cluster),
+                       boundary=last)
+    frame = pd.DataFrame([row for row, _ in rows])
+    breakdown = pd.DataFrame([{KIND: row[KIND], OPTION: row[OPTION], **parts} for row, parts in rows])
+    return LayerTable(frame, const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
+                      time_unit=MS, breakdown=breakdown)
 
 
-def _tail_shape(model: TransformerConfig, parallel: ParallelConfig) -> list[_Shape]:
-    e, h, v = _BYTES[parallel.dtype], model.hidden_size, model.vocab_size
-    return [_Shape(seq=model.seq_length, dense_params=h + v * h, replicated=2 * e * h,
-                   split=4 * v, flops=2 * h * v)]
+def _hardware(cluster, device) -> tuple[Cluster, DeviceConfig]:
+    """The cluster and the device the estimate prices on (the device wins over the cluster's)."""
+    if isinstance(device, str):
+        device = DeviceConfig.preset(device)
+    if isinstance(cluster, str):
+        cluster = Cluster.preset(cluster)
+    if cluster is not None and not isinstance(cluster, Cluster):
+        raise InputError(f"cluster must be a Cluster or a preset name; got {type(cluster).__name__}")
+    if device is not None and not isinstance(device, DeviceConfig):
+        raise InputError(f"device must be a DeviceConfig or a preset name; got {type(device).__name__}")
+    if cluster is None:
+        device = DeviceConfig() if device is None else device
+        return Cluster.of(device), device
+    if device is None or device == cluster.device:
+        return cluster, cluster.device
+    return cluster.replace(device=device), device
 
 
-def _kinds(model: TransformerConfig) -> list[tuple[str, int, bool]]:
-    """(kind, count, is MoE) of a stack, in model order."""
-    if not model.experts:
-        return [(model.name, model.layers, False)]
-    dense = [(model.name, model.dense_layers, False)] if model.dense_layers else []
-    return [*dense, (model.moe_name, model.layers - model.dense_layers, True)]
+def _head_ops(models, parallel, device) -> list:
+    first, last = models[0], models[-1]
+    return (patch_ops(first, parallel, device) if first.patch_size else []) + head_ops(last, parallel, device)
 
 
-def _rows(parts: list[_Shape], module: str, parallel: ParallelConfig, device: DeviceConfig, role: str,
-          kind: str, *, count: int = 1, options=("none",)) -> list[dict]:
-    """The table rows of one kind (its parts summed): memory per device in MB, times per micro-batch in ms."""
+class _Pricing:
+    """Prices the rows of one estimate: memory from the shapes, times from the ops (or the paper's FLOPs)."""
+
+    def __init__(self, parallel, device, cluster, kernels, time_model):
+        self.parallel, self.device, self.cluster, self.kernels = parallel, device, cluster, kernels
+        self.time_model = time_model
+
+    def rows(self, parts: list[Shape], module: str, role: str, kind: str, *, count: int = 1, options=("none",),
+             body=None, ops=None, comm=None, boundary) -> list[tuple[dict, dict]]:
+        """The table rows of one kind with their breakdown parts (the body's ops from ``(model, moe)``)."""
+        parallel = self.parallel
+        t, experts = parallel.tensor_parallel, parallel.expert_parallel * parallel.expert_tensor_parallel
+        dense = sum(p.dense_params for p in parts) / t
+        routed = sum(p.expert_params for p in parts) / experts
+        held, working = param_bytes(dense, routed, parallel)
+        kept, flops = _kept(parts, parallel)
+        step = {DP_COMM_MS: grad_sync_ms(dense, routed, parallel, self.cluster),
+                OPTIMIZER_MS: optimizer_ms(dense, routed, parallel, self.cluster), PARAMS: dense,
+                EXPERT_PARAMS: routed, MODEL_FLOPS: 3 * flops}
+        if self.time_model == "flops":
+            priced = _flops_times(parts, parallel, self.device, options, step)
+        else:
+            if body is not None:
+                model, moe = body
+                ops = layer_ops(model, moe, parallel, self.device, self.kernels)
+                core = tuple(sum(op.time_ms for op in ops if op.core and op.phase == phase)
+                             for phase in (FORWARD, BACKWARD))
+                comm = layer_comm(model, moe, parallel, self.cluster, core)
+            else:
+                ops, comm = ops(), LayerComm(tp=comm())
+            priced = kind_times(ops, comm, options, step=step,
+                                boundary_ms=boundary_ms(boundary, parallel, self.cluster, stages=2))
+        return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
+                  FORWARD_TIME: priced.times[option][0], BACKWARD_TIME: priced.times[option][1],
+                  ACTIVATION_MB: kept[option] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
+                  FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
+                for option in options]
+
+
+def _kept(parts: list[Shape], parallel: ParallelConfig) -> tuple[dict, float]:
+    """Activation bytes kept per option, and the paper's forward FLOPs of a micro-batch on one device."""
     t, c, b = parallel.tensor_parallel, parallel.context_parallel, parallel.micro_batch_size
     t_sp = t if parallel.sequence_parallel else 1
-    ms_per_flop = 1e3 / (device.tflops * 1e12 * device.mfu)
-    experts = parallel.expert_parallel * parallel.expert_tensor_parallel
-    held, working = param_bytes(sum(p.dense_params for p in parts) / t,
-                                sum(p.expert_params for p in parts) / experts, parallel)
     tokens = [p.seq * b / c for p in parts]
     linear = sum(n * (p.replicated / t_sp + p.split / t) for n, p in zip(tokens, parts))
     core = sum(n * (p.seq * p.core + p.core_tokens) / t for n, p in zip(tokens, parts))
+    dropped = sum(n * p.dropped_by_comm for n, p in zip(tokens, parts)) / t_sp
+    flops = sum(n * (p.flops + p.seq * p.core_flops) for n, p in zip(tokens, parts)) / t
+    return {"none": linear + core, "selective": linear, "comm": linear + core - dropped, "both": linear - dropped,
+            "full": sum(n * p.kept_by_full for n, p in zip(tokens, parts)) / t_sp}, flops
+
+
+def _flops_times(parts, parallel, device, options, step) -> KindTimes:
+    """The paper's times (module docstring, "Time (flops)"): FLOPs at the device's flat ``mfu``."""
+    t, c, b = parallel.tensor_parallel, parallel.context_parallel, parallel.micro_batch_size
+    t_sp = t if parallel.sequence_parallel else 1
+    ms_per_flop = 1e3 / (device.tflops * 1e12 * device.mfu)
+    tokens = [p.seq * b / c for p in parts]
     core_time = sum(n * p.seq * p.core_flops for n, p in zip(tokens, parts)) / t * ms_per_flop
     forward = sum(n * p.flops for n, p in zip(tokens, parts)) / t * ms_per_flop + core_time
     comm_bytes = sum(n * p.dropped_by_comm for n, p in zip(tokens, parts))
     gathered = comm_bytes * (t - 1) / t if parallel.sequence_parallel else 0.0
     comm_time = (gathered / (device.link_gbs * 1e9) + 2 * comm_bytes / t_sp / (device.hbm_gbs * 1e9)) * 1e3
-    kept = {  # option -> (activation bytes kept, backward time beyond 2 x forward)
-        "none": (linear + core, 0.0),
-        "selective": (linear, core_time),
-        "comm": (linear + core - comm_bytes / t_sp, comm_time),
-        "both": (linear - comm_bytes / t_sp, core_time + comm_time),
-        "full": (sum(n * p.kept_by_full for n, p in zip(tokens, parts)) / t_sp, forward),
-    }
-    return [{KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
-             FORWARD_TIME: forward, BACKWARD_TIME: 2 * forward + kept[option][1],
-             ACTIVATION_MB: kept[option][0] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
-             FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}
-            for option in options]
+    extra = {"none": 0.0, "selective": core_time, "comm": comm_time, "both": core_time + comm_time, "full": forward}
+    times = {option: (forward, 2 * forward + extra[option]) for option in options}
+    breakdown = {option: {COMPUTE_MS: 3 * forward + extra[option], RECOMPUTE_MS: extra[option], TP_COMM_MS: 0.0,
+                          CP_COMM_MS: 0.0, EP_COMM_MS: 0.0, PP_COMM_MS: 0.0, **step} for option in options}
+    return KindTimes(times, breakdown)
 
 
 def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
@@ -372,8 +362,8 @@ def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ..
     if len(models) > 1 and not models[0].patch_size:
         raise InputError(f"models[0] ({models[0].name!r}) needs patch_size > 0: the head embeds the first "
                          "stack's input, and only the last stack has a vocabulary")
-    kinds = [kind for model in models for kind, _, _ in _kinds(model)] + ["embedding", "lm_head"]
-    repeated = sorted({kind for kind in kinds if kinds.count(kind) > 1})
+    names = [kind for model in models for kind, _, _ in kinds(model)] + ["embedding", "lm_head"]
+    repeated = sorted({kind for kind in names if names.count(kind) > 1})
     if repeated:
         raise InputError(f"layer kind name(s) {', '.join(map(repr, repeated))} repeat; give each stack its "
                          "own name (and moe_name); 'embedding' and 'lm_head' are the head and tail")

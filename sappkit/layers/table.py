@@ -53,6 +53,10 @@ class LayerTable:
         ``"time units"`` (nobody stated one). Every result built from the
         table shows its times in this unit, and :attr:`frame` carries it in
         its ``attrs`` (:mod:`sappkit.layers.units`).
+    breakdown : DataFrame, optional
+        Where each kind's time goes, per ``kind`` and ``option``
+        (:func:`sappkit.estimate_layers` writes it; :mod:`sappkit.layers.timing`
+        names its columns); None for given or measured tables.
 
     Examples
     --------
@@ -75,26 +79,37 @@ class LayerTable:
     const_mb: float = 0.0
     device: str | None = None
     time_unit: str | None = None
+    breakdown: pd.DataFrame | None = field(default=None, repr=False)
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
+    _roles: dict = field(init=False, repr=False, compare=False)
+    _fixed: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
-        frame = with_time_unit(_validated(self.frame), unit)
-        object.__setattr__(self, "frame", frame)
+        self._index(with_time_unit(_validated(self.frame), unit))
         object.__setattr__(self, "time_unit", unit)
         object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0, maximum=MAX_MEMORY_MB))
         if self.device is not None and not (isinstance(self.device, str) and self.device):
             raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
+
+    def _index(self, frame: pd.DataFrame) -> None:
+        """Hold ``frame`` (validated) with its per-kind rows and per-option records."""
+        object.__setattr__(self, "frame", frame)
         object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
         # Plain dicts, so the per-option lookups below cost no pandas filtering.
         records: dict[str, dict[str, dict]] = {}
         for record in frame.to_dict("records"):
             records.setdefault(record[KIND], {})[record[OPTION]] = record
         object.__setattr__(self, "_records", records)
+        roles: dict[str, list[str]] = {role: [] for role in ROLES}
+        for kind, role in self._kinds[ROLE].items():
+            roles[role].append(kind)
+        object.__setattr__(self, "_roles", {role: tuple(kinds) for role, kinds in roles.items()})
+        object.__setattr__(self, "_fixed", {})
 
     def _role_kinds(self, role: str) -> tuple[str, ...]:
-        return tuple(self._kinds.index[self._kinds[ROLE] == role])
+        return self._roles[role]
 
     @property
     def body_kinds(self) -> tuple[str, ...]:
@@ -112,8 +127,11 @@ class LayerTable:
         return self._single_row(TAIL)
 
     def _single_row(self, role: str) -> pd.Series | None:
-        rows = self.frame[self.frame[ROLE] == role]
-        return None if rows.empty else rows.iloc[0]
+        if role not in self._fixed:  # looked up once: the models ask for the head and tail often
+            rows = self.frame[self.frame[ROLE] == role]
+            self._fixed[role] = None if rows.empty else rows.iloc[0]
+        row = self._fixed[role]
+        return None if row is None else row.copy()
 
     @property
     def modules(self) -> tuple[str, ...]:
@@ -148,7 +166,7 @@ class LayerTable:
 
     def options(self, kind: str) -> tuple[str, ...]:
         """Options of ``kind`` in table order."""
-        return tuple(self.rows(kind).index)
+        return tuple(self._records[self._known(kind)])
 
     def front(self, kind: str) -> tuple[str, ...]:
         """Options of ``kind`` not dominated in (activation memory, forward + backward time).
@@ -233,6 +251,33 @@ class LayerTable:
     def with_frame(self, frame: pd.DataFrame) -> LayerTable:
         """A new table with ``frame`` and this table's constant, device and time unit."""
         return LayerTable(frame, const_mb=self.const_mb, device=self.device, time_unit=self.time_unit)
+
+    def with_columns(self, *, breakdown: pd.DataFrame | None = None, **columns) -> LayerTable:
+        """A copy with numeric ``columns`` replaced (one value per row, in the frame's order) and, if given, another
+        ``breakdown``; the new values are checked as the constructor checks them, the rest is kept as checked.
+
+        Examples
+        --------
+        >>> rows = [dict(kind="b", role="body", count=4, param_mb=100, option=o, forward_time=1,
+        ...              backward_time=2, activation_mb=a) for o, a in (("none", 50), ("full", 5))]
+        >>> LayerTable(pd.DataFrame(rows)).with_columns(param_mb=[60.0, 60.0]).param_mb("b")
+        60.0
+        """
+        frame = self.frame.copy()
+        for column, values in columns.items():
+            if column not in LAYER_NUMERIC or column == COUNT:
+                raise InputError(f"with_columns replaces the numeric columns {', '.join(LAYER_NUMERIC[1:])}; "
+                                 f"got {column!r}")
+            frame[column] = values
+            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
+            frame[column] = number_column(frame, column, "layers", maximum=limit)
+        _check_per_kind(frame)
+        table = object.__new__(LayerTable)
+        for name in ("const_mb", "device", "time_unit"):
+            object.__setattr__(table, name, getattr(self, name))
+        object.__setattr__(table, "breakdown", self.breakdown if breakdown is None else breakdown)
+        table._index(frame)
+        return table
 
     def _known(self, kind: str) -> str:
         if kind not in self._kinds.index:

@@ -23,7 +23,7 @@ import numpy as np
 from .events import StepPlan, op_starts, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, FORWARD
 
-__all__ = ["StepGraph", "step_graph", "graph_of", "stage_paths", "step_times", "step_ends", "critical_path"]
+__all__ = ["StepGraph", "step_graph", "graph_of", "stage_paths", "step_times", "step_ends", "op_ends", "critical_path"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -197,6 +197,18 @@ def step_ends(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) ->
     """
     ends = _ends(graph, durations, p2p_time)[:-1]
     return ends.max(axis=0), ends.sum(axis=0)
+
+
+def op_ends(graph: StepGraph, durations, p2p_time: float = 0.0) -> np.ndarray:
+    """The end time of every op of one duration vector, in the step plan's op order (stage-major, run order).
+
+    Examples
+    --------
+    >>> graph = step_graph("1f1b", 2, 2, 1, 1, False)
+    >>> op_ends(graph, [1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]).tolist()
+    [1.0, 2.0, 6.0, 9.0, 2.0, 4.0, 5.0, 7.0]
+    """
+    return np.array(_ends_of_one(graph, np.asarray(durations, dtype=float).tolist(), p2p_time)[:-1])
 
 
 def critical_path(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> np.ndarray:

@@ -1,8 +1,16 @@
 """The fifth question: which parallel strategy to run at all (t, p, v, dp, cp, ep, micro-batch, schedule, ZeRO).
 
-A :class:`Strategy` names one; the models above price and search them.
+A :class:`Strategy` names one; :func:`evaluate_strategy` prices it end to end
+(the layer table compiled once per shape, the placement, the simulated step
+and what it cannot overlap); :func:`validate` holds the performance model
+against published runs.
 """
 
+from .compiled import CompiledShape, compile_shape
 from .config import Strategy
+from .evaluate import PLACEMENTS, evaluate_strategy
+from .result import StrategyEvaluation
+from .validation import Validation, published_runs, validate
 
-__all__ = ["Strategy"]
+__all__ = ["Strategy", "evaluate_strategy", "StrategyEvaluation", "PLACEMENTS", "compile_shape", "CompiledShape",
+           "validate", "Validation", "published_runs"]

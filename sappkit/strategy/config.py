@@ -63,6 +63,15 @@ class Strategy:
     """Megatron sequence parallelism inside the tensor-parallel group."""
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     """Weight and activation precision."""
+    overlap_grad_reduce: bool = True
+    """Reduce a chunk's gradients while its last micro-batch's backward runs (Megatron's
+    ``--overlap-grad-reduce``); False: after the stage's last op."""
+    overlap_p2p_comm: bool = True
+    """Send and receive between pipeline stages while computing (Megatron's ``--overlap-p2p-communication``, the
+    default since 2023); False: the sending stage waits for each transfer."""
+    overlap_param_gather: bool = True
+    """Gather the updated weights (ZeRO 1 and 2) behind the next step's forward (Megatron's
+    ``--overlap-param-gather``); False: after the optimizer step."""
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
@@ -71,7 +80,8 @@ class Strategy:
         check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
-        check_bool("sequence_parallel", self.sequence_parallel)
+        for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather"):
+            check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
             why = "the V" if schedule in V_SHAPED else "one chunk per stage"
@@ -97,7 +107,7 @@ class Strategy:
     @property
     def label(self) -> str:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
-        parallelism and a dtype other than bf16 are written only when set)."""
+        parallelism, a dtype other than bf16 and overlaps switched off are written only when set)."""
         parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
@@ -106,6 +116,9 @@ class Strategy:
             parts.append("no-sp")
         if self.dtype != "bf16":
             parts.append(self.dtype)
+        parts += [name for name, on in (("no-grad-overlap", self.overlap_grad_reduce),
+                                        ("no-p2p-overlap", self.overlap_p2p_comm),
+                                        ("no-param-overlap", self.overlap_param_gather)) if not on]
         return " ".join(parts)
 
     def micro_batches(self, global_batch: int) -> int:

@@ -23,8 +23,9 @@ def body(table, option, kind="layer"):
 
 
 def estimate(model=GPT, **parallel):
+    """The paper's time model (FLOPs at a flat efficiency): its closed forms are what these tests check."""
     parallel = {"micro_batch_size": 2, **parallel}
-    return estimate_layers(model, parallel=ParallelConfig(**parallel), device=SLOW)
+    return estimate_layers(model, parallel=ParallelConfig(**parallel), device=SLOW, time_model="flops")
 
 
 @pytest.mark.parametrize("sequence_parallel", [True, False])
@@ -74,8 +75,8 @@ def test_time_is_six_params_tokens_plus_attention():
 
 
 def test_device_throughput_scales_time():
-    fast = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.5))
-    slow = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.25))
+    fast = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.5), time_model="flops")
+    slow = estimate_layers(GPT, device=DeviceConfig(tflops=100.0, mfu=0.25), time_model="flops")
     assert body(slow, "full").backward_time == pytest.approx(2 * body(fast, "full").backward_time, rel=1e-12)
 
 
@@ -217,8 +218,12 @@ def test_bad_estimate_inputs(models, options, parallel, message):
 def test_bad_argument_types():
     with pytest.raises(InputError, match=r"^parallel must be a ParallelConfig; got dict$"):
         estimate_layers(GPT, parallel={})
-    with pytest.raises(InputError, match=r"^device must be a DeviceConfig; got dict$"):
+    with pytest.raises(InputError, match=r"^device must be a DeviceConfig or a preset name; got dict$"):
         estimate_layers(GPT, device={})
+    with pytest.raises(InputError, match=r"^cluster must be a Cluster or a preset name; got int$"):
+        estimate_layers(GPT, cluster=8)
+    with pytest.raises(InputError, match=r"^time_model must be one of 'roofline', 'flops'; got 'mfu'$"):
+        estimate_layers(GPT, time_model="mfu")
     with pytest.raises(InputError, match=r"^const_mb must be a finite number >= 0; got -1$"):
         estimate_layers(GPT, const_mb=-1)
     with pytest.raises(InputError, match=r"^kernels must be a KernelConfig; got str$"):
@@ -254,3 +259,22 @@ def test_hidden_dropout_drops_the_two_residual_masks_only():
                                        vocab_size=32, hidden_dropout=False)
     assert kept(GPT)[0] - kept(attention_only)[0] == 2 * 16
     assert kept(attention_only)[1] == 0
+
+
+def test_the_flops_model_still_writes_the_bundled_tables_byte_for_byte(tmp_path):
+    """The bundled layer tables were made with the paper's count; ``time_model="flops"`` keeps making them."""
+    import importlib.util
+
+    from sappkit import write_layers_json
+
+    from ..bundled import DATA
+
+    spec = importlib.util.spec_from_file_location("make_layers", DATA / "make_layers.py")
+    make = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(make)
+    for name, models, parallel, const in (("llama2_70b", (make.LLAMA2_70B,), make.LLAMA2_70B_PARALLEL, 3000),
+                                          ("deepseek_v3", (make.DEEPSEEK_V3,), make.DEEPSEEK_V3_PARALLEL, 4000),
+                                          ("vlm", (make.VISION, make.LANGUAGE), make.VLM_PARALLEL, 3000)):
+        table = estimate_layers(*models, parallel=parallel, device=make.DEVICE, time_model="flops", const_mb=const)
+        write_layers_json(table, tmp_path / f"{name}.json")
+        assert (tmp_path / f"{name}.json").read_bytes() == (DATA / f"{name}.json").read_bytes(), name

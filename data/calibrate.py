@@ -1,0 +1,77 @@
+"""Fit the A100's physical parameters on the published A100 runs (data/README.md, "Published runs").
+
+Run from the repository root: ``python data/calibrate.py [--runs PREFIX ...] [--fix NAME=VALUE ...]``. It fits
+the A100's ``mfu`` (what large matmuls reach), ``matmul_half_gflop``, ``hbm_efficiency`` and ``kernel_us`` and
+the DGX A100's ``intra_efficiency`` and ``inter_efficiency`` (less those ``--fix`` holds), by minimising the root
+mean square of the rows' errors with a coordinate search (each parameter in turn, steps halved until none helps
+and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
+whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
+``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
+``sappkit/hardware/presets.py`` (``A100_CALIBRATION`` and the DGX A100's link efficiencies). Uses only sappkit's
+public API and numpy.
+"""
+
+import argparse
+import sys
+
+import numpy as np
+
+from sappkit.hardware import Cluster, DeviceConfig
+from sappkit.strategy.validation import published_runs, validate
+
+#: parameter -> (start, lower, upper, first step); device fields, then the cluster's.
+PARAMETERS = {
+    "mfu": (0.75, 0.3, 1.0, 0.05),
+    "matmul_half_gflop": (1.0, 0.0, 100.0, 2.0),
+    "hbm_efficiency": (0.7, 0.2, 1.0, 0.1),
+    "kernel_us": (10.0, 0.0, 60.0, 5.0),
+    "intra_efficiency": (0.8, 0.2, 1.0, 0.1),
+    "inter_efficiency": (0.8, 0.2, 1.0, 0.1),
+}
+_CLUSTER_FIELDS = ("intra_efficiency", "inter_efficiency")
+
+
+def errors(values: dict, runs) -> np.ndarray:
+    device = DeviceConfig.preset("a100-80g", **{k: v for k, v in values.items() if k not in _CLUSTER_FIELDS})
+    cluster = Cluster.preset("dgx-a100", device=device, **{k: values[k] for k in _CLUSTER_FIELDS})
+    return validate(runs, clusters={"dgx-a100": cluster}).frame["error"].to_numpy()
+
+
+def fit(runs, fixed: dict) -> dict:
+    values = {name: fixed.get(name, start) for name, (start, *_) in PARAMETERS.items()}
+    steps = {name: step for name, (*_, step) in PARAMETERS.items() if name not in fixed}
+    best = float(np.sqrt(np.mean(errors(values, runs) ** 2)))
+    while max(steps[name] / (PARAMETERS[name][2] - PARAMETERS[name][1]) for name in steps) > 1e-2:
+        improved = False
+        for name in steps:
+            _, lower, upper, _ = PARAMETERS[name]
+            for sign in (1, -1):
+                trial = dict(values, **{name: min(upper, max(lower, values[name] + sign * steps[name]))})
+                score = float(np.sqrt(np.mean(errors(trial, runs) ** 2)))
+                if score < best - 1e-6:
+                    values, best, improved = trial, score, True
+                    print(f"rms {best:.4%}: {name}={values[name]:.4g}", file=sys.stderr)
+                    break
+        if not improved:
+            steps = {name: step / 2 for name, step in steps.items()}
+    return values
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", nargs="*", default=[], help="fit on the runs starting with these prefixes")
+    parser.add_argument("--fix", nargs="*", default=[], metavar="NAME=VALUE", help="hold parameters at a value")
+    args = parser.parse_args()
+    fixed = {name: float(value) for name, value in (item.split("=") for item in args.fix)}
+    runs = published_runs()
+    runs = runs[runs["cluster"] == "dgx-a100"]
+    chosen = runs[runs["run"].str.startswith(tuple(args.runs))] if args.runs else runs
+    values = fit(chosen, fixed)
+    print(", ".join(f"{name}={value:.4g}" for name, value in values.items()))
+    for name, error in zip(runs["run"], errors(values, runs)):
+        held = "" if name in set(chosen["run"]) else "  (held out)"
+        print(f"{name:22s} {error:+.2%}{held}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,132 @@
+"""One device as data: what it computes and moves per second, and how close to its peaks a kernel gets.
+
+A kernel is priced by the roofline: the larger of its compute time and its
+memory time, plus a fixed cost per kernel (launch and tail):
+
+- a **matmul** of ``F`` FLOPs moving ``B`` bytes takes ``max(F / (peak ·
+  η(F)), B / (hbm · η_hbm)) + kernel``, with the size-dependent efficiency
+  ``η(F) = mfu · F / (F + F½)``: large matmuls reach ``mfu`` of the peak,
+  one of ``F½`` FLOPs half of that, and skinny ones (few FLOPs per byte) are
+  memory-bound;
+- a **memory-bound** kernel (norms, softmax, dropout, residual adds, the
+  optimizer step) moving ``B`` bytes takes ``B / (hbm · η_hbm) + kernel``.
+
+``peak`` is the datasheet's dense peak in the kernel's dtype and ``hbm`` the
+datasheet's memory bandwidth; ``mfu``, ``F½``, ``η_hbm`` and ``kernel`` are
+the physical parameters a preset calibrates (:mod:`sappkit.hardware.presets`
+says on which published runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._check import check_number
+from ..errors import InputError
+
+__all__ = ["DeviceConfig", "DTYPES"]
+
+#: The dtypes a device gives a peak for: the 16-bit ones (``tflops``), fp32 and fp8.
+DTYPES = ("bf16", "fp16", "fp32", "fp8")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeviceConfig:
+    """What one device computes and moves per second, and how close to its peaks its kernels get.
+
+    The defaults describe a generic 300 TFLOP/s device whose matmuls reach a
+    flat 40% of its peak; the presets (:func:`sappkit.hardware.device`) give
+    real devices with sourced peaks and calibrated efficiencies.
+
+    Examples
+    --------
+    >>> gpu = DeviceConfig(tflops=400.0, mfu=0.8, hbm_gbs=2000.0, matmul_half_gflop=1.0)
+    >>> round(gpu.matmul_efficiency(1e9), 3), round(gpu.matmul_efficiency(1e12), 3)
+    (0.4, 0.799)
+    >>> gpu.memory_ms(2e9)  # 2 GB at 2000 GB/s
+    1.0
+    """
+
+    tflops: float = 300.0
+    """Peak dense TFLOP/s in bf16 and fp16 (Ascend 910B-class ~300, H100 ~990)."""
+    mfu: float = 0.4
+    """Fraction of the peak large matmuls reach, in (0, 1] (smaller ones reach less: ``matmul_half_gflop``)."""
+    link_gbs: float = 50.0
+    """Bandwidth to the device's neighbours, GB/s (1e9 bytes) per direction: the tensor-parallel link when no
+    :class:`~sappkit.hardware.Cluster` is given."""
+    hbm_gbs: float = 1600.0
+    """Device memory bandwidth, GB/s (1e9 bytes), for memory-bound kernels."""
+    name: str = "custom"
+    """The preset's name (``"a100-80g"``) or ``"custom"``."""
+    hbm_gb: float = 64.0
+    """Device memory, GB (1e9 bytes)."""
+    fp32_tflops: float | None = None
+    """Peak dense fp32 TFLOP/s (matmuls of fp32 training); None: ``tflops / 2``."""
+    fp8_tflops: float | None = None
+    """Peak dense fp8 TFLOP/s; None: the device has no fp8 matmuls (``tflops``)."""
+    matmul_half_gflop: float = 0.0
+    """Matmul size (GFLOP) at which a matmul reaches half of ``mfu``; 0: every size reaches ``mfu``."""
+    hbm_efficiency: float = 1.0
+    """Fraction of ``hbm_gbs`` a memory-bound kernel reaches, in (0, 1]."""
+    kernel_us: float = 0.0
+    """Fixed cost of every kernel (launch, tail), µs."""
+
+    def __post_init__(self):
+        for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
+            check_number(field, getattr(self, field), minimum=0, strict=True)
+        for field in ("fp32_tflops", "fp8_tflops"):
+            if getattr(self, field) is not None:
+                check_number(field, getattr(self, field), minimum=0, strict=True)
+        for field in ("mfu", "hbm_efficiency"):
+            if not 0 < check_number(field, getattr(self, field)) <= 1:
+                raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
+        check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
+        check_number("kernel_us", self.kernel_us, minimum=0)
+        if not (isinstance(self.name, str) and self.name):
+            raise InputError(f"name must be a non-empty string; got {self.name!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides) -> DeviceConfig:
+        """A device preset by name (:data:`sappkit.hardware.DEVICE_PRESETS`), any field overridden.
+
+        Examples
+        --------
+        >>> gpu = DeviceConfig.preset("h100-sxm")
+        >>> gpu.tflops, gpu.hbm_gb, DeviceConfig.preset("h100-sxm", hbm_gb=94.0).hbm_gb
+        (989.4, 80.0, 94.0)
+        """
+        from .presets import device_preset
+        return device_preset(name, **overrides)
+
+    def peak_tflops(self, dtype: str = "bf16") -> float:
+        """The dense peak in ``dtype`` (one of :data:`DTYPES`), TFLOP/s."""
+        if dtype in ("bf16", "fp16"):
+            return self.tflops
+        if dtype == "fp32":
+            return self.tflops / 2 if self.fp32_tflops is None else self.fp32_tflops
+        if dtype == "fp8":
+            return self.tflops if self.fp8_tflops is None else self.fp8_tflops
+        raise InputError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
+
+    def matmul_efficiency(self, flops: float) -> float:
+        """The fraction of the peak a matmul of ``flops`` FLOPs reaches (before the memory roofline)."""
+        half = self.matmul_half_gflop * 1e9
+        return self.mfu * flops / (flops + half) if half else self.mfu
+
+    def matmul_ms(self, flops: float, nbytes: float, dtype: str = "bf16", *, size: float | None = None) -> float:
+        """One matmul kernel's time, ms: the compute or memory roofline, whichever is longer, plus the kernel cost.
+
+        ``size`` is the FLOPs of one problem of a batched or grouped matmul (its efficiency is that size's);
+        default ``flops``.
+        """
+        if flops <= 0:
+            return 0.0
+        efficiency = self.matmul_efficiency(flops if size is None else size)
+        compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)
+        return max(compute, self.memory_ms(nbytes, kernel=False)) + self.kernel_us * 1e-3
+
+    def memory_ms(self, nbytes: float, *, kernel: bool = True) -> float:
+        """A memory-bound kernel's time, ms: ``nbytes`` read and written at the reachable bandwidth."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes / (self.hbm_gbs * 1e6 * self.hbm_efficiency) + (self.kernel_us * 1e-3 if kernel else 0.0)

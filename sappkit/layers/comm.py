@@ -1,0 +1,191 @@
+"""A layer's communication per parallel dimension, each on the link its rank group really uses.
+
+Per micro-batch and device (``n`` tokens, ``e`` bytes per element; the groups
+and links are :meth:`sappkit.hardware.Cluster.group`'s):
+
+- **TP** (Megatron's tensor parallelism): without sequence parallelism an
+  all-reduce of ``e·n·h`` after the attention and after the MLP forward, and
+  two backward (the gradients of the inputs they copied); with it an
+  all-gather before and a reduce-scatter after each block, forward and
+  backward. A MoE block keeps its tokens sequence-split (no collective). The
+  head reduces (or reduce-scatters) its vocabulary-parallel embedding; the
+  tail gathers its input (or copies it, all-reducing the gradient) and
+  all-reduces three ``4n``-byte statistics of the cross-entropy.
+- **CP** (ring attention): ``c − 1`` steps each sending the next rank this
+  rank's keys and values (``e·n·a_kv/t·(d + d_v)``; backward also their
+  gradients, twice the bytes) while the attention of the current block runs;
+  a step costs what its transfer exceeds the block's attention.
+- **EP** (token dispatch): an all-to-all of the routed tokens
+  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward.
+- **PP**: a send/receive of the activation ``e·n·h/t`` (each tensor rank
+  sends its slice) at a stage boundary, forward and backward.
+
+Data parallelism and the optimizer step act once per step on a stage's
+parameters (:func:`grad_sync_ms`, :func:`optimizer_ms`): gradients are
+reduced over the ``dp·c`` ranks (experts' over ``t·c·dp/(etp·ep)``) in fp32
+for bf16 and fp32 training and in fp16 for fp16 training (Megatron's
+defaults); ZeRO stages 1 and 2 (the distributed optimizer) reduce-scatter them
+and all-gather the updated weights, stage 0 all-reduces; stage 3 (FSDP) also
+gathers every layer's weights forward and backward, which its prefetch hides behind the compute (assumed, not
+priced). The optimizer step
+(Adam) moves 34 bytes per parameter it updates: the fp32 master weight and
+two moments read and written (24), the gradient read for the norm and the
+step (8) and the new weight written (2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..hardware import Cluster, GroupSizes, collective_ms
+from .configs import _BYTES, ParallelConfig, TransformerConfig
+
+__all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
+           "grad_sync_parts", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
+
+#: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
+GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4}
+#: Bytes Adam moves per parameter it updates (module docstring).
+OPTIMIZER_BYTES = 34
+
+
+@dataclass(frozen=True)
+class LayerComm:
+    """One layer's communication per micro-batch, ms."""
+
+    tp: tuple[float, float] = (0.0, 0.0)
+    """Tensor parallel, (forward, backward)."""
+    cp: tuple[float, float] = (0.0, 0.0)
+    """Context parallel, exposed beyond the attention it overlaps, (forward, backward)."""
+    ep: tuple[float, float] = (0.0, 0.0)
+    """Expert parallel, (forward, backward)."""
+    regather: float = 0.0
+    """The sequence-parallel all-gathers ``comm`` recompute re-runs in the backward."""
+
+
+def dense_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
+    """The rank dimensions' sizes for dense layers."""
+    return GroupSizes(tp=parallel.tensor_parallel, cp=parallel.context_parallel, dp=parallel.data_parallel,
+                      pp=stages)
+
+
+def expert_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
+    """The rank dimensions' sizes for MoE layers (Megatron-Core's expert grid over the same ranks)."""
+    ranks = parallel.tensor_parallel * parallel.context_parallel * parallel.data_parallel
+    grid = parallel.expert_tensor_parallel * parallel.expert_parallel
+    return GroupSizes(tp=parallel.expert_tensor_parallel, ep=parallel.expert_parallel, dp=ranks // grid, pp=stages)
+
+
+def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cluster: Cluster,
+               core_ms: tuple[float, float]) -> LayerComm:
+    """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time."""
+    t, e, h = parallel.tensor_parallel, _BYTES[parallel.dtype], model.hidden_size
+    n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
+    ranks, link = cluster.group(dense_sizes(parallel), "tp")
+    activation = e * n * h
+    blocks = 1 if moe else 2
+    if parallel.sequence_parallel:
+        gather = collective_ms("all_gather", activation, ranks, link)
+        step = gather + collective_ms("reduce_scatter", activation, ranks, link)
+        tp, regather = (blocks * step, blocks * step), blocks * gather
+    else:
+        reduce = collective_ms("all_reduce", activation, ranks, link)
+        tp, regather = (blocks * reduce, blocks * reduce), 0.0
+    return LayerComm(tp=tp, cp=_ring_attention(model, parallel, cluster, n, core_ms),
+                     ep=_dispatch(model, parallel, cluster, n) if moe else (0.0, 0.0), regather=regather)
+
+
+def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
+    c = parallel.context_parallel
+    if c == 1:
+        return 0.0, 0.0
+    ranks, link = cluster.group(dense_sizes(parallel), "cp")
+    kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
+    block = _BYTES[parallel.dtype] * n * kv_heads / parallel.tensor_parallel * (model.head_dim + model.v_head_dim)
+    exposed = []
+    for factor, core in zip((1, 2), core_ms):
+        step = collective_ms("send_recv", factor * block, ranks, link)
+        exposed.append((c - 1) * max(0.0, step - core / c))
+    return exposed[0], exposed[1]
+
+
+def _dispatch(model, parallel, cluster, n) -> tuple[float, float]:
+    ranks, link = cluster.group(expert_sizes(parallel), "ep")
+    routed = _BYTES[parallel.dtype] * n / parallel.tensor_parallel * model.top_k * model.hidden_size
+    both = 2 * collective_ms("all_to_all", routed, ranks, link)
+    return both, both
+
+
+def head_comm(model: TransformerConfig, parallel: ParallelConfig, cluster: Cluster) -> tuple[float, float]:
+    """The token embedding's tensor-parallel reduce, (forward, backward) ms."""
+    ranks, link = cluster.group(dense_sizes(parallel), "tp")
+    n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
+    activation = _BYTES[parallel.dtype] * n * model.hidden_size
+    if parallel.sequence_parallel:
+        return (collective_ms("reduce_scatter", activation, ranks, link),
+                collective_ms("all_gather", activation, ranks, link))
+    return collective_ms("all_reduce", activation, ranks, link), 0.0
+
+
+def tail_comm(model: TransformerConfig, parallel: ParallelConfig, cluster: Cluster) -> tuple[float, float]:
+    """The LM head's input gather and the cross-entropy's statistics, (forward, backward) ms."""
+    ranks, link = cluster.group(dense_sizes(parallel), "tp")
+    n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
+    activation = _BYTES[parallel.dtype] * n * model.hidden_size
+    statistics = 3 * collective_ms("all_reduce", 4 * n, ranks, link)
+    if parallel.sequence_parallel:
+        return (collective_ms("all_gather", activation, ranks, link) + statistics,
+                collective_ms("reduce_scatter", activation, ranks, link))
+    return statistics, collective_ms("all_reduce", activation, ranks, link)
+
+
+def boundary_ms(model: TransformerConfig, parallel: ParallelConfig, cluster: Cluster, stages: int) -> float:
+    """One send/receive of an activation (or its gradient) between two pipeline stages, ms."""
+    if stages == 1:
+        return 0.0
+    ranks, link = cluster.group(dense_sizes(parallel, stages), "pp")
+    n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
+    activation = _BYTES[parallel.dtype] * n * model.hidden_size / parallel.tensor_parallel
+    return collective_ms("send_recv", activation, ranks, link)
+
+
+def grad_sync_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
+                 stages: int = 1) -> float:
+    """Reducing one step's gradients of ``dense_params`` and ``expert_params`` (per device) over data parallelism,
+    and (ZeRO 1 and 2) gathering the updated weights, ms: the sum of :func:`grad_sync_parts`."""
+    return sum(grad_sync_parts(dense_params, expert_params, parallel, cluster, stages))
+
+
+def grad_sync_parts(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
+                    stages: int = 1) -> tuple[float, float]:
+    """(the gradient reduction, the weight gather after the optimizer step) of one step, ms."""
+    reduce = gather = 0.0
+    weight, grad = _BYTES[parallel.dtype], GRAD_BYTES[parallel.dtype]
+    for params, sizes in ((dense_params, dense_sizes(parallel, stages)), (expert_params, expert_sizes(parallel, stages))):
+        if not params:
+            continue
+        ranks, link = _data_group(cluster, sizes)
+        if parallel.zero == 0:
+            reduce += collective_ms("all_reduce", grad * params, ranks, link)
+        else:
+            reduce += collective_ms("reduce_scatter", grad * params, ranks, link)
+            gather += collective_ms("all_gather", weight * params, ranks, link) if parallel.zero < 3 else 0.0
+    return reduce, gather
+
+
+def _data_group(cluster: Cluster, sizes: GroupSizes):
+    """The gradient-reduction group: data and context parallel together (``dp·cp`` ranks)."""
+    ranks = sizes.dp * sizes.cp
+    order = cluster.rank_order.split("-")
+    stride = 1
+    for name in order[: min(order.index("dp"), order.index("cp"))]:
+        stride *= getattr(sizes, name)
+    return ranks, cluster.link(ranks, stride)
+
+
+def optimizer_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster) -> float:
+    """The optimizer step over the parameters a device holds (ZeRO shards them over the gradient group), ms."""
+    shards = (1, 1) if not parallel.zero else (
+        parallel.data_parallel * parallel.context_parallel, expert_sizes(parallel).dp)
+    updated = dense_params / shards[0] + expert_params / shards[1]
+    return cluster.device.memory_ms(OPTIMIZER_BYTES * updated) if updated else 0.0

@@ -1,0 +1,115 @@
+"""Hugging Face ``config.json`` files as :class:`~sappkit.TransformerConfig`: Llama, Qwen, Mixtral, DeepSeek-V3.
+
+The keys read, by family (a multimodal config's ``text_config`` is read the same way):
+
+- every family: ``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``, ``vocab_size``,
+  ``max_position_embeddings`` (the sequence length unless ``seq_length`` is given), ``num_key_value_heads``
+  (default: the attention heads), ``head_dim`` (default ``hidden_size / num_attention_heads``),
+  ``intermediate_size``, ``hidden_act`` (``silu``/``swiglu`` make the MLP gated), ``attention_dropout``;
+- Mixtral: ``num_local_experts``, ``num_experts_per_tok`` (experts of ``intermediate_size``);
+- Qwen MoE (``qwen2_moe``, ``qwen3_moe``): ``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
+  ``shared_expert_intermediate_size`` (whole shared experts of the expert size), ``mlp_only_layers`` (leading
+  dense layers);
+- DeepSeek-V3 (``deepseek_v3``, ``deepseek_v2``): ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
+  ``qk_rope_head_dim``, ``v_head_dim``, ``n_routed_experts``, ``num_experts_per_tok``, ``n_shared_experts``,
+  ``moe_intermediate_size``, ``first_k_dense_replace``.
+"""
+
+from __future__ import annotations
+
+from .._files import as_path, load_json
+from ..errors import InputError
+from ..layers import TransformerConfig
+
+__all__ = ["read_model_config"]
+
+_GATED = ("silu", "swiglu", "swish")
+
+
+def read_model_config(path, *, seq_length: int | None = None, name: str = "decoder") -> TransformerConfig:
+    """The transformer stack a Hugging Face ``config.json`` describes (keys in the module docstring).
+
+    Parameters
+    ----------
+    path : str or Path
+        The ``config.json``.
+    seq_length : int, optional
+        Training sequence length (default the config's ``max_position_embeddings``).
+    name : str
+        Kind name of the dense layers (MoE layers: ``name + "_moe"``).
+
+    Examples
+    --------
+    >>> import json, tempfile, pathlib
+    >>> keys = dict(model_type="llama", num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
+    ...             num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+    ...             max_position_embeddings=8192, hidden_act="silu")
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "config.json"
+    >>> _ = path.write_text(json.dumps(keys))
+    >>> model = read_model_config(path)
+    >>> model.layers, model.num_kv_heads, model.gated_mlp, model.seq_length
+    (32, 8, True, 8192)
+    """
+    path = as_path("path", path)
+    document = load_json(path, "model config")
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: a model config must be a JSON object; got {type(document).__name__}")
+    config = document.get("text_config", document)
+    if not isinstance(config, dict):
+        raise InputError(f"{path}: 'text_config' must be a JSON object; got {type(config).__name__}")
+    keys = _Keys(path, config)
+    fields = dict(layers=keys.int("num_hidden_layers"), hidden_size=keys.int("hidden_size"),
+                  num_heads=keys.int("num_attention_heads"), vocab_size=keys.int("vocab_size"),
+                  seq_length=keys.int("max_position_embeddings") if seq_length is None else seq_length,
+                  ffn_size=keys.int("intermediate_size"), gated_mlp=str(config.get("hidden_act", "gelu")) in _GATED,
+                  dropout=bool(config.get("attention_dropout", 0.0)), name=name)
+    fields["num_kv_heads"] = keys.int("num_key_value_heads", fields["num_heads"])
+    if "head_dim" in config and config["head_dim"] is not None:
+        fields["head_dim"] = keys.int("head_dim")
+    kind = str(config.get("model_type", ""))
+    if kind.startswith("deepseek"):
+        fields.update(_deepseek(keys))
+    elif "num_local_experts" in config:
+        fields.update(experts=keys.int("num_local_experts"), top_k=keys.int("num_experts_per_tok"))
+    elif "num_experts" in config and keys.int("num_experts", 0):
+        fields.update(_qwen_moe(keys))
+    try:
+        return TransformerConfig(**fields)
+    except InputError as error:
+        raise InputError(f"{path}: {error}") from None
+
+
+class _Keys:
+    """A config's values, each read as the type it must have, with the file and key in every refusal."""
+
+    def __init__(self, path, config: dict):
+        self.path, self.config = path, config
+
+    def int(self, key: str, default: int | None = None) -> int:
+        value = self.config.get(key, default)
+        if value is None:
+            raise InputError(f"{self.path}: missing key {key!r} (a whole number)")
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InputError(f"{self.path}: key {key!r} must be a whole number >= 0; got {value!r}")
+        return value
+
+
+def _deepseek(keys: _Keys) -> dict:
+    nope, rope = keys.int("qk_nope_head_dim"), keys.int("qk_rope_head_dim")
+    heads = keys.int("num_attention_heads")
+    return dict(head_dim=nope + rope, v_head_dim=keys.int("v_head_dim"), q_lora_rank=keys.int("q_lora_rank", 0),
+                kv_lora_rank=keys.int("kv_lora_rank"), rope_head_dim=rope, num_kv_heads=heads,
+                experts=keys.int("n_routed_experts"), top_k=keys.int("num_experts_per_tok"),
+                shared_experts=keys.int("n_shared_experts", 0), expert_ffn_size=keys.int("moe_intermediate_size"),
+                dense_layers=keys.int("first_k_dense_replace", 0))
+
+
+def _qwen_moe(keys: _Keys) -> dict:
+    expert = keys.int("moe_intermediate_size")
+    shared = keys.int("shared_expert_intermediate_size", 0)
+    dense = keys.config.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or dense != list(range(len(dense))):
+        raise InputError(f"{keys.path}: key 'mlp_only_layers' must list the leading layers 0, 1, ... (sappkit puts "
+                         f"dense layers first); got {dense!r}")
+    return dict(experts=keys.int("num_experts"), top_k=keys.int("num_experts_per_tok"), expert_ffn_size=expert,
+                shared_experts=round(shared / expert) if shared else 0, dense_layers=len(dense))

@@ -1,0 +1,117 @@
+"""Layer tables compiled once per shape, so that pricing a strategy costs a pipeline, not an estimate.
+
+What a layer costs in time and activation memory depends on the model, the
+device, the micro-batch, the tensor, context and expert degrees (and the
+links their groups run on); not on the data-parallel degree or the ZeRO
+stage, which only change what each device holds of the parameters. A
+:class:`CompiledShape` holds the estimate of one such shape
+(:func:`compile_shape`, cached), and :meth:`CompiledShape.table` puts any
+``(dp, zero)``'s parameter memory into it in a few array operations. The
+strategy search prices thousands of strategies over a handful of shapes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import pandas as pd
+
+from ..columns import FIRST_WORKING_MB, KIND, PARAM_MB, WORKING_MB
+from ..hardware import Cluster
+from ..layers import KernelConfig, LayerTable, ParallelConfig, TransformerConfig, estimate_layers
+from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms
+from ..layers.estimate import param_bytes
+from ..layers.timing import DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS
+
+__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache"]
+
+_MB = 2**20
+#: Compiled shapes kept (a search visits a few dozen shapes; each holds one small table).
+_CACHE_SIZE = 512
+_cache: dict = {}
+
+
+@dataclass(frozen=True, eq=False)
+class CompiledShape:
+    """One shape's layer table (times, activations) and its per-kind parameters, for any ``(dp, zero)``."""
+
+    models: tuple[TransformerConfig, ...]
+    layers: LayerTable
+    """The estimate at the parallel settings it was compiled with."""
+    params: pd.DataFrame
+    """Per kind: ``params`` and ``expert_params`` on one device (after tensor and expert splitting)."""
+    tables: dict = field(default_factory=dict, repr=False)
+    """The tables :meth:`table` made, per what they depend on."""
+
+    def table(self, parallel: ParallelConfig, cluster: Cluster) -> LayerTable:
+        """The layer table with ``parallel``'s parameter memory and its data-parallel costs on ``cluster`` (of this
+        shape: the same links for the tensor, context and expert groups); made once per ``(dp, zero)`` and
+        cluster."""
+        key = (parallel.data_parallel, parallel.zero, cluster)
+        if key not in self.tables:
+            self.tables[key] = self._table(parallel, cluster)
+        return self.tables[key]
+
+    def _table(self, parallel: ParallelConfig, cluster: Cluster) -> LayerTable:
+        frame = self.layers.frame
+        per_kind = self.params.loc[frame[KIND]]
+        held, working = _param_bytes(per_kind[PARAMS].to_numpy(), per_kind[EXPERT_PARAMS].to_numpy(), parallel)
+        breakdown = self.layers.breakdown.copy()
+        per_row = self.params.loc[breakdown[KIND]]
+        pairs = list(zip(per_row[PARAMS].to_numpy(), per_row[EXPERT_PARAMS].to_numpy()))
+        breakdown[DP_COMM_MS] = [grad_sync_ms(d, e, parallel, cluster) for d, e in pairs]
+        breakdown[OPTIMIZER_MS] = [optimizer_ms(d, e, parallel, cluster) for d, e in pairs]
+        return self.layers.with_columns(**{PARAM_MB: held / _MB, WORKING_MB: working / _MB,
+                                           FIRST_WORKING_MB: working / _MB}, breakdown=breakdown)
+
+
+def _param_bytes(dense: np.ndarray, experts: np.ndarray, parallel: ParallelConfig) -> tuple[np.ndarray, np.ndarray]:
+    pairs = [param_bytes(d, e, parallel) for d, e in zip(dense, experts)]
+    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+
+
+def clear_cache() -> None:
+    """Forget every compiled shape (the next :func:`compile_shape` of each estimates again)."""
+    _cache.clear()
+
+
+def shape_key(models: tuple, parallel: ParallelConfig, cluster: Cluster, kernels: KernelConfig,
+              options: tuple) -> tuple:
+    """What a shape's times and activations depend on: everything but ``dp`` and ZeRO, and its groups' links."""
+    links = (cluster.group(dense_sizes(parallel), "tp"), cluster.group(dense_sizes(parallel), "cp"),
+             cluster.group(expert_sizes(parallel), "ep"))
+    base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1)
+    return (models, base, parallel.expert_parallel, parallel.expert_tensor_parallel, cluster.device, kernels,
+            options, links)
+
+
+def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig, cluster: Cluster, *,
+                  kernels: KernelConfig | None = None, options: tuple[str, ...]) -> CompiledShape:
+    """The compiled shape of ``models`` under ``parallel`` on ``cluster`` (cached per :func:`shape_key`).
+
+    Examples
+    --------
+    >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096,
+    ...                         seq_length=2048, vocab_size=32000)
+    >>> cluster = Cluster.preset("dgx-a100")
+    >>> one = compile_shape((gpt,), ParallelConfig(tensor_parallel=2, data_parallel=4), cluster,
+    ...                     options=("none",))
+    >>> two = compile_shape((gpt,), ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0), cluster,
+    ...                     options=("none",))
+    >>> one is two, one.table(ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0), cluster).frame.equals(
+    ...     estimate_layers(gpt, parallel=ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0),
+    ...                     cluster=cluster, options=("none",)).frame)
+    (True, True)
+    """
+    kernels = KernelConfig() if kernels is None else kernels
+    key = shape_key(models, parallel, cluster, kernels, options)
+    compiled = _cache.get(key)
+    if compiled is None:
+        layers = estimate_layers(*models, parallel=parallel, cluster=cluster, kernels=kernels, options=options)
+        params = layers.breakdown.drop_duplicates(KIND).set_index(KIND)[[PARAMS, EXPERT_PARAMS]]
+        compiled = CompiledShape(models=models, layers=layers, params=params)
+        if len(_cache) >= _CACHE_SIZE:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = compiled
+    return compiled

@@ -1,0 +1,217 @@
+"""The performance model against published runs: predicted against measured, row by row.
+
+``data/published_runs.csv`` (``data/README.md`` describes it) holds runs
+whose model shape, strategy and cluster are published, each with what was
+measured and where (paper, table, page or file); ``assumed`` says what a row
+had to assume where its source is silent. A row's metric is what its source
+measured (:data:`METRICS`); the prediction is
+:func:`sappkit.evaluate_strategy`'s step priced in the same unit, and the
+error ``predicted / measured - 1``.
+
+``data/published_memory.csv`` holds per-device memory a source gives for a
+published configuration: the parameters with their optimizer state
+(compared with the ``param_mb`` of a stage holding only transformer layers,
+as the sources count them; the first stage when every stage holds the
+embedding or the LM head) or the activations (the first stage's
+``activation_mb + overhead_mb``, where they peak), in GiB
+(:func:`validate_memory`).
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .._files import as_path, bundled, read_csv
+from .._frames import check_frame
+from ..errors import InputError
+from ..hardware import Cluster
+from ..layers import TransformerConfig
+from ..layers.flops import megatron_sc21_flops
+from ..layers.units import text_table
+from .config import Strategy
+from .evaluate import evaluate_strategy
+
+__all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
+           "validate_memory", "Validation", "run_inputs"]
+
+#: The bundled tables of published runs and of published per-device memory.
+PUBLISHED_RUNS, PUBLISHED_MEMORY = "published_runs.csv", "published_memory.csv"
+#: What a row's ``measured`` is, by its ``metric`` (memory rows: by their ``part``).
+METRICS = {
+    "tflops_sc21": "teraFLOP/s per GPU, counted as Narayanan et al. SC'21 eq. 3 (recompute's fourth pass counted)",
+    "iteration_s": "seconds per iteration",
+    "param_opt_gib": "GiB of parameters and optimizer state per device",
+    "activation_gib": "GiB of activations per device",
+}
+#: Short names of the metrics in printed tables.
+METRIC_NAMES = {"tflops_sc21": "TFLOP/s/GPU", "iteration_s": "s/iteration", "param_opt_gib": "param+opt GiB",
+                "activation_gib": "activation GiB"}
+_SHAPE = ("layers", "hidden_size", "num_heads", "ffn_size", "seq_length", "vocab_size")
+_STRATEGY = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "micro_batch_size", "zero")
+_SETTINGS = (*_SHAPE, *_STRATEGY, "global_batch", "devices", "cluster", "dtype", "recompute", "sequence_parallel",
+             "overlap_grad_reduce", "overlap_p2p_comm", "assumed")
+_COLUMNS = ("run", "source", "where", "metric", "measured", *_SETTINGS)
+_MEMORY_COLUMNS = ("run", "source", "where", "part", "measured_gib", *_SETTINGS)
+_NUMERIC = (*_SHAPE, *_STRATEGY, "global_batch", "devices")
+
+
+def published_runs(path=None) -> pd.DataFrame:
+    """The published runs (default the bundled ``published_runs.csv``), checked.
+
+    Examples
+    --------
+    >>> runs = published_runs()
+    >>> runs.groupby("source").size().to_dict()
+    {"Korthikanti et al. MLSys'23": 8, "Narayanan et al. SC'21": 10}
+    """
+    frame = _read(path, PUBLISHED_RUNS, "published runs", _COLUMNS, "measured")
+    _check_choices(frame, "metric", ("tflops_sc21", "iteration_s"))
+    return frame
+
+
+def published_memory(path=None) -> pd.DataFrame:
+    """The published per-device memory (default the bundled ``published_memory.csv``), checked."""
+    frame = _read(path, PUBLISHED_MEMORY, "published memory", _MEMORY_COLUMNS, "measured_gib")
+    _check_choices(frame, "part", ("param_opt", "activation"))
+    return frame
+
+
+def _read(path, bundled_name: str, what: str, columns: tuple, measured: str) -> pd.DataFrame:
+    path = bundled(bundled_name) if path is None else as_path("path", path)
+    frame = read_csv(path, what, f"a CSV file of {what}")
+    return check_frame(frame, "runs", columns, what, numeric=(measured, *_NUMERIC))
+
+
+def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
+    for index, value in frame[column].items():
+        if value not in choices:
+            raise InputError(f"runs row {index} ({frame.at[index, 'run']!r}): {column} must be one of "
+                             f"{', '.join(map(repr, choices))}; got {value!r}")
+
+
+def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
+    """A published run's model, strategy and global batch."""
+    model = TransformerConfig(**{name: int(row[name]) for name in _SHAPE}, name="layer")
+    v = int(row["virtual_stages"])
+    strategy = Strategy(**{name: int(row[name]) for name in _STRATEGY},
+                        schedule="interleaved" if v > 1 else "1f1b", dtype=row["dtype"],
+                        sequence_parallel=_flag(row["sequence_parallel"]),
+                        overlap_grad_reduce=_flag(row["overlap_grad_reduce"]),
+                        overlap_p2p_comm=_flag(row["overlap_p2p_comm"]))
+    if strategy.devices != int(row["devices"]):
+        raise InputError(f"run {row['run']!r}: t·cp·dp·p = {strategy.devices} devices, but the row says "
+                         f"{int(row['devices'])}")
+    return model, strategy, int(row["global_batch"])
+
+
+def _flag(value) -> bool:
+    return value if isinstance(value, bool | np.bool_) else str(value).strip().lower() == "true"
+
+
+@dataclass(frozen=True, eq=False)
+class Validation:
+    """Predicted against measured per published run (:func:`validate`).
+
+    ``frame``: ``run``, ``source``, ``metric``, ``measured``, ``predicted``,
+    ``error`` (``predicted / measured - 1``), ``step_s`` (the predicted
+    step), ``where``, ``assumed``.
+    """
+
+    frame: pd.DataFrame = field(repr=False)
+
+    @property
+    def mean_error(self) -> float:
+        """Mean absolute error over the rows."""
+        return float(self.frame["error"].abs().mean())
+
+    @property
+    def worst_error(self) -> float:
+        """Largest absolute error of a row."""
+        return float(self.frame["error"].abs().max())
+
+    def describe(self) -> str:
+        """The table (100 columns) and the mean and worst absolute errors."""
+        shown = self.frame[["run", "metric", "measured", "predicted", "error"]].copy()
+        shown["error"] = [f"{error:+.1%}" for error in shown["error"]]
+        shown["metric"] = shown["metric"].map(METRIC_NAMES)
+        return "\n".join([text_table(shown.round(2)),
+                          f"mean |error| {self.mean_error:.2%}, worst {self.worst_error:.2%} over "
+                          f"{len(self.frame)} runs"])
+
+    def __repr__(self) -> str:
+        return f"Validation({len(self.frame)} runs: mean |error| {self.mean_error:.2%}, worst {self.worst_error:.2%})"
+
+    def _repr_html_(self) -> str:
+        return f"<div><b>{html.escape(repr(self))}</b>{self.frame.round(3).to_html(index=False)}</div>"
+
+
+def validate(runs: pd.DataFrame | None = None, *, clusters: dict[str, Cluster] | None = None) -> Validation:
+    """Price every published run and compare with what was measured.
+
+    Parameters
+    ----------
+    runs : DataFrame, optional
+        Rows as :func:`published_runs` reads them (default: the bundled table).
+    clusters : dict, optional
+        Cluster to use per ``cluster`` name of the rows (default: the presets).
+
+    Examples
+    --------
+    >>> result = validate(published_runs().iloc[:1])
+    >>> result.frame[["run", "measured"]].to_dict("records")
+    [{'run': 'sc21-1.7b', 'measured': 137.0}]
+    """
+    runs = published_runs() if runs is None else runs
+    rows = []
+    for _, row in runs.iterrows():
+        model, strategy, batch, result = _priced(row, clusters)
+        seconds = result.step_time / 1e3
+        if row["metric"] == "tflops_sc21":
+            flops = megatron_sc21_flops(model, batch=batch, recompute=row["recompute"] == "full")
+            predicted = flops / seconds / strategy.devices / 1e12
+        else:
+            predicted = seconds
+        rows.append(_compared(row, row["metric"], float(row["measured"]), predicted, step_s=seconds))
+    return Validation(pd.DataFrame(rows))
+
+
+def validate_memory(rows: pd.DataFrame | None = None, *,
+                    clusters: dict[str, Cluster] | None = None) -> Validation:
+    """Price every published memory row and compare per-device memory (module docstring), in GiB.
+
+    Examples
+    --------
+    >>> result = validate_memory()
+    >>> result.worst_error < 0.05
+    True
+    """
+    rows = published_memory() if rows is None else rows
+    compared = []
+    for _, row in rows.iterrows():
+        _, strategy, _, result = _priced(row, clusters)
+        stages = result.stages
+        if row["part"] == "activation":
+            predicted = float(stages["activation_mb"].iloc[0] + stages["overhead_mb"].iloc[0]) / 1024
+        else:
+            body_only = stages.iloc[1:-1] if len(stages) > 2 else stages.iloc[:1]
+            predicted = float(body_only["param_mb"].min()) / 1024
+        compared.append(_compared(row, f"{row['part']}_gib", float(row["measured_gib"]), predicted,
+                                  step_s=result.step_time / 1e3))
+    return Validation(pd.DataFrame(compared))
+
+
+def _priced(row, clusters):
+    model, strategy, batch = run_inputs(row)
+    cluster = (clusters or {}).get(row["cluster"]) or Cluster.preset(row["cluster"])
+    result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"])
+    return model, strategy, batch, result
+
+
+def _compared(row, metric: str, measured: float, predicted: float, *, step_s: float) -> dict:
+    return {"run": row["run"], "source": row["source"], "metric": metric, "measured": measured,
+            "predicted": predicted, "error": predicted / measured - 1, "step_s": step_s, "where": row["where"],
+            "assumed": row["assumed"]}

@@ -1,0 +1,64 @@
+"""A device prices a kernel by the compute or memory roofline, with a size-dependent matmul efficiency."""
+
+import pytest
+
+from sappkit import InputError
+from sappkit.hardware import DEVICE_PRESETS, DeviceConfig
+
+
+def test_matmul_is_the_longer_roofline_plus_the_kernel_cost():
+    gpu = DeviceConfig(tflops=100.0, mfu=0.5, hbm_gbs=1000.0, kernel_us=10.0)
+    # 1e12 FLOPs at 50 TFLOP/s: 20 ms; 1e9 bytes at 1000 GB/s: 1 ms; plus 10 us.
+    assert gpu.matmul_ms(1e12, 1e9) == pytest.approx(20.01)
+    # A skinny matmul: few FLOPs per byte, so memory-bound.
+    assert gpu.matmul_ms(1e9, 1e10) == pytest.approx(10.01)
+    assert gpu.memory_ms(5e8) == pytest.approx(0.51)
+    assert gpu.matmul_ms(0.0, 1e9) == 0.0 and gpu.memory_ms(0.0) == 0.0
+
+
+def test_efficiency_grows_with_the_matmul_size_towards_mfu():
+    gpu = DeviceConfig(tflops=100.0, mfu=0.8, matmul_half_gflop=2.0)
+    sizes = [1e8, 1e9, 2e9, 1e10, 1e12]
+    efficiencies = [gpu.matmul_efficiency(flops) for flops in sizes]
+    assert efficiencies == sorted(efficiencies) and efficiencies[2] == pytest.approx(0.4)
+    assert efficiencies[-1] == pytest.approx(0.8, rel=1e-2)
+    # A batched matmul is one kernel at the efficiency of one problem's size.
+    one = gpu.matmul_ms(8e9, 0, size=1e9)
+    assert one == pytest.approx(8e9 / (100e9 * gpu.matmul_efficiency(1e9)))
+    assert DeviceConfig(tflops=100.0, mfu=0.8).matmul_efficiency(1e3) == 0.8
+
+
+def test_peaks_per_dtype():
+    h100 = DeviceConfig.preset("h100-sxm")
+    assert (h100.peak_tflops("bf16"), h100.peak_tflops("fp16"), h100.peak_tflops("fp8"),
+            h100.peak_tflops("fp32")) == (989.4, 989.4, 1978.9, 494.7)
+    assert DeviceConfig(tflops=300.0).peak_tflops("fp32") == 150.0
+    with pytest.raises(InputError, match=r"^dtype must be one of 'bf16', 'fp16', 'fp32', 'fp8'; got 'int4'$"):
+        h100.peak_tflops("int4")
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_PRESETS))
+def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
+    device = DeviceConfig.preset(name)
+    assert device.name == name
+    assert "datasheet" in DEVICE_PRESETS[name].__doc__.lower() or "publishes no datasheet" in \
+        DEVICE_PRESETS[name].__doc__
+    assert DeviceConfig.preset(name, hbm_gb=1.0).hbm_gb == 1.0
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: DeviceConfig.preset("tpu"), "device must be one of 'a100-80g', 'a100-40g', 'h100-sxm', 'h200', 'b200', "
+                                         "'ascend-910b'; got 'tpu'"),
+    (lambda: DeviceConfig.preset("h200", hbm=1), "device preset 'h200' has no field 'hbm'; its fields: tflops, mfu, "
+                                                 "link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, "
+                                                 "matmul_half_gflop, hbm_efficiency, kernel_us"),
+    (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
+    (lambda: DeviceConfig(hbm_efficiency=0), "hbm_efficiency must be in (0, 1]; got 0"),
+    (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),
+    (lambda: DeviceConfig(kernel_us=-1), "kernel_us must be a finite number >= 0; got -1"),
+    (lambda: DeviceConfig(name=""), "name must be a non-empty string; got ''"),
+])
+def test_bad_devices_are_refused_by_name(call, message):
+    with pytest.raises(InputError) as error:
+        call()
+    assert str(error.value) == message
