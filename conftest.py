@@ -1,4 +1,9 @@
-"""Collection for the whole tree: without PyTorch, what needs the ``[torch]`` extra is reported as skipped.
+"""Collection for the whole tree: the slow lane, and without PyTorch, what needs the ``[torch]`` extra reported as
+skipped.
+
+The slow lane (``pytest -m slow``; ``pytest -m "not slow"`` is the fast lane, docs/contributing.md says when to run
+which): every notebook under nbval, the real-browser checks, the fuzz suite, and the exhaustive and brute-force
+tests marked ``slow`` where they are written. A plain ``pytest``, as CI runs it, runs both.
 
 A file that imports torch (the ``sappkit.torch`` modules under ``--doctest-modules``, the torch tests and
 their helpers, notebook 05) is replaced by one collector that skips with the reason, so a plain install's
@@ -16,6 +21,8 @@ ROOT = Path(__file__).parent
 NEEDS_TORCH = (ROOT / "sappkit" / "torch", ROOT / "tests" / "torch", ROOT / "notebooks" / "05_pytorch.ipynb")
 #: What runs without torch anyway: the test of that very case, and the folder's own plumbing.
 RUNS_WITHOUT_TORCH = tuple(ROOT / "tests" / "torch" / name for name in ("test_import.py", "conftest.py", "__init__.py"))
+#: Folders whose every test is slow: the notebooks (each executed in a kernel) and the fuzz suite.
+SLOW_FOLDERS = (ROOT / "notebooks", ROOT / "tests" / "fuzz")
 REASON = "needs PyTorch, the [torch] extra (pip install torch==2.13.0 && pip install -e '.[dev,torch]')"
 
 
@@ -48,3 +55,13 @@ def pytest_collect_file(file_path, parent):
     if collectors and needs_missing_torch(Path(file_path)):
         return [TorchMissing.from_parent(parent, path=file_path)]
     return collectors
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Mark the slow lane: the slow folders' items and the real-browser checks (``browser``)."""
+    for item in items:
+        path = Path(item.path)
+        if item.get_closest_marker("browser") or any(path == folder or folder in path.parents
+                                                     for folder in SLOW_FOLDERS):
+            item.add_marker(pytest.mark.slow)

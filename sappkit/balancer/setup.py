@@ -22,7 +22,7 @@ from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.costs import positional_rank
 from ..pipeline.schedules import (
-    SEED_SCHEDULES, V_SHAPED, check_pipeline, check_simulated, forward_in_backward, in_flight_counts, model_order,
+    SAPP_SCHEDULES, V_SHAPED, check_pipeline, check_simulated, forward_in_backward, in_flight_counts, model_order,
     tail_cell,
 )
 from ..pipeline.seqpipe import rescale_for_seqpipe
@@ -121,7 +121,7 @@ class BalanceSetup:
     @property
     def overhead_active(self) -> bool:
         """The interleaved overhead term applies: ``v > 1`` and ``m != p`` on SAPP's schedules."""
-        return self.chunks > 1 and self.slices != self.stages and self.schedule in SEED_SCHEDULES
+        return self.chunks > 1 and self.slices != self.stages and self.schedule in SAPP_SCHEDULES
 
     def overhead_terms(self, stage: int) -> list[tuple[int, int, int]]:
         """``(factor, chunk_a, chunk_b)``: stage overhead = Σ factor (A(chunk_a) - A(chunk_b)).
@@ -173,7 +173,7 @@ class BalanceSetup:
     @property
     def bottleneck_split(self) -> bool:
         """The level >= 1 objective with ``v > 1`` and ``m = p`` (``MAX_STAGE`` and ``MAX_LAST``), SAPP's schedules."""
-        return self.chunks > 1 and self.slices == self.stages and self.level >= 1 and self.schedule in SEED_SCHEDULES
+        return self.chunks > 1 and self.slices == self.stages and self.level >= 1 and self.schedule in SAPP_SCHEDULES
 
     @property
     def consistency(self) -> tuple[str, str] | None:
@@ -280,7 +280,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
         head=_fixed(table, table.head, 0, 0), tail=_fixed(table, table.tail, *tail_cell(schedule, p, v)),
         in_flight=in_flight_counts(schedule, p, m, v, less_memory, k).astype(float),
     )
-    if schedule not in SEED_SCHEDULES:
+    if schedule not in SAPP_SCHEDULES:
         memory = ("the peak over the step order's memory events, as simulated" if working_set else
                   "Σ activation × in-flight (each cell's peak, a bound on the stage's)")
         notes.append(f"{schedule}: memory = {memory}; time: the sapp objective's closed form stands in for the "

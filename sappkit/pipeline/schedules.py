@@ -42,7 +42,7 @@ from ..errors import InputError
 from ..limits import MAX_CHUNKS, MAX_MICRO_BATCHES, MAX_SEQ_SPLIT, MAX_SIMULATED_PASSES, MAX_STAGES
 from . import zero_bubble
 
-__all__ = ["Schedule", "SCHEDULES", "SEED_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
+__all__ = ["Schedule", "SCHEDULES", "SAPP_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
            "in_flight_counts", "forward_in_backward", "check_pipeline", "check_simulated", "model_order",
            "tail_cell"]
 
@@ -51,7 +51,7 @@ Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "loop
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs",
                               "zb_interleaved", "zbv", "dualpipev_split")
 #: The schedules of the original tool, whose interleaved overhead and time factors the ``sapp`` balancer models.
-SEED_SCHEDULES: tuple[str, ...] = SCHEDULES[:4]
+SAPP_SCHEDULES: tuple[str, ...] = SCHEDULES[:4]
 #: Two chunks in a V: chunk 1 runs back up the stages and the model ends on stage 0.
 V_SHAPED: tuple[str, ...] = ("dualpipev", "zbv", "dualpipev_split")
 #: Schedules whose backward splits into an input-gradient and a weight-gradient pass.

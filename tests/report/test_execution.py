@@ -83,6 +83,7 @@ def _dashboard_run(name: str, folder: Path, times: int) -> Path:
     return path
 
 
+@pytest.mark.slow  # runs the notebooks themselves, as the notebook lane does
 @pytest.mark.parametrize("name", ["03_recompute.ipynb", "04_alternatives.ipynb"])
 def test_dashboards_never_wait_on_an_idle_kernel(name, tmp_path):
     """Each dashboard notebook once, then its dashboard nine times more in the same kernel.
@@ -131,6 +132,7 @@ def _dying_notebook(folder: Path, condition: str) -> Path:
     return path
 
 
+@pytest.mark.slow  # starts and kills kernels
 def test_a_kernel_that_dies_once_is_replaced_and_the_notebook_run_again(tmp_path):
     path = _dying_notebook(tmp_path, "if not Path('died').exists():\n    Path('died').touch()")
     lines = []
@@ -141,6 +143,7 @@ def test_a_kernel_that_dies_once_is_replaced_and_the_notebook_run_again(tmp_path
                      "cell 2/4", "cell 3/4", "cell 4/4"]
 
 
+@pytest.mark.slow  # starts and kills kernels
 def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys, monkeypatch):
     """Even when nbclient's clean-up then fails in turn (it once ended a report in an AssertionError of its own)."""
     cleanup = NotebookClient._async_cleanup_kernel
@@ -162,6 +165,7 @@ def test_a_kernel_that_dies_twice_is_named_in_one_line(tmp_path, capsys, monkeyp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["dies.ipynb"]
 
 
+@pytest.mark.slow  # waits for a kernel that never comes
 def test_a_kernel_that_never_starts_is_named_in_one_line_and_nothing_after_it(tmp_path):
     """The whole program's stderr, exit included: nbclient left an exit-time clean-up behind that ended in an
     AssertionError traceback after the message."""

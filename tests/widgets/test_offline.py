@@ -144,6 +144,7 @@ def test_bad_fragments_are_refused(states, options, message):
     assert str(raised.value) == message
 
 
+@pytest.mark.slow  # every state of the dashboard
 def test_balance_states_are_the_plans_the_slider_shows(llama, monkeypatch):
     pytest.importorskip("ipywidgets")
     from sappkit.widgets.balance import BalanceDashboard
@@ -161,6 +162,7 @@ def test_balance_states_are_the_plans_the_slider_shows(llama, monkeypatch):
     assert plt.get_fignums() == []
 
 
+@pytest.mark.slow  # every state of the dashboard
 def test_recompute_states_are_the_choices_the_slider_shows(llama, monkeypatch):
     pytest.importorskip("ipywidgets")
     from sappkit.widgets.recompute import RecomputeDashboard
@@ -175,6 +177,7 @@ def test_recompute_states_are_the_choices_the_slider_shows(llama, monkeypatch):
         assert (state["text"], len(state["images"])) == (dashboard.last.text, 1)
 
 
+@pytest.mark.slow  # every state of the dashboard
 def test_alternatives_states_are_the_plan_and_each_alternative(deepseek, monkeypatch):
     pytest.importorskip("ipywidgets")
     from sappkit import choose_recompute
@@ -204,6 +207,7 @@ def test_tour_states_are_every_schedule_with_refusals_written_out(llama, monkeyp
     assert states[2]["text"] == dashboard.message != ""
 
 
+@pytest.mark.slow  # every state of the dashboard
 def test_fit_states_are_each_const_then_each_run_alone(observed, monkeypatch):
     pytest.importorskip("ipywidgets")
     from sappkit.widgets.fit import FitDashboard

@@ -16,8 +16,10 @@ that none fits; where none applies, or a budget stops one, the integer program (
 
 Why three and not one DP over stages: a state that covers all three cases is the boundary search's with one
 boundary per pair of adjacent kinds (its tables grow with the layer count to the power of the kinds) plus the
-enumeration's distinct mixes where memory is not monotone. Each search keeps the smallest state its case
-needs; ``sappkit bench --only balance`` runs every bundled model through the one that answers it.
+enumeration's distinct mixes where memory is not monotone. Where two searches cover a case they prove the
+same optimum, so the route is a matter of speed on ``sappkit bench --only balance``: on one chunk the boundary
+search also answers one or two kinds, but the run DP is 2-5 times faster on two kinds, and on one kind the
+boundary search is faster on the bundled models yet slower on the 96-layer grid than the enumeration.
 """
 
 from .cells import Cache

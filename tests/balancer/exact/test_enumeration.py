@@ -4,7 +4,9 @@ The working set of a stage's last-chunk cell depends on which option its
 last layer runs, so the search keeps per-option fronts there
 (``cells.working_fronts``); these tests check that nothing is lost: the
 search's optimum equals the integer program's and an enumeration of every
-placement judged by :func:`~sappkit.balancer.evaluate.evaluate` itself.
+placement judged by :func:`~sappkit.balancer.evaluate.evaluate` itself (the
+peak over the stage's memory events), on 1F1B, interleaved (``m`` a multiple
+of ``p`` and not, three chunks, less-memory) and DualPipeV.
 """
 
 from __future__ import annotations
@@ -62,6 +64,19 @@ def brute_force(placed, limit):
     return float(values[fits].min()) if fits.any() else math.inf
 
 
+def assert_search_proves_brute_force(frame, scales, *, listed=None, **pipeline):
+    """At ``scales`` times a loose limit, the exact search proves the least objective of the placements that fit
+    (inf where none does); ``listed(setup)`` judges every placement (default: :func:`every_placement`)."""
+    limit = loose_limit(frame, **pipeline)
+    placed = (listed or every_placement)(make_setup(frame, memory_mb=limit, **pipeline))
+    for scale in scales:
+        setup = make_setup(frame, memory_mb=limit * scale, **pipeline)
+        found = search(setup)
+        assert found is not None and found.proven
+        value = math.inf if found.counts is None else found.upper
+        assert value == pytest.approx(brute_force(placed, setup.memory_mb), rel=1e-9)
+
+
 @pytest.mark.parametrize("options", [("none", "full"), ("none", "selective", "full"),
                                      ("none", "comm", "both", "full")])
 def test_working_fronts_hold_every_mix_a_stage_could_want(rng, options):
@@ -95,27 +110,27 @@ def _check_fronts(setup, fronts):
     dict(stages=3, micro_batches=3),
     dict(stages=2, micro_batches=4, chunks=2),
     dict(stages=2, micro_batches=4, chunks=2, schedule="dualpipev"),
-], ids=["1f1b", "1f1b-m=p", "interleaved", "dualpipev"])
+    dict(stages=2, micro_batches=3, chunks=2), dict(stages=2, micro_batches=2, chunks=3),
+    dict(stages=2, micro_batches=5, chunks=2, less_memory=True),
+    dict(stages=2, micro_batches=5, chunks=2, schedule="dualpipev"),
+], ids=["1f1b", "1f1b-m=p", "interleaved", "dualpipev", "m-not-a-multiple", "three-chunks", "less-memory",
+        "dualpipev-m-odd"])
 def test_exact_search_with_the_working_set_equals_brute_force(pipeline):
+    # Every placement judged by evaluate (the peak over memory events): the search's optimum is the least that fits.
     rng = np.random.default_rng(11)
     for trial in range(2):
         frame = with_working_sets(rng, table(rng, counts=(4,), options=("none", "selective", "full"),
                                              tail=bool(trial % 2)))
-        limit = loose_limit(frame, **pipeline)
-        placed = every_placement(make_setup(frame, memory_mb=limit, working_set=True, **pipeline))
-        for scale in (0.8, 1.0, 1.3):
-            setup = make_setup(frame, memory_mb=limit * scale, working_set=True, **pipeline)
-            found = search(setup)
-            assert found is not None and found.proven
-            value = math.inf if found.counts is None else found.upper
-            assert value == pytest.approx(brute_force(placed, setup.memory_mb), rel=1e-9)
+        assert_search_proves_brute_force(frame, (0.8, 1.0, 1.3), working_set=True, **pipeline)
 
 
 @pytest.mark.parametrize("pipeline", [
     dict(stages=4, micro_batches=8),
     dict(stages=3, micro_batches=6, chunks=2),
     dict(stages=3, micro_batches=6, chunks=2, schedule="dualpipev"),
-], ids=["1f1b", "interleaved", "dualpipev"])
+    dict(stages=3, micro_batches=7, chunks=2), dict(stages=3, micro_batches=4, chunks=3),
+    dict(stages=3, micro_batches=7, chunks=2, schedule="dualpipev"),
+], ids=["1f1b", "interleaved", "dualpipev", "m-not-a-multiple", "three-chunks", "dualpipev-m-odd"])
 def test_exact_search_with_the_working_set_agrees_with_the_ilp(rng, pipeline):
     frame = with_working_sets(rng, table(rng, counts=(14,)))
     limit = loose_limit(frame, **pipeline)

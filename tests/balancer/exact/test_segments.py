@@ -11,7 +11,6 @@ program.
 from __future__ import annotations
 
 import itertools
-import math
 
 import numpy as np
 import pytest
@@ -24,7 +23,7 @@ from sappkit.balancer.exact import why_not_applicable, least_memory, search
 from sappkit.balancer.setup import make_setup
 from sappkit.layers.units import format_mb
 
-from .test_enumeration import brute_force, judged, with_working_sets
+from .test_enumeration import assert_search_proves_brute_force, judged, with_working_sets
 from ..test_optimise import loose_limit, placements, solve_both_ways, table
 
 
@@ -58,16 +57,8 @@ def test_the_search_over_runs_equals_brute_force(counts, options, working):
     rng = np.random.default_rng(7)
     for trial in range(2):
         frame = two_kinds(rng, counts, options, working=working, tail=bool(trial % 2))
-        pipeline = dict(stages=3, micro_batches=4, working_set=working,
-                        consistent_recompute=False)
-        limit = loose_limit(frame, stages=3, micro_batches=4)
-        placed = every_placement(make_setup(frame, memory_mb=limit, **pipeline))
-        for scale in (0.7, 1.0, 1.4):
-            setup = make_setup(frame, memory_mb=limit * scale, **pipeline)
-            found = search(setup)
-            assert found is not None and found.proven
-            value = math.inf if found.counts is None else found.upper
-            assert value == pytest.approx(brute_force(placed, setup.memory_mb), rel=1e-9)
+        assert_search_proves_brute_force(frame, (0.7, 1.0, 1.4), listed=every_placement, stages=3, micro_batches=4,
+                                         working_set=working, consistent_recompute=False)
 
 
 @pytest.mark.parametrize("working", [False, True], ids=["no working set", "working set"])

@@ -62,16 +62,15 @@ def solved(setup):
     return found.upper
 
 
-@pytest.mark.parametrize("counts, pipeline", [((2, 3), dict(stages=2, chunks=2, micro_batches=4)),
-                                              ((2, 3), dict(stages=2, chunks=2, micro_batches=3)),
-                                              ((2, 4), dict(stages=2, chunks=3, micro_batches=4)),
-                                              ((1, 5), dict(stages=3, chunks=2, micro_batches=6)),
-                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=4)),
-                                              ((2, 3), dict(stages=2, chunks=2, micro_batches=2)),
-                                              ((2, 4), dict(stages=2, chunks=3, micro_batches=2)),
-                                              ((4, 2), dict(stages=3, chunks=2, micro_batches=3))],
-                         ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1",
-                              "split v2", "split v3", "split p3"])
+@pytest.mark.parametrize("counts, pipeline", [
+    ((2, 3), dict(stages=2, chunks=2, micro_batches=4)), ((2, 3), dict(stages=2, chunks=2, micro_batches=3)),
+    # every placement of the larger instances takes seconds: the slow lane
+    *(pytest.param(counts, pipeline, marks=pytest.mark.slow) for counts, pipeline in [
+        ((2, 4), dict(stages=2, chunks=3, micro_batches=4)), ((1, 5), dict(stages=3, chunks=2, micro_batches=6)),
+        ((4, 2), dict(stages=3, chunks=2, micro_batches=4)), ((2, 3), dict(stages=2, chunks=2, micro_batches=2)),
+        ((2, 4), dict(stages=2, chunks=3, micro_batches=2)), ((4, 2), dict(stages=3, chunks=2, micro_batches=3))])],
+    ids=["v2 m2p", "v2 m not a multiple of p", "v3", "boundary on chunk 0", "on chunk 1", "split v2", "split v3",
+         "split p3"])
 def test_the_search_equals_sapps_objective_over_every_placement(counts, pipeline):
     rng = np.random.default_rng(11)
     for trial in range(3):
@@ -104,8 +103,9 @@ def test_the_search_equals_every_placement_in_model_order_with_the_working_set(s
 
 
 @pytest.mark.parametrize("schedule, counts, stages, chunks", [
-    ("interleaved", (2, 2), 2, 2), ("interleaved", (1, 3), 3, 2), ("interleaved", (2, 3), 2, 3),
-    ("interleaved", (5, 0), 2, 2), ("interleaved", (6, 0), 2, 3)],
+    ("interleaved", (2, 2), 2, 2), ("interleaved", (1, 3), 3, 2),
+    pytest.param("interleaved", (2, 3), 2, 3, marks=pytest.mark.slow), ("interleaved", (5, 0), 2, 2),
+    pytest.param("interleaved", (6, 0), 2, 3, marks=pytest.mark.slow)],
     ids=["v2", "p3", "v3", "one kind v2", "one kind v3"])
 def test_the_split_objective_of_m_equal_p_equals_every_placement_with_the_working_set(schedule, counts, stages,
                                                                                       chunks):
@@ -186,6 +186,7 @@ def test_one_kind_past_the_split_budget_is_proven_by_the_enumeration(rng, monkey
     assert enumerated.proven and enumerated.upper == pytest.approx(optimum.upper, rel=1e-9)
 
 
+@pytest.mark.slow  # the ILP on 24-layer instances; tests/balancer/exact keeps quicker ILP agreements
 @pytest.mark.parametrize("working", [False, True], ids=["no working set", "working set"])
 def test_the_search_agrees_with_the_ilp(rng, working):
     for chunks, micro_batches in ((2, 8), (3, 6), (2, 3), (3, 3)):
