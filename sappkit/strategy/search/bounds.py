@@ -209,7 +209,7 @@ def _stage_paths(schedule: str, p: int, v: int, m: int, values: PerStrategy,
         weights = np.ones((len(layer), p))
     weights = weights / weights.sum(axis=1, keepdims=True)
     after = weights[:, ::-1].cumsum(axis=1)[:, ::-1] - weights                         # Lambda_{>s}
-    tau = weights[..., None, None] * m * layer[:, None]                                 # [strategy, stage, kind, option]
+    tau = weights[..., None, None] * m * layer[:, None]                           # [strategy, stage, kind, option]
     if v == 1:
         tau = tau + after[..., None, None] * fill[:, None]
         mandatory = 0.0

@@ -102,7 +102,7 @@ def _memory(schedule: str, p: int, v: int, m: int, values: PerStrategy, share, a
     """``[strategy, option]``: the highest stage's memory bound."""
     flight = flight_counts(schedule, p, v, m)[chunk_of, stage_of]                           # [cell]
     held = _per_stage(flight[None, :, None] * activation, stage_of, p,
-                      np.add if schedule in SIMULTANEOUS else np.maximum)                     # [strategy, stage, option]
+                      np.add if schedule in SIMULTANEOUS else np.maximum)                # [strategy, stage, option]
     layers = np.zeros((p, len(values.counts)))
     np.add.at(layers, stage_of, share)                                                        # [stage, kind]
     kept = np.einsum("sk,rko->rso", layers, values.params[..., None] + values.once)

@@ -25,6 +25,7 @@ The frame (:data:`COLUMNS`), one row per strategy laid out:
 from __future__ import annotations
 
 import html
+import textwrap
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -128,30 +129,32 @@ class StrategySearch:
 
     def limits(self) -> list[str]:
         """What the answer leaves out: the model's blind spots and the search's own reach, in numbers."""
-        best = self.best
         lines = [f"the model ignores {limit}" for limit in LIMITS]
-        unbalanced = self.frame[self.frame["status"].isin(("evaluated", "infeasible", "pruned_time"))]
+        best = self.best
         if best is not None:
+            balanced = int((self.frame["status"] == "balanced").sum())
+            unbalanced = self.frame[self.frame["status"].isin(("evaluated", "infeasible", "pruned_time"))]
             could = int((unbalanced["time_bound_ms"] < best[STEP_MS]).sum())
-            lines.append(f"only the {self.top} fastest even placements were balanced; {could:,} other strategies "
-                         f"have a bound below the best step ({best[STEP_MS]:,.0f} ms), so balancing them might beat it")
+            lines.append(f"balanced: the {balanced} strategies with a pipeline among the {self.top} fastest even "
+                         f"placements; {could:,} others have a bound below the best step, so balancing them "
+                         f"(a larger top) might beat it")
         return lines
-
     def describe(self) -> str:
         """A few lines, each under 100 columns: what was searched, how it was pruned, the best, the limits."""
+        limits = [textwrap.fill(line, 100, initial_indent="- ", subsequent_indent="  ") for line in self.limits()]
+        return "\n".join(self._summary() + limits)
+
+    def _summary(self) -> list[str]:
         counts = self.counts()
         lines = [f"{len(self.frame):,} strategies on {self.devices:,} devices, global batch {self.global_batch:,}, "
                  f"memory {format_mb(self.memory_mb)}, {self.seconds:.1f} s",
                  ", ".join(f"{counts[s]:,} {s.replace('_', ' ')}" for s in STATUSES)]
         best = self.best
         if best is None:
-            lines.append("no strategy fits the device")
-        else:
-            lines.append(f"best: {best['label']}")
-            lines.append(f"  step {best[STEP_MS]:,.0f} ms, {best[TOKENS]:,.0f} tokens/s/device, "
-                         f"{best[TFLOPS]:.0f} TFLOP/s/device, MFU {best[MFU]:.1%}, peak "
-                         f"{format_mb(best[PEAK_MB])}")
-        return "\n".join(lines + [f"- {line}" for line in self.limits()])
+            return lines + ["no strategy fits the device"]
+        return lines + [f"best: {best['label']}",
+                        f"  step {best[STEP_MS]:,.0f} ms, {best[TOKENS]:,.0f} tokens/s/device, "
+                        f"{best[TFLOPS]:.0f} TFLOP/s/device, MFU {best[MFU]:.1%}, peak {format_mb(best[PEAK_MB])}"]
 
     def __repr__(self) -> str:
         best = self.best
@@ -159,10 +162,10 @@ class StrategySearch:
         return f"StrategySearch({len(self.frame):,} strategies, {head})"
 
     def _repr_html_(self) -> str:
-        lines = self.describe().splitlines()
-        items = "".join(f"<li>{html.escape(line.lstrip('- '))}</li>" for line in lines[1:])
+        head, *rest = self._summary()
+        items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in rest + self.limits())
         table = self.table().round(3).to_html()
-        return f"<div><b>StrategySearch</b>: {html.escape(lines[0])}<ul>{items}</ul>{table}</div>"
+        return f"<div><b>StrategySearch</b>: {html.escape(head)}<ul>{items}</ul>{table}</div>"
 
     def _row(self, row) -> pd.Series:
         if row is None:

@@ -96,10 +96,10 @@ def default_dims(models: Sequence[TransformerConfig], devices: int, devices_per_
 
     ``t``: the divisors of a node's devices (with ``tensor_across_nodes``, of ``devices``, up to the most
     attention heads of a stack); ``p``: the divisors of ``devices`` up to the body layers (and
-    :data:`~sappkit.limits.MAX_STAGES`); ``v``: 1 to :data:`DEFAULT_CHUNKS` chunks, as long as each cell gets a body layer (``p v`` up
-    to the body layers; each schedule takes those it runs); ``cp``: 1, 2, 4, 8, 16; ``ep``: the divisors of the routed experts (1 for a
-    dense model); ``etp``: 1; ``b``: 1, 2, 4, 8; ZeRO 0 to 3; sequence parallelism on. ``dp`` is what the
-    devices leave (``devices / (t cp p)``).
+    :data:`~sappkit.limits.MAX_STAGES`); ``v``: 1 to :data:`DEFAULT_CHUNKS` chunks, as long as each cell gets
+    a body layer (``p v`` up to the body layers; each schedule takes those it runs); ``cp``: 1, 2, 4, 8, 16;
+    ``ep``: the divisors of the routed experts (1 for a dense model); ``etp``: 1; ``b``: 1, 2, 4, 8; ZeRO 0 to
+    3; sequence parallelism on. ``dp`` is what the devices leave (``devices / (t cp p)``).
 
     Examples
     --------
@@ -209,9 +209,10 @@ def enumerate_strategies(models: Sequence[TransformerConfig], *, devices: int, d
     >>> from sappkit import TransformerConfig
     >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
     ...                         vocab_size=32000)
-    >>> space = enumerate_strategies([gpt], devices=16, devices_per_node=8, global_batch=64)
-    >>> space["rule"].value_counts(dropna=False).to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'schedule': 5280, None: 3584, 'cells': 2528, 'node': 544, 'batch': 192}
+    >>> space = enumerate_strategies([gpt], devices=16, devices_per_node=8, global_batch=64,
+    ...                              dims={"tensor_parallel": [8, 16], "zero": [1]})
+    >>> space["rule"].value_counts(dropna=False).to_dict()
+    {None: 68, 'node': 4}
     >>> space.loc[space["rule"] == "node", "reason"].iloc[0]
     'tensor_parallel=16 does not divide devices_per_node=8 (a tensor-parallel group stays inside a node)'
     """

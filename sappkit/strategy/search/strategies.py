@@ -93,12 +93,15 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
     ...                         vocab_size=32000)
     >>> with ThreadPoolExecutor(1) as pool:
-    ...     found = search_strategies(gpt, cluster="dgx-a100", devices=16, global_batch=64, top=2,
-    ...                               dims={"micro_batch_size": [1], "zero": [1]}, executor=pool, progress=False)
-    >>> found.best["label"]
-    't1 p1 v1 dp16 cp1 ep1 b1 1f1b zero1'
+    ...     found = search_strategies(gpt, cluster="dgx-a100", devices=16, global_batch=64, memory_mb=1500, top=2,
+    ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
+    ...                                     "context_parallel": [1]}, executor=pool, progress=False)
+    >>> found
+    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 zbv zero1: 139 ms)
+    >>> found.best["recompute"]
+    'selective 4, both 2, full 2'
     >>> found.counts().to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'balanced': 0, 'evaluated': 8, 'infeasible': 0, 'pruned_time': 236, 'pruned_memory': 0, 'rejected': 148}
+    {'balanced': 2, 'evaluated': 44, 'infeasible': 2, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
     """
     started = time.perf_counter()
     models = resolve_model(model)

@@ -28,8 +28,8 @@ def _space(model=GQA, devices=64, **dims):
      dict(context_parallel=[4]), "sequence", "seq_length=2044 does not split into 2 * context_parallel = 8 equal "
                                              "chunks (Megatron-LM's load-balanced ring attention)"),
     (TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2052, vocab_size=100), 64,
-     dict(tensor_parallel=[8], context_parallel=[1]), "sequence", "seq_length / context_parallel = 2052 does not "
-                                                                  "split over tensor_parallel=8 (sequence parallelism)"),
+     dict(tensor_parallel=[8], context_parallel=[1]), "sequence",
+     "seq_length / context_parallel = 2052 does not split over tensor_parallel=8 (sequence parallelism)"),
     (GQA, 64, dict(expert_parallel=[2]), "experts", "expert_parallel=2 needs a MoE model (this one has no experts)"),
     (MOE, 64, dict(expert_parallel=[4]), "experts", "expert_parallel=4 does not divide the 6 routed experts"),
     (MOE, 4, dict(expert_parallel=[3], pipeline_parallel=[2]), "experts",

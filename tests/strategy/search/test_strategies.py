@@ -108,7 +108,8 @@ def test_a_search_that_finds_nothing_says_so():
         nothing = search_strategies(GPT, cluster="dgx-a100", devices=16, global_batch=64, memory_mb=10.0,
                                     dims={"pipeline_parallel": [2], "zero": [1], "micro_batch_size": [1]},
                                     executor=pool, progress=False)
-    assert nothing.best is None and repr(nothing) == f"StrategySearch({len(nothing.frame)} strategies, no strategy fits)"
+    assert nothing.best is None
+    assert repr(nothing) == f"StrategySearch({len(nothing.frame)} strategies, no strategy fits)"
     assert set(nothing.frame["status"]) <= {"pruned_memory", "rejected"}
     assert "no strategy fits the device" in nothing.describe()
     with pytest.raises(InputError, match="^no strategy fits the device: there is no best row$"):
