@@ -4,8 +4,10 @@ Each sub-command is defined in ``sappkit/commands/``; they are listed in the
 order of the work: fit memory from dry runs (or plan the dry runs), balance
 the layers over the stages, simulate a step, choose each layer's recompute,
 see what one more recomputed layer buys, check the performance model against
-published runs, then the shared report, the demo and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
-column and ``--format csv|json`` prints for other programs.
+published runs, search for the parallel strategy to run, then the shared
+report, the demo and the benchmarks. Default output fits 100 columns;
+``--wide`` shows every column and ``--format csv|json`` prints for other
+programs.
 
 Whatever goes wrong with the input ends in one line on stderr: bad input and
 bad arguments exit 2, Ctrl-C exits 130, and a reader that stops early (``|
@@ -34,6 +36,7 @@ _COMMANDS = (
     "choose",
     "alternatives",
     "validate",
+    "search",
     "report",
     "demo",
     "bench",

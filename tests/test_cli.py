@@ -108,12 +108,13 @@ RUNS = {
                ["choose", DEEPSEEK, *DEEPSEEK_PIPELINE, "--per-layer"]],
     "alternatives": [["alternatives", LLAMA, *LLAMA_PIPELINE], ["alternatives", DEEPSEEK, *DEEPSEEK_PIPELINE]],
     "validate": [["validate"]],
+    "search": [["search", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256", "--seq-length", "4096"]],
     "report": [["report"]],
     "demo": [["demo", "--no-report"]],
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "search", "bench")
 
 
 @pytest.fixture

@@ -135,9 +135,10 @@ class StrategySearch:
             balanced = int((self.frame["status"] == "balanced").sum())
             unbalanced = self.frame[self.frame["status"].isin(("evaluated", "infeasible", "pruned_time"))]
             could = int((unbalanced["time_bound_ms"] < best[STEP_MS]).sum())
-            lines.append(f"balanced: the {balanced} strategies with a pipeline among the {self.top} fastest even "
-                         f"placements; {could:,} others have a bound below the best step, so balancing them "
-                         f"(a larger top) might beat it")
+            which = (f"the {balanced} with a pipeline among the {self.top} fastest even placements were balanced"
+                     if balanced else f"none of the {self.top} fastest even placements runs a pipeline to balance")
+            lines.append(f"{which}; {could:,} strategies not balanced have a bound below the best step, so "
+                         f"balancing them (a larger balance_top) might beat it")
         return lines
     def describe(self) -> str:
         """A few lines, each under 100 columns: what was searched, how it was pruned, the best, the limits."""

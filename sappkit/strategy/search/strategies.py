@@ -12,6 +12,7 @@ import pandas as pd
 
 from ..._check import check_bool, check_choice, check_int, check_number, short
 from ...errors import InputError
+from ...hardware import CLUSTER_PRESETS, Cluster, DeviceConfig
 from ...layers import KernelConfig
 from ...layers.flops import model_flops
 from ...layers.units import format_mb
@@ -23,16 +24,17 @@ from .shapes import SHAPE_DIMENSIONS
 from .space import REASON, RULE, enumerate_strategies
 from .tasks import Setting
 
-__all__ = ["search_strategies", "OBJECTIVES"]
+__all__ = ["search_strategies", "cluster_for", "OBJECTIVES"]
 
 #: What the search ranks by. On a fixed device count and batch, tokens/s, model TFLOP/s per device and MFU all
 #: rank strategies as the step time does.
 OBJECTIVES = ("throughput",)
 
 
-def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: int, seq_length: int | None = None,
-                      memory_mb: float | None = None, dims=None, schedules: Sequence[str] | None = None,
-                      objective: str = "throughput", top: int = 8, executor: Executor | None = None,
+def search_strategies(model, *, devices: int, global_batch: int, cluster=None, device=None,
+                      seq_length: int | None = None, memory_mb: float | None = None, dims=None,
+                      schedules: Sequence[str] | None = None, objective: str = "throughput", balance_top: int = 8,
+                      executor: Executor | None = None,
                       progress: bool = True, tensor_across_nodes: bool = False, kernels: KernelConfig | None = None,
                       dtype: str = "bf16", prune: bool = True) -> StrategySearch:
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
@@ -40,8 +42,8 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
     ``dp``, ``cp``, ``ep``, micro-batch, ZeRO stage, schedule) is laid out and checked against the trainers'
     rules; closed-form bounds prune the ones that cannot fit the device (full recompute everywhere) or cannot
-    be among the ``top`` fastest even placements (a branch and bound on the cheap pass: the even placement
-    Megatron-LM makes by default, simulated end to end); the ``top`` fastest are then balanced with the step
+    be among the ``balance_top`` fastest even placements (a branch and bound on the cheap pass: the even
+    placement Megatron-LM makes by default, simulated end to end); those are then balanced with the step
     objective and the per-layer recompute choice (:func:`sappkit.balance`). The work runs on ``executor``,
     with the same result on any.
 
@@ -49,12 +51,15 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     ----------
     model : TransformerConfig, sequence of them, or str
         The model (a preset name of :func:`sappkit.models.get`, e.g. ``"llama3-70b"``).
-    cluster : Cluster or str
-        The cluster (or a preset name); its device prices the ops.
     devices : int
         Devices to run on (``t · cp · dp · p``).
     global_batch : int
         Sequences per step.
+    cluster : Cluster or str, optional
+        The cluster (or a preset name): its nodes and links. Default: the preset of ``device``
+        (:func:`cluster_for`), else ``"dgx-h100"``.
+    device : DeviceConfig or str, optional
+        The device (or a preset name) that prices the ops, in place of the cluster's.
     seq_length : int, optional
         Tokens per sequence (default the model's).
     memory_mb : float, optional
@@ -66,7 +71,7 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
         Pipeline schedules to search (default every schedule but ``seqpipe``).
     objective : {"throughput"}
         The fastest step; tokens/s, TFLOP/s and MFU rank alike on a fixed device count and batch.
-    top : int
+    balance_top : int
         How many of the fastest cheap passes to balance (the most promising).
     executor : concurrent.futures.Executor, optional
         Where the work runs (default: a process pool over the local cores). For a Dask cluster:
@@ -93,7 +98,8 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
     ...                         vocab_size=32000)
     >>> with ThreadPoolExecutor(1) as pool:
-    ...     found = search_strategies(gpt, cluster="dgx-a100", devices=16, global_batch=64, memory_mb=1500, top=2,
+    ...     found = search_strategies(gpt, cluster="dgx-a100", devices=16, global_batch=64, memory_mb=1500,
+    ...                               balance_top=2,
     ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
     ...                                     "context_parallel": [1]}, executor=pool, progress=False)
     >>> found
@@ -108,11 +114,11 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     if seq_length is not None:
         length = check_int("seq_length", seq_length, minimum=1)
         models = (*models[:-1], replace(models[-1], seq_length=length))
-    cluster = resolve_cluster(cluster)
+    cluster = cluster_for(cluster, device)
     devices = check_int("devices", devices, minimum=1)
     batch = check_int("global_batch", global_batch, minimum=1)
     check_choice("objective", objective, OBJECTIVES)
-    top = check_int("top", top, minimum=1)
+    top = check_int("balance_top", balance_top, minimum=1)
     check_bool("progress", progress)
     check_bool("prune", prune)
     if executor is not None and not isinstance(executor, Executor):
@@ -137,6 +143,29 @@ def search_strategies(model, *, cluster="dgx-h100", devices: int, global_batch: 
     return StrategySearch(frame=frame, devices=devices, global_batch=batch, memory_mb=limit, top=top,
                           seconds=time.perf_counter() - started, threshold_ms=found.threshold_ms, setting=setting,
                           shapes=found.shapes, shape_of=accepted["shape"])
+
+
+def cluster_for(cluster=None, device=None) -> Cluster:
+    """The cluster a search runs on: ``cluster`` (a preset name or a :class:`~sappkit.hardware.Cluster`) with
+    ``device`` (a preset name or a :class:`~sappkit.hardware.DeviceConfig`) in place of its own; without a
+    cluster, the preset built of ``device`` (``"h100-sxm"``: ``"dgx-h100"``), else ``"dgx-h100"``'s nodes and
+    links.
+
+    Examples
+    --------
+    >>> cluster_for(device="a100-80g").name, cluster_for("dgx-h100", "h200").device.name
+    ('dgx-a100', 'h200')
+    """
+    if isinstance(device, str):
+        device = DeviceConfig.preset(device)
+    elif device is not None and not isinstance(device, DeviceConfig):
+        raise InputError(f"device must be a sappkit.hardware.DeviceConfig or a preset name; got {short(device)}")
+    if cluster is None:
+        built = [name for name in CLUSTER_PRESETS if device is not None
+                 and Cluster.preset(name).device.name == device.name]
+        cluster = built[0] if built else "dgx-h100"
+    cluster = resolve_cluster(cluster)
+    return cluster if device is None else cluster.replace(device=device)
 
 
 def _run(setting: Setting, accepted: pd.DataFrame, executor: Executor | None, top: int, progress: bool,
