@@ -35,6 +35,7 @@ _EXPORTS = {
     **dict.fromkeys(("plot_time_saved", "plot_before_after", "plot_layer_options"), "plots.recompute"),
     "plot_alternatives": "plots.alternatives",
     **dict.fromkeys(("plot_validation", "plot_step_breakdown"), "plots.strategy"),
+    "plot_strategy_pareto": "plots.search",
 }
 
 __all__ = ["InputError", *_EXPORTS]

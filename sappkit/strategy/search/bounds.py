@@ -133,8 +133,12 @@ class Bounds:
 
 @lru_cache(maxsize=4096)
 def flight_counts(schedule: str, p: int, v: int, m: int) -> np.ndarray:
-    """:func:`~sappkit.pipeline.schedules.in_flight_counts` ``[chunk, stage]``, kept for every pipeline the search
-    meets (PyTorch's zero-bubble interleaved schedule is counted by walking its order)."""
+    """Micro-batches in flight ``[chunk, stage]`` as the bounds count them, kept for every pipeline the search
+    meets: :func:`~sappkit.pipeline.schedules.in_flight_counts`, but for PyTorch's zero-bubble interleaved
+    schedule, whose counts come from walking its whole order, ``min(m, p)``: the least any of its cells holds
+    (``tests/strategy/search/test_bounds.py`` checks it on a grid), so its bounds stay bounds."""
+    if schedule == "zb_interleaved":
+        return np.full((v, p), float(min(m, p)))
     return in_flight_counts(schedule, p, m, v).astype(float)
 
 

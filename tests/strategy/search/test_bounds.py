@@ -15,7 +15,7 @@ from sappkit.pipeline.events import step_plan
 from sappkit.pipeline.memory_events import memory_events
 from sappkit.pipeline.phases import BACKWARD, BACKWARD_INPUT, FORWARD
 from sappkit.pipeline.schedules import check_pipeline, in_flight_counts
-from sappkit.strategy.search.bounds import DRAINED, SIMULTANEOUS, _least_time
+from sappkit.strategy.search.bounds import DRAINED, SIMULTANEOUS, _least_time, flight_counts
 from sappkit.strategy.search.space import SEARCHED_SCHEDULES, enumerate_strategies
 from sappkit.strategy.search.shapes import SHAPE_DIMENSIONS
 from sappkit.strategy.search.tasks import STRATEGY_FIELDS, Setting, balanced_pass, bound, price, strategy_of
@@ -62,6 +62,12 @@ def test_simultaneous_schedules_hold_every_cells_count_at_one_event():
         counts = in_flight_counts(schedule, p, m, v)
         for s, events in enumerate(memory_events(schedule, p, m, v)):
             assert (events.held >= counts[:, s]).all(axis=1).any(), (schedule, p, v, m, s)
+
+
+def test_zero_bubble_interleaved_cells_hold_at_least_what_the_bounds_count():
+    for schedule, p, v, m in _shapes():
+        if schedule == "zb_interleaved":
+            assert (in_flight_counts(schedule, p, m, v) >= flight_counts(schedule, p, v, m)).all(), (p, v, m)
 
 
 def test_the_knapsack_dual_never_exceeds_the_linear_program(rng):
