@@ -11,10 +11,11 @@ EXAMPLES = re.findall(r"```python\n(.*?)```", (REPO / "README.md").read_text(), 
 
 
 def test_the_readme_has_its_examples():
-    assert len(EXAMPLES) == 2 and "estimate_layers" in EXAMPLES[1]
+    assert len(EXAMPLES) == 3 and "estimate_layers" in EXAMPLES[1] and "LocalCluster" in EXAMPLES[2]
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=["four questions", "estimate, balance, simulate"])
+@pytest.mark.parametrize("example", EXAMPLES, ids=["four questions", "estimate, balance, simulate",
+                                                   "search on dask"])
 def test_an_example_runs_and_prints_lines_that_fit_the_page(example, monkeypatch, capsys):
     monkeypatch.chdir(REPO)
     exec(compile(example, "README.md", "exec"), {"__name__": "readme"})

@@ -17,6 +17,9 @@ MOE = TransformerConfig(layers=8, dense_layers=2, hidden_size=1024, num_heads=8,
                         expert_ffn_size=1024, seq_length=2048, vocab_size=32000, gated_mlp=True, dropout=False)
 #: Small instances (every schedule, pipelines only, memory tight enough that recompute and pruning matter).
 CASES = {
+    "gpt-quick": dict(model=GPT, devices=16, memory_mb=2500.0,
+                      dims=dict(tensor_parallel=[2], pipeline_parallel=[2, 4], context_parallel=[1],
+                                micro_batch_size=[1, 4], zero=[1], virtual_stages=[1, 2])),
     "gpt-64": dict(model=GPT, devices=64, memory_mb=2500.0,
                    dims=dict(tensor_parallel=[1, 2], pipeline_parallel=[4, 8], context_parallel=[1],
                              micro_batch_size=[1, 4], zero=[1, 3], virtual_stages=[1, 2])),
@@ -34,7 +37,8 @@ def _search(case, executor, **options):
                              executor=executor, **settings)
 
 
-@pytest.fixture(scope="module", params=sorted(CASES))
+@pytest.fixture(scope="module", params=[pytest.param(case, marks=() if case == "gpt-quick" else pytest.mark.slow)
+                                        for case in sorted(CASES)])
 def searched(request):
     """(the pruned search on one thread, every strategy priced on a process pool) of one case."""
     with ThreadPoolExecutor(1) as pool:
@@ -67,6 +71,7 @@ def test_no_pruned_strategy_beats_the_result(searched):
     assert exhaustive.frame.loc[memory, "step_ms"].isna().all()
 
 
+@pytest.mark.slow
 def test_the_result_does_not_depend_on_the_executor():
     with ProcessPoolExecutor(2) as pool:
         pooled = _search("moe-16", pool)
@@ -75,6 +80,7 @@ def test_the_result_does_not_depend_on_the_executor():
     pd.testing.assert_frame_equal(pooled.frame, threaded.frame)
 
 
+@pytest.mark.slow
 def test_a_dask_local_cluster_gives_the_same_result():
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None) as cluster, \
