@@ -183,7 +183,7 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
            top: int) -> pd.DataFrame:
     """The result's frame (:mod:`~.result`'s docstring), the fastest first."""
     frame = space.copy()
-    frame["label"] = _labels(frame)
+    frame["label"] = _labels(frame, setting.dtype)
     frame["status"] = np.where(frame[RULE].notna(), "rejected", "pruned_time")
     for column in ("placement", "recompute"):
         frame[column] = ""
@@ -240,7 +240,7 @@ def _metrics(frame: pd.DataFrame, setting: Setting, devices: int) -> None:
     frame["even_step_ms"] = frame["even_step_ms"].where(np.isfinite(frame["even_step_ms"].astype(float)))
 
 
-def _labels(frame: pd.DataFrame) -> list[str]:
+def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
     """:attr:`sappkit.Strategy.label` of each row, written without building the strategies."""
     short = (("t", "tensor_parallel"), ("p", "pipeline_parallel"), ("v", "virtual_stages"), ("dp", "data_parallel"),
              ("cp", "context_parallel"), ("ep", "expert_parallel"), ("b", "micro_batch_size"))
@@ -252,7 +252,7 @@ def _labels(frame: pd.DataFrame) -> list[str]:
         parts = [f"{name}{values[i]}" for (name, _), values in zip(short, columns)]
         if etp[i] != 1:
             parts.insert(6, f"etp{etp[i]}")
-        parts += [schedule[i], f"zero{zero[i]}"] + ([] if sp[i] else ["no-sp"])
+        parts += [schedule[i], f"zero{zero[i]}"] + ([] if sp[i] else ["no-sp"]) + ([] if dtype == "bf16" else [dtype])
         labels.append(" ".join(parts))
     return labels
 

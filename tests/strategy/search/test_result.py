@@ -37,6 +37,8 @@ def test_the_frame_has_a_row_per_strategy_the_fastest_first(found):
     assert (priced["step_ms"] <= priced["even_step_ms"]).all() and (priced["bubble_fraction"].between(0, 1)).all()
     assert (frame.loc[frame["status"] != "rejected", "reason"].str.len() >= 0).all()
     assert (frame.loc[frame["status"].str.startswith("pruned"), "reason"].str.len() > 0).all()
+    for index in frame.index[::7]:
+        assert found.strategy(index).label == frame.at[index, "label"]
 
 
 def test_the_best_plan_prices_to_the_best_step(found):
