@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from ..plots.pipeline import plot_schedule, plot_stage_memory
 from ..plots.search import plot_strategy_pareto
 from ..strategy.search import search_strategies
-from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
+from .offline import Shown, control_states, dashboard_box, display_shown
 
 __all__ = ["StrategySearchDashboard"]
 
@@ -121,14 +121,10 @@ class StrategySearchDashboard:
 
     def report_html(self) -> str:
         """The device-count control for a report: every device count's search, its best strategy drawn."""
-        settings, control = self.settings(), self.controls["devices"]
-        values = list(control.options)
-        states = record_states(lambda devices: self.show(**{**settings, "devices": devices}), values,
-                               label=lambda devices: f"{devices:,} devices")
-        others = {self.controls[name].description: value for name, value in settings.items() if name != "devices"}
-        note = (f"Precomputed for this report: the search at {len(values)} device counts, with {written_out(others)}, "
-                f"each showing its best strategy. Run the notebook to change the other controls and the row.")
-        return states_html(states, control="devices", start=values.index(control.value), note=note)
+        values = list(self.controls["devices"].options)
+        return control_states(self.show, self.settings(), self.controls, "devices", values,
+                              label=lambda devices: f"{devices:,} devices", control="devices",
+                              what=f"the search at {len(values)} device counts, each showing its best strategy")
 
 
 def _plan_figure(plan):

@@ -32,10 +32,11 @@ from .shapes import SHAPE_DIMENSIONS, PricedShape
 from .space import MICRO_BATCHES
 from .tasks import STRATEGY_FIELDS, Outcome, Setting, balanced_pass, bound, even_pass, price
 
-__all__ = ["Found", "run_search", "ROUND", "BOUND_CHUNK", "local_executor"]
+__all__ = ["Found", "run_search", "ROUND", "TASK", "BOUND_CHUNK", "local_executor"]
 
-#: Strategies priced per round of the cheap pass (fixed, so that the rounds are the same on every executor).
-ROUND = 48
+#: Strategies priced per round of the cheap pass (fixed, so that the rounds are the same on every executor), and at
+#: most per task (a round's tasks are many and small, so that every worker stays busy to the round's end).
+ROUND, TASK = 48, 4
 #: Strategies bounded per task (whole pipelines at a time).
 BOUND_CHUNK = 4096
 
@@ -146,7 +147,8 @@ def _cheap_pass(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, Pric
         next_up += ROUND
         groups = pd.Series(batch).groupby(accepted["shape"].to_numpy()[batch], sort=True)
         futures = [executor.submit(even_pass, setting, shapes[k], [_row(accepted, accepted.index[i]) for i in rows],
-                                   even[rows.to_numpy()]) for k, rows in groups]
+                                   even[rows]) for k, group in groups
+                   for rows in np.array_split(group.to_numpy(), -(-len(group) // TASK))]
         for future in futures:
             for outcome in future.result():
                 cheap[outcome.index] = outcome
