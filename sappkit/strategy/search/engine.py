@@ -81,7 +81,7 @@ def run_search(setting: Setting, accepted: pd.DataFrame, *, executor: Executor, 
         threshold = float(steps[top - 1]) if len(steps) >= top else np.inf
     best = sorted((outcome.step_ms, index) for index, outcome in cheap.items() if np.isfinite(outcome.step_ms))[:top]
     chosen = [index for _, index in best if accepted.at[index, "pipeline_parallel"] > 1]
-    progress.set_description("balanced pass")
+    _phase(progress, "balanced pass", len(chosen))
     futures = [executor.submit(balanced_pass, setting, shapes[accepted.at[i, "shape"]], _row(accepted, i))
                for i in chosen]
     balanced = {}
@@ -93,8 +93,8 @@ def run_search(setting: Setting, accepted: pd.DataFrame, *, executor: Executor, 
 
 
 def _price_shapes(setting: Setting, accepted: pd.DataFrame, executor: Executor, progress) -> dict[int, PricedShape]:
-    progress.set_description("layer tables")
     keys = accepted.drop_duplicates("shape").sort_values("shape")
+    _phase(progress, "layer tables", len(keys))
     futures = {int(k): executor.submit(price, setting, tuple(row)) for k, row in
                zip(keys["shape"], keys[list(SHAPE_DIMENSIONS)].itertuples(index=False))}
     shapes = {}
@@ -106,7 +106,7 @@ def _price_shapes(setting: Setting, accepted: pd.DataFrame, executor: Executor, 
 
 def _bound(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, PricedShape], executor: Executor,
            progress) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    progress.set_description("bounds")
+    _phase(progress, "bounds", len(accepted))
     costs = {k: (priced.shape, priced.costs, priced.compiled.layers.const_mb) for k, priced in shapes.items()}
     pipeline = ["schedule", "pipeline_parallel", "virtual_stages", MICRO_BATCHES]
     order = accepted.sort_values(pipeline + ["shape"], kind="stable")
@@ -135,9 +135,9 @@ def _bound(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, PricedSha
 def _cheap_pass(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, PricedShape], memory: np.ndarray,
                 even: np.ndarray, executor: Executor, top: int, progress) -> tuple[dict[int, Outcome], float]:
     """The branch and bound of the module docstring: the cheap pass's outcomes and the final threshold."""
-    progress.set_description("cheap pass")
     least = even.min(axis=1)
     candidates = np.flatnonzero((memory <= setting.memory_mb) & np.isfinite(least))
+    _phase(progress, "cheap pass (at most)", len(candidates))
     candidates = candidates[np.lexsort((candidates, least[candidates]))]
     cheap: dict[int, Outcome] = {}
     threshold, next_up = np.inf, 0
@@ -156,6 +156,13 @@ def _cheap_pass(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, Pric
         steps = np.sort([o.step_ms for o in cheap.values() if np.isfinite(o.step_ms)])
         threshold = steps[top - 1] if len(steps) >= top else np.inf
     return cheap, float(threshold)
+
+
+def _phase(progress, name: str, total: int) -> None:
+    """Start the bar on a phase of ``total`` items (a tqdm bar, or anything with its ``reset`` and
+    ``set_description``)."""
+    progress.reset(total=total)
+    progress.set_description(name)
 
 
 def _row(frame: pd.DataFrame, index) -> tuple:
