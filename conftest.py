@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci import in_ci
+
 ROOT = Path(__file__).parent
 #: Files and folders that import torch when collected.
 NEEDS_TORCH = (ROOT / "sappkit" / "torch", ROOT / "tests" / "torch", ROOT / "notebooks" / "05_pytorch.ipynb")
@@ -24,13 +26,6 @@ RUNS_WITHOUT_TORCH = tuple(ROOT / "tests" / "torch" / name for name in ("test_im
 #: Folders whose every test is slow: the notebooks (each executed in a kernel) and the fuzz suite.
 SLOW_FOLDERS = (ROOT / "notebooks", ROOT / "tests" / "fuzz")
 REASON = "needs PyTorch, the [torch] extra (pip install torch==2.13.0 && pip install -e '.[dev,torch]')"
-
-
-def in_ci() -> bool:
-    """Whether the ``CI`` environment variable says this is a CI run."""
-    import os
-
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def needs_missing_torch(path: Path) -> bool:

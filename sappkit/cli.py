@@ -9,7 +9,8 @@ report, the demo and the benchmarks. Default output fits 100 columns;
 ``--wide`` shows every column and ``--format csv|json`` prints for other
 programs.
 
-Whatever goes wrong with the input ends in one line on stderr: bad input and
+Whatever goes wrong with the input ends in one line on stderr, naming the fix
+by the command's flags (an InputError's ``cli`` wording): bad input and
 bad arguments exit 2, Ctrl-C exits 130, and a reader that stops early (``|
 head``) ends the command quietly with 141 (128 + SIGPIPE, as a shell reports
 a command the closed pipe stopped).
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except InputError as exc:
         # A path or a value may hold a line break; the message stays one line.
-        line = str(exc).replace("\r", "\\r").replace("\n", "\\n")
+        line = (exc.cli or str(exc)).replace("\r", "\\r").replace("\n", "\\n")
         print(f"{command}: {line}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:

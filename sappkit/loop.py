@@ -168,7 +168,7 @@ class Loop:
         agreement = (f"   layer table: the fitted memory predicts the even partitions' stage memory within "
                      f"{format_mb(difference)} of the times table's own (leave-one-out error "
                      f"{format_mb(self.fit.loo_error_mb)})")
-        lines = [self.setting, f"1. memory fit: {self.fit.describe()}", params, agreement]
+        lines = [self.setting, f"1. memory fit: {self.fit.describe(width=None)}", params, agreement]
         plan = self.plan
         if not plan.has_plan:
             return "\n".join(lines + [f"2. balance: {plan.status}: {plan.message}"])

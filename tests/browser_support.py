@@ -27,17 +27,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from .ci import in_ci
+
 CHROMIUM = Path("/usr/bin/chromium")
 #: Flags for a quiet, self-contained headless run (no sandbox: CI runs as root in a container).
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--disable-quic")
 #: Pages must render without the internet: requests to any other host are refused.
 _REMOTE = re.compile(r"^https?://(?!127\.0\.0\.1[:/]|localhost[:/])")
-
-
-def in_ci() -> bool:
-    """Whether the ``CI`` environment variable says this is a CI run."""
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
 def require_browser() -> None:

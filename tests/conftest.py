@@ -1,4 +1,5 @@
-"""Shared fixtures: a seeded random generator, figures closed after every test, the bundled inputs."""
+"""Shared fixtures: a seeded random generator, figures closed after every test, the bundled inputs; the run's
+first lines name the fuzz tests' seed."""
 
 import matplotlib
 
@@ -12,6 +13,11 @@ from sappkit import read_dryrun_csv, read_layers_json  # noqa: E402
 from sappkit.demo import run_demo  # noqa: E402
 
 from .bundled import DATA  # noqa: E402
+from .fuzz.support import SEED  # noqa: E402
+
+
+def pytest_report_header():
+    return f"fuzz seed: {SEED} (fresh in CI, fixed elsewhere; replay a run with SAPPKIT_FUZZ_SEED={SEED})"
 
 
 @pytest.fixture

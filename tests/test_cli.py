@@ -138,11 +138,13 @@ def test_the_commands_are_listed_in_the_order_of_the_work(capsys):
 
 
 @pytest.mark.parametrize("command", ["", *RUNS])
-def test_help_explains_every_option_in_plain_words(capsys, command):
+def test_help_explains_every_option_in_plain_words(capsys, monkeypatch, command):
+    monkeypatch.setenv("COLUMNS", "100")  # a 100-column terminal: argparse wraps its help to fit
     with pytest.raises(SystemExit):
         main([command, "--help"] if command else ["--help"])
     text = capsys.readouterr().out
     assert "seed" not in text.lower() and "``" not in text
+    assert max(map(len, text.splitlines())) <= 100
     lines = text.splitlines() + [""]
     for number, line in enumerate(lines[:-1]):
         command_line = line.startswith("    ") and not line.startswith("     ") and line.split()[0] in RUNS
@@ -161,6 +163,26 @@ def test_the_default_output_on_bundled_data_fits_100_columns(capsys, quick, comm
         assert out and max(map(len, out.splitlines())) <= 100, arguments
         if command == "bench":
             assert err.splitlines() == ["bench 1/2: simulate", "bench 2/2: fit"]
+
+
+def test_verbose_reads_the_gap_as_a_share(capsys):
+    assert main(["balance", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8", "--memory",
+                 "70000", "--objective", "step", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"step objective 5,253 ms, gap \d+\.\d%, found by ", out) and not re.search(r"\d\.\d{4}", out)
+
+
+@pytest.mark.parametrize("command", ["simulate", "choose", "alternatives"])
+def test_less_memory_that_changes_nothing_is_said(capsys, command):
+    shape = [command, str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8"]
+    shape += [] if command == "simulate" else ["--memory", "70000"]
+    assert main(shape) in (0, 1)
+    plain = capsys.readouterr().out
+    assert main([*shape, "--less-memory"]) in (0, 1)
+    said = capsys.readouterr().out
+    assert said.split() == ("note: --less-memory changes nothing here: it is the interleaved (or SeqPipe) order that "
+                            "keeps fewer micro-batches in flight on early stages, and 1F1B already keeps p - s on "
+                            "stage s").split() + plain.split()
 
 
 def _empty_columns(out: str) -> list[str]:
@@ -213,7 +235,8 @@ def test_choose_and_alternatives_print_no_negative_time_saved(capsys, arguments)
     assert main([*arguments, "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["time_saved"] >= 0 and document["step_time_saved"] >= 0
-    assert document["baseline"] == "every layer at full (the configured recompute, every layer none, does not fit)"
+    assert document["baseline"] == ("every layer at selective, the fastest single option that fits (the configured "
+                                    "recompute, every layer none, does not fit)")
     for stage in document.get("stages", []):
         assert stage["time_saved"] >= 0
     saved = [line for line in out.splitlines() if re.match(r"^\s+\d+\s", line)]

@@ -107,7 +107,7 @@ def test_describe_reads_the_headline_numbers_off_the_frames(demo):
     lines = loop.describe().splitlines()
     assert lines[0] == ("The loop on data/llama2_70b_dryruns.csv and the times of data/llama2_70b.json: 1f1b, "
                         "16 stages, 32 micro-batches, 58,000 MB devices")
-    assert lines[1] == f"1. memory fit: {loop.fit.describe()}"
+    assert lines[1] == f"1. memory fit: {loop.fit.describe(width=None)}"
     assert lines[2].split() == ["name", "value_mb", "stderr_mb"] and lines[3].split()[0] == "const_mb"
     worst = loop.agreement["difference_mb"].abs().max()
     assert 0 < worst < loop.fit.loo_error_mb

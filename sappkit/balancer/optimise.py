@@ -46,7 +46,7 @@ from .setup import BalanceSetup, make_setup
 from .ilp.solver import SolverOptions, solve
 from .step.steptime import step_timer
 
-__all__ = ["balance", "optimise", "least_memory", "Solved"]
+__all__ = ["balance", "balance_reusing", "optimise", "least_memory", "Solved"]
 
 
 @dataclass(frozen=True)
@@ -72,13 +72,28 @@ def _structural_problem(setup: BalanceSetup) -> str:
     return ""
 
 
+def _past_time_limit(start: float, options: SolverOptions) -> bool:
+    """Whether a search that began at ``start`` (:func:`time.perf_counter`) is past ``options.time_limit``."""
+    return options.time_limit is not None and time.perf_counter() - start >= options.time_limit
+
+
 def optimise(setup: BalanceSetup, options: SolverOptions, *, cache: exact.Cache | None = None) -> Solved:
     """Minimise the ``sapp`` objective within ``setup.memory_mb``: exact search first, the ILP where needed."""
     start = time.perf_counter()
     problem = _structural_problem(setup)
     if problem:
         return Solved("infeasible", None, None, None, None, 0.0, "check", problem)
-    search = exact.search(setup, cache=cache)
+    cache = cache if cache is not None else exact.Cache()
+    cache.deadline = None if options.time_limit is None else time.monotonic() + options.time_limit
+    try:
+        search = exact.search(setup, cache=cache)
+    finally:
+        cache.deadline = None
+    if search is None and _past_time_limit(start, options):
+        # as the ILP reports a limit reached without an incumbent
+        return Solved("failed", None, None, None, None, time.perf_counter() - start, "exact search",
+                      f"the exact search ran past the {options.time_limit:g} s time limit before it proved a plan; "
+                      "allow it more time (SolverOptions.time_limit, --time-limit)")
     if search is not None and search.proven:
         status = "optimal" if search.counts is not None else "infeasible"
         message = "" if search.counts is not None else "no placement fits the memory limit"
@@ -144,8 +159,7 @@ def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache) ->
 
 def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
             seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-            consistent_recompute=True, working_set=True, solver: SolverOptions | None = None,
-            _cache: exact.Cache | None = None) -> Plan:
+            consistent_recompute=True, working_set=True, solver: SolverOptions | None = None) -> Plan:
     """Place the body layers and their recompute on the pipeline cells: fit the device, minimise time.
 
     Parameters
@@ -156,8 +170,12 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         ``p``, ``m`` and ``v``.
     memory_mb : float
         Device memory every stage must fit.
-    schedule : {"1f1b", "interleaved", "dualpipev", "seqpipe"}, optional
-        Default ``"1f1b"`` for one chunk, ``"interleaved"`` for more.
+    schedule : str, optional
+        One of the nine :data:`sappkit.pipeline.schedules.SCHEDULES`: ``"1f1b"``,
+        ``"interleaved"``, ``"dualpipev"``, ``"seqpipe"``, and the orders
+        PyTorch runs, ``"gpipe"``, ``"looped_bfs"``, ``"zb_interleaved"``,
+        ``"zbv"``, ``"dualpipev_split"``. Default ``"1f1b"`` for one chunk,
+        ``"interleaved"`` for more.
     less_memory : bool
         The less-memory interleaved variant.
     seq_split : int
@@ -206,16 +224,20 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     >>> fast.objective == fast.simulate().step_time, fast.status, round(fast.lower_bound, 2)
     (True, 'feasible', 57.88)
     """
+    return balance_reusing(None, **locals())
+
+
+def balance_reusing(cache: exact.Cache | None, layers, *, solver: SolverOptions | None = None,
+                    **arguments) -> Plan:
+    """:func:`balance` with the exact search's ``cache`` (stage enumerations) kept across calls on one model, as
+    a sweep over memory limits reuses it."""
     options = SolverOptions() if solver is None else solver
     if not isinstance(options, SolverOptions):
         raise InputError(f"solver must be a SolverOptions; got {type(options).__name__}")
-    setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
-                       schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
-                       const_mb=const_mb, objective=objective, optimization_level=optimization_level,
-                       consistent_recompute=consistent_recompute, working_set=working_set)
+    setup = make_setup(layers, **arguments)
     if setup.objective == "sapp":
-        return _plan(setup, optimise(setup, options, cache=_cache), options, _cache)
-    return _fastest(setup, options, _cache)
+        return _plan(setup, optimise(setup, options, cache=cache), options, cache)
+    return _fastest(setup, options, cache)
 
 
 def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:

@@ -25,7 +25,7 @@ import yaml
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
-from ..layers.units import format_mb, format_time, with_time_unit
+from ..layers.units import chunks_text, format_mb, format_time, html_summary, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
 from .setup import BalanceSetup, make_setup
@@ -75,7 +75,10 @@ class Plan:
         ``objective="step"`` the start and the local moves, e.g. ``"sapp
         optimum (exact search) improved by 12 local moves"``).
     step_time : float or None
-        The simulated step time, where computed.
+        The simulated step time where the balancer computed it
+        (``objective="step"``); None for a ``"sapp"`` plan, which the
+        balancer does not simulate (its objective is SAPP's formula):
+        ``plan.simulate().step_time`` gives it, as sweeps and comparisons do.
     memory_needed_mb, binding_stage
         For an infeasible plan: the smallest ``memory_mb`` at which a plan
         exists, and the stage whose memory sets it (``assignment`` and
@@ -120,8 +123,20 @@ class Plan:
             return False
         return bool((self.stages[MEMORY_MB] <= ceiling(self.stages[LIMIT_MB])).all())
 
-    def describe(self) -> str:
-        """A header line, then one line per stage: layers per chunk and option, memory and time."""
+    def __repr__(self) -> str:
+        return f"<Plan {self.headline()}>"
+
+    def _repr_html_(self) -> str:
+        stages = self.stages[[c for c in (STAGE, LAYERS, MEMORY_MB, LIMIT_MB, TIME) if c in self.stages]]
+        return html_summary([self.headline(), *(f"note: {note}" for note in self.notes)], stages, self.time_unit)
+
+    def headline(self) -> str:
+        """One line: the pipeline, the limit, the status and the objective (and what an infeasible plan needs)."""
+        return self.describe(stages=False)
+
+    def describe(self, *, stages: bool = True) -> str:
+        """A header line, then (``stages``) one line per stage: layers per chunk and option, memory and time, and
+        the notes; wrapped at 100 columns."""
         setup = self.setup
         shape = (f"{setup.schedule}: p={setup.stages}, v={setup.chunks}, m={setup.micro_batches}"
                  + (f" x {setup.seq_split} slices" if setup.seq_split > 1 else ""))
@@ -134,16 +149,18 @@ class Plan:
         if self.lower_bound is not None and self.gap is not None:
             head += (f" (simulated step time; proven lower bound {format_time(self.lower_bound, unit)}, "
                      f"gap {self.gap:.1%})")
+        if not stages:
+            return head
         lines = [head]
         several = len(setup.kinds) > 1
         for stage in self.stages.itertuples(index=False):
             rows = self.assignment[self.assignment[STAGE] == stage.stage]
-            parts = " ".join(f"c{r.chunk}:{f'{r.kind}/' if several else ''}{r.option}x{r.layers}"
-                             for r in rows.itertuples(index=False))
+            parts = chunks_text([", ".join(f"{f'{r.kind} ' if several else ''}{r.option} x{r.layers}"
+                                           for r in cell.itertuples(index=False)) for _, cell in rows.groupby(CHUNK)])
             lines.append(f"stage {stage.stage:>2}: {format_mb(getattr(stage, MEMORY_MB)):>9}, "
                          f"time {format_time(getattr(stage, TIME), unit)}  {parts}")
         lines.extend(f"note: {note}" for note in self.notes)
-        return "\n".join(lines)
+        return wrap_text("\n".join(lines))
 
     # ------------------------------------------------------------ exports
 

@@ -23,6 +23,7 @@ from .._check import check_int, short
 from ..columns import CHUNK, OPTION, STAGE
 from ..errors import InputError
 from ..limits import MAX_MICROBATCH_SIZE
+from ..layers.units import TEXT_WIDTH
 from ..recompute.export import torchtitan_layer_setting
 from .plan import Plan
 
@@ -65,19 +66,35 @@ class TorchtitanConfig:
         for section, values in self.settings.items():
             if values:
                 lines.append(f"[{section}]")
-                lines.extend(f"{key} = {_toml(value)}" for key, value in values.items())
+                lines.extend(f"{key} = {_toml(value, len(key) + 3)}" for key, value in values.items())
                 lines.append("")
         return "\n".join(lines).rstrip("\n")
 
 
-def _toml(value) -> str:
+def _toml(value, taken: int = 0, indent: str = "") -> str:
+    """``value`` as TOML; an array longer than the line's room (``TEXT_WIDTH`` less ``taken`` columns) goes on
+    lines of its own, as many items to a line as fit (TOML allows line breaks inside arrays), so a config reads
+    in 100 columns."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return "[" + ", ".join(_toml(item) for item in value) + "]"
+    flat = "[" + ", ".join(_toml(item) for item in value) + "]"
+    if taken + len(flat) <= TEXT_WIDTH or not value:
+        return flat
+    inner = indent + "    "
+    lines, line = [], ""
+    for piece in (_toml(item, len(inner) + 1, inner) + "," for item in value):
+        if line and ("\n" in piece or len(inner) + len(line) + 1 + len(piece) > TEXT_WIDTH):
+            lines.append(inner + line)
+            line = ""
+        if "\n" in piece:
+            lines.append(inner + piece)
+        else:
+            line = f"{line} {piece}" if line else piece
+    return "[\n" + "\n".join(lines + [inner + line] * bool(line)) + "\n" + indent + "]"
 
 
 def torchtitan_config(plan: Plan, *, microbatch_size: int = 1, head_modules=("tok_embeddings",),

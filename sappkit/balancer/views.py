@@ -14,13 +14,12 @@
 from __future__ import annotations
 
 import inspect
-import sys
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+from tqdm.auto import tqdm
 
 from .._check import check_bool, check_numbers, short
 from ..columns import LIMIT_MB, MEMORY_MB, RECOMPUTE_TIME
@@ -31,7 +30,7 @@ from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import check_simulated, schedule_chunks
 from . import exact
 from .evaluate import counts_from_assignment
-from .optimise import balance
+from .optimise import balance, balance_reusing
 from .plan import Plan, make_plan
 from .setup import make_setup
 from .step.steptime import step_timer
@@ -91,20 +90,22 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
     setup = make_setup(layers, memory_mb=limits[0], **{k: v for k, v in options.items() if k != "solver"})
     check_simulated(setup.stages, setup.micro_batches, setup.chunks, setup.seq_split)
     cache = exact.Cache()
-    reporter = _Progress(len(limits), progress)
+    # tqdm.auto: a bar in a notebook, a line on the terminal; shown after a second unless asked for.
+    reporter = tqdm(total=len(limits), desc="sweep_memory", unit="limit", disable=progress is False,
+                    delay=0.0 if progress else 1.0, leave=False)
     rows, previous = [], None
     # Largest limit first: an optimal plan that fits a smaller limit is optimal there too.
-    for done, limit in enumerate(reversed(limits), start=1):
+    for limit in reversed(limits):
         if (previous is not None and previous.objective_name == "sapp" and previous.status == "optimal"
                 and previous.stages[MEMORY_MB].max() <= limit):
             stages = previous.stages.assign(**{LIMIT_MB: limit})
             plan = replace(previous, stages=stages, setup=replace(previous.setup, memory_mb=limit),
                            solve_seconds=0.0, method="reused", step_time=rows[-1]["step_time"])
         else:
-            plan = balance(layers, memory_mb=limit, _cache=cache, **options)
+            plan = balance_reusing(cache, layers, memory_mb=limit, **options)
         previous = plan
         rows.append(_sweep_row(limit, plan))
-        reporter.update(done)
+        reporter.update()
     reporter.close()
     return with_time_unit(pd.DataFrame(rows[::-1], columns=list(SWEEP_COLUMNS)), setup.layers.time_unit)
 
@@ -119,52 +120,9 @@ def _sweep_row(limit: float, plan: Plan) -> dict:
                 solve_seconds=plan.solve_seconds, method=plan.method)
 
 
-class _Progress:
-    """Progress of a sweep: silent for its first second (unless asked), then a bar or a terminal line."""
-
-    def __init__(self, total: int, enabled: bool | None):
-        self.total, self.enabled = total, enabled
-        self.start = time.perf_counter()
-        self.bar = None
-
-    def update(self, done: int) -> None:
-        if self.enabled is False or (self.enabled is None and time.perf_counter() - self.start < 1.0):
-            return
-        if self.bar is None:
-            self.bar = _notebook_bar(self.total)
-        if self.bar is not None and self.bar is not False:
-            self.bar.value = done
-            self.bar.description = f"{done}/{self.total}"
-        else:
-            self.bar = False
-            sys.stderr.write(f"\rsweep_memory: {done}/{self.total} limits solved")
-            sys.stderr.flush()
-
-    def close(self) -> None:
-        if self.bar is False:
-            sys.stderr.write("\n")
-
-
-def _notebook_bar(total: int):
-    """An ipywidgets progress bar when running in a notebook kernel, else None."""
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return None
-    shell = get_ipython()
-    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
-        return None
-    import ipywidgets
-    from IPython.display import display
-
-    bar = ipywidgets.IntProgress(min=0, max=total, description="sweep")
-    display(bar)
-    return bar
-
-
 #: balance's arguments a sweep passes on (every one but the memory limit).
 _BALANCE_OPTIONS = tuple(name for name in inspect.signature(balance).parameters
-                         if name not in ("layers", "memory_mb", "_cache"))
+                         if name not in ("layers", "memory_mb"))
 
 
 #: Columns of :func:`compare_plans`'s frame.
@@ -258,8 +216,8 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     key = (schedule, stages, chunks, micro_batches, objective)
     search_cache = None if cache is None else cache.setdefault(key, exact.Cache())
     try:
-        plan = balance(layers, schedule=schedule, stages=stages, chunks=chunks, micro_batches=micro_batches,
-                       memory_mb=memory_mb, objective=objective, _cache=search_cache)
+        plan = balance_reusing(search_cache, layers, schedule=schedule, stages=stages, chunks=chunks,
+                               micro_batches=micro_batches, memory_mb=memory_mb, objective=objective)
     except InputError as error:
         return None, str(error)
     if plan.counts is None or plan.status == "infeasible":

@@ -7,6 +7,7 @@ from importlib import import_module
 from pathlib import Path
 
 from .._files import load_yaml
+from ..columns import DEFAULT_MODES
 from ..errors import InputError
 from ..layers import read_layers_csv, read_layers_json
 from ..layers.units import check_time_unit
@@ -14,8 +15,8 @@ from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import SCHEDULES
 from ..recompute.partition import Partition
 
-#: The runtime modes a per-layer choice picks among unless ``--modes`` names others.
-PER_LAYER_MODES = ("off", "selective", "full")
+#: The runtime modes a per-layer choice picks among unless ``--modes`` names others (those the table offers).
+PER_LAYER_MODES = tuple(DEFAULT_MODES)
 
 #: Keys a MindFormers offsets YAML may give, and where (``Plan.to_yaml`` nests them; flat files work too).
 _OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute")
@@ -31,6 +32,9 @@ def add_layers_argument(parser) -> None:
     parser.add_argument("--time-unit", default=None, metavar="UNIT",
                         help="the unit of the file's times when the file does not state it, e.g. ms (a MindFormers "
                              "file without one is in its own relative units)")
+    parser.add_argument("--custom-options", default="", metavar="NAME,...",
+                        help="recompute options a CSV may name beside none, selective, comm, both and full (any "
+                             "other name is refused as a typo)")
 
 
 def add_shape_arguments(parser) -> None:
@@ -40,9 +44,9 @@ def add_shape_arguments(parser) -> None:
                         help="micro-batches each training step is split into")
     parser.add_argument("--chunks", type=int, default=1,
                         help="model pieces each stage holds (more than 1 for interleaved schedules; default 1)")
-    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="the order stages run forward and backward passes (default 1f1b, interleaved with "
-                             "--chunks above 1)")
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None, metavar="NAME",
+                        help="the order stages run forward and backward passes, one of "
+                             f"{', '.join(SCHEDULES)} (default 1f1b, interleaved with --chunks above 1)")
     parser.add_argument("--less-memory", action="store_true",
                         help="the interleaved order that keeps fewer micro-batches in flight on early stages")
 
@@ -60,6 +64,15 @@ def schedule(args) -> str:
     return args.schedule or ("1f1b" if args.chunks == 1 else "interleaved")
 
 
+def say_unused_shape(args, out) -> None:
+    """A note on ``out`` when a shape flag changes nothing: ``--less-memory`` on 1F1B (``balance`` says it among
+    its plan's notes)."""
+    if args.less_memory and schedule(args) == "1f1b":
+        out.line("note: --less-memory changes nothing here: it is the interleaved (or SeqPipe) order that keeps "
+                 "fewer micro-batches in flight on early stages, and 1F1B already keeps p - s on stage s")
+        out.value("notes", ["--less-memory changes nothing for 1f1b"])
+
+
 def add_chooser_arguments(parser, *, modes_help: str) -> None:
     """``[--offsets FILE.yaml] [--modes MODE,...] [--fsdp-holds-grads] [--bucket-mb MB]`` for the recompute chooser."""
     parser.add_argument("--offsets", type=Path, default=None, metavar="FILE.yaml",
@@ -73,15 +86,21 @@ def add_chooser_arguments(parser, *, modes_help: str) -> None:
                         help="memory is counted in steps of this many MB (default 1; larger is faster, coarser)")
 
 
-def read_layers(path: Path, time_unit: str | None = None):
-    """A layer table from a MindFormers/SAPP JSON or a CSV file, chosen by extension, its times in ``time_unit``
-    when the file states none."""
-    readers = {".json": read_layers_json, ".csv": read_layers_csv}
-    if path.suffix.lower() not in readers:
+def read_layers(args):
+    """The layer table ``args.layers`` names, a MindFormers/SAPP JSON or a CSV chosen by extension: its times in
+    ``--time-unit`` when the file states none, a CSV's options among SAPP's and ``--custom-options``."""
+    path, suffix = args.layers, args.layers.suffix.lower()
+    unit = None if args.time_unit is None else check_time_unit(args.time_unit, "--time-unit")
+    custom = tuple(name.strip() for name in args.custom_options.split(",") if name.strip())
+    if suffix == ".csv":
+        return read_layers_csv(path, time_unit=unit, custom_options=custom)
+    if suffix != ".json":
         raise InputError(f"LAYERS must be a .json (MindFormers layer description) or .csv layer table; "
                          f"got {str(path)!r}")
-    return readers[path.suffix.lower()](path, time_unit=None if time_unit is None else
-                                        check_time_unit(time_unit, "--time-unit"))
+    if custom:
+        raise InputError(f"--custom-options is for a CSV layer table; the MindFormers layer JSON {str(path)!r} "
+                         "holds only SAPP's options")
+    return read_layers_json(path, time_unit=unit)
 
 
 def read_offsets(path: Path) -> dict:
@@ -112,11 +131,28 @@ def partition(layers, args) -> Partition:
     return Partition.from_assignment(assignment, kind_order=layers.body_kinds, **shape)
 
 
-def modes(args, *, per_layer: bool) -> tuple[str, ...] | None:
-    """``--modes`` as a tuple; without it :data:`PER_LAYER_MODES` for a per-layer choice, else None."""
+def modes(args, layers, *, per_layer: bool) -> tuple[str, ...] | None:
+    """``--modes`` as a tuple; without it, for a per-layer choice, those of :data:`PER_LAYER_MODES` whose option
+    every body kind of ``layers`` has (a table of ``none`` and ``full`` runs ``off`` and ``full``), else None."""
     if args.modes is None:
-        return PER_LAYER_MODES if per_layer else None
+        if not per_layer:
+            return None
+        offered = [mode for mode in PER_LAYER_MODES
+                   if all(DEFAULT_MODES[mode] in layers.options(kind) for kind in layers.body_kinds)]
+        return tuple(offered) or PER_LAYER_MODES  # none offered: pricing names the options each kind lacks
     return tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
+
+
+def write_report(report, args, *, with_input: bool = False) -> None:
+    """Execute and render ``--notebooks`` (default: the repository's, naming each one left out and why) into
+    ``--out``, a line per notebook and cell; ``report`` is :func:`load_report`'s module."""
+    notebooks = list(args.notebooks)
+    left_out = {} if notebooks else report.left_out_notebooks()
+    for path, why in left_out.items():
+        print(f"left out: {path.stem} ({why})", flush=True)
+    index = report.write_report(notebooks or report.default_notebooks(), args.out, with_input=with_input,
+                                force=args.force, progress=lambda line: print(line, flush=True), left_out=left_out)
+    print(f"report written to {index.parent} (open {index})")
 
 
 def load_report():

@@ -13,17 +13,16 @@ from __future__ import annotations
 
 import json
 import math
-import textwrap
 from collections.abc import Sequence
 
 import pandas as pd
 
-from ..layers.units import text_table
+from ..layers.units import TEXT_WIDTH, text_table, wrap_text
 
 __all__ = ["WIDTH", "FORMATS", "add_output_arguments", "Output"]
 
 #: Columns a terminal gives the default output.
-WIDTH = 100
+WIDTH = TEXT_WIDTH
 FORMATS = ("text", "csv", "json")
 
 
@@ -58,14 +57,8 @@ class Output:
 
     def line(self, text: str = "") -> None:
         """Sentences for people: each line wrapped at :data:`WIDTH` columns (continuations indented)."""
-        if not self.text:
-            return
-        lines = []
-        for line in str(text).split("\n"):
-            indent = " " * (len(line) - len(line.lstrip(" ")))
-            lines.append(textwrap.fill(line, WIDTH, subsequent_indent=indent + "  ", break_on_hyphens=False)
-                         if len(line) > WIDTH else line)
-        print("\n".join(lines))
+        if self.text:
+            print(wrap_text(text, WIDTH))
 
     def value(self, name: str, value) -> None:
         """A headline value for the JSON document (NaN as null)."""

@@ -43,8 +43,9 @@ def register(subparsers) -> None:
                     "every distinct plan that fully recomputes one more layer and still fits: the memory each frees "
                     "on its stage, the time it costs, and whether it lowers the plan's peak (marked *).")
     _common.add_pipeline_arguments(parser)
-    _common.add_chooser_arguments(parser, modes_help="the runtime modes each layer may run (default "
-                                                     "off,selective,full; full must be among them)")
+    _common.add_chooser_arguments(parser, modes_help="the runtime modes each layer may run (default: those of "
+                                                     "off,selective,full whose option, none, selective or full, "
+                                                     "every layer kind has; full must be among them)")
     parser.add_argument("--dimensions", default="", metavar="NAME=DEGREE,...",
                         help="other parallel degrees to record with every plan, e.g. dp=8,tp=4")
     parser.add_argument("--sort", choices=SORTS, default="peak",
@@ -70,11 +71,12 @@ def _dimensions(text: str) -> tuple[tuple[str, int], ...]:
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers, args.time_unit)
+    layers = _common.read_layers(args)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
-                              modes=_common.modes(args, per_layer=True), per_layer=True,
+                              modes=_common.modes(args, layers, per_layer=True), per_layer=True,
                               fsdp_holds_grads=args.fsdp_holds_grads, bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
+    _common.say_unused_shape(args, out)
     if not choice.chosen:
         out.line(f"no per-layer choice to start from: {choice.reason}")
         out.value("reason", choice.reason)
@@ -99,8 +101,11 @@ def _run(args) -> int:
     lowering = int(frame[LOWERS_PEAK].sum())
     out.line(f"{len(frame)} plan(s) with one more layer at 'full', sorted by {args.sort}; * marks the "
              f"{lowering} that lower the peak; memory freed and time cost (per micro-batch) on the layer's stage")
-    shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""),
-                         layers=[_indices(changed) for changed in frame[LAYERS_CHANGED]])
+    if found.left_out:
+        out.line(f"left out: {found.left_out} plan(s) that fit but free no memory on their stage (the layer that "
+                 "ends warm-up, at 'full', rebuilds the plain layer for its backward)")
+    out.value("left_out", found.left_out)
+    shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""), layers=frame[LAYERS_CHANGED])
     out.table("alternatives", shown, key=KEY_COLUMNS, machine=frame,
               headers={"mark": "", ALTERNATIVE: "#", FROM_MODE: "from", MEMORY_MB: "peak_mb",
                        MEMORY_FREED_MB: "freed_mb", TIME_COST: "cost", STAGE_MEMORY_MB: "stage_mb",
@@ -118,18 +123,3 @@ def _sorted(frame: pd.DataFrame, key: str, peak_mb: float) -> pd.DataFrame:
     frame = frame.assign(**{LOWERS_PEAK: frame[MEMORY_MB] < peak_mb, FREED_PER_COST: rate})
     columns, ascending = SORTS[key]
     return frame.sort_values(columns, ascending=ascending, kind="stable").reset_index(drop=True)
-
-
-def _indices(layers) -> str:
-    """Body layer indices as ranges: ``0-1, 5``."""
-    parts, run = [], []
-    for index in sorted(layers):
-        if run and index == run[-1] + 1:
-            run.append(index)
-            continue
-        if run:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [index]
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(parts)

@@ -54,7 +54,7 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     if args.yaml is not None:
         output_path("--yaml", args.yaml)  # before the solve, so a typo does not cost it
-    plan = balance(read_layers(args.layers, args.time_unit), stages=args.stages, micro_batches=args.micro_batches,
+    plan = balance(read_layers(args), stages=args.stages, micro_batches=args.micro_batches,
                    memory_mb=args.memory, chunks=args.chunks, schedule=args.schedule, less_memory=args.less_memory,
                    objective=args.objective, optimization_level=args.level, const_mb=args.const_mb,
                    solver=SolverOptions(solver=args.solver, time_limit=args.time_limit))
@@ -69,7 +69,8 @@ def _run(args) -> int:
         out.value("message", plan.message)
     if args.verbose:
         objective = "none" if plan.objective is None else format_time(plan.objective, plan.time_unit)
-        out.line(f"{plan.objective_name} objective {objective}, gap {plan.gap}, found by {plan.method} in "
+        gap = "unknown" if plan.gap is None else f"{plan.gap:.1%}"
+        out.line(f"{plan.objective_name} objective {objective}, gap {gap}, found by {plan.method} in "
                  f"{plan.solve_seconds:.2f} s")
     for note in plan.notes:
         out.line(f"note: {note}")
@@ -80,8 +81,9 @@ def _run(args) -> int:
     peak = stages.loc[stages[MEMORY_MB].idxmax()]
     if plan.status != "infeasible":
         simulation = plan.simulate()
+        bubbles = simulation.bubbles
         out.line(f"simulated step time {format_time(simulation.step_time, plan.time_unit)}, bubble "
-                 f"{simulation.bubbles['real']:.1%} of the compute")
+                 f"{bubbles['real']:.1%} of the compute (idle {bubbles['of_step']:.1%} of the step)")
         out.value("step_time", simulation.step_time)
         out.value("bubble", float(simulation.bubbles["real"]))
     out.line(f"peak stage memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])} of "

@@ -3,8 +3,9 @@
 
 The headline is the simulated step time against a stated baseline that fits:
 the recompute the partition is configured with, or, where that does not fit
-(as without ``--offsets``, which configures no recompute), every layer at
-its most recomputed option.
+(as without ``--offsets``, which configures no recompute), the fastest
+single option that fits every layer, else every layer at its most
+recomputed option.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ def register(subparsers) -> None:
                        "already placed on the stages",
         description="For layers already placed on the stages, choose the recompute each layer runs so that every "
                     "stage fits the device and the step is fastest; print the simulated step time against the "
-                    "baseline (the configured recompute where it fits, else every layer fully recomputed), each "
+                    "baseline (the configured recompute where it fits, else the fastest single option that fits), each "
                     "range of layers and the trainer plan.")
     _common.add_pipeline_arguments(parser)
     _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "
                                                      "instead of each layer kind's recompute options")
     parser.add_argument("--per-layer", action="store_true",
-                        help="a mode per layer rather than one for all (modes off,selective,full unless --modes)")
+                        help="a mode per layer rather than one for all (unless --modes: those of off,selective,full "
+                             "whose option, none, selective or full, every layer kind has)")
     parser.add_argument("--link-gbps", type=float, default=None, metavar="G",
                         help="a host link of G GB/s: each stage's first layers may move what they keep to host "
                              "memory")
@@ -44,16 +46,17 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    layers = _common.read_layers(args.layers, args.time_unit)
+    layers = _common.read_layers(args)
     link = None
     if args.link_gbps is not None:
         unit_ms = ms_per_unit(layers.time_unit, args.time_unit_ms, name="--time-unit-ms")
         link = HostLink.from_gbps(args.link_gbps, time_unit_ms=unit_ms)
     choice = choose_recompute(layers, _common.partition(layers, args), memory_mb=args.memory,
-                              modes=_common.modes(args, per_layer=args.per_layer),
+                              modes=_common.modes(args, layers, per_layer=args.per_layer),
                               per_layer=args.per_layer, link=link, fsdp_holds_grads=args.fsdp_holds_grads,
                               bucket_mb=args.bucket_mb)
     out = Output(args, choice.time_unit)
+    _common.say_unused_shape(args, out)
     out.value("reason", choice.reason)
     out.value("mode", choice.mode)
     if not choice.chosen:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..demo import run_demo
-from ._common import load_report
+from ._common import load_report, write_report
 from ._output import Output
 
 
@@ -34,13 +34,13 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    report = load_report() if args.report else None  # before the demo: a missing extra is said at once
+    # Before the demo: a missing extra, or a report folder in the way, is said at once.
+    report = load_report() if args.report else None
+    if report is not None:
+        report.check_out(args.out, force=args.force)
     Output(args).line(run_demo().describe())
     if report is None:
         return 0
-    notebooks = list(args.notebooks) or report.default_notebooks()
     print(f"\nwriting the report to {args.out}", flush=True)
-    index = report.write_report(notebooks, args.out, force=args.force,
-                                progress=lambda line: print(line, flush=True))
-    print(f"report written to {index.parent} (open {index})")
+    write_report(report, args)
     return 0

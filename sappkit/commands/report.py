@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import load_report
+from ._common import load_report, write_report
 
 
 def register(subparsers) -> None:
@@ -15,7 +15,8 @@ def register(subparsers) -> None:
     parser.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",
                         help="the report folder (default: reports)")
     parser.add_argument("--notebooks", nargs="+", type=Path, default=(), metavar="PATH",
-                        help="notebooks or folders of notebooks (default: every notebooks/*.ipynb of the repository)")
+                        help="notebooks or folders of notebooks (default: every notebooks/*.ipynb of the repository "
+                             "whose extras are installed; those left out are named)")
     code = parser.add_mutually_exclusive_group()
     code.add_argument("--no-input", dest="with_input", action="store_false", help="hide the code (default)")
     code.add_argument("--with-input", dest="with_input", action="store_true", help="show the code cells too")
@@ -24,9 +25,5 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
-    report = load_report()
-    notebooks = list(args.notebooks) or report.default_notebooks()
-    index = report.write_report(notebooks, args.out, with_input=args.with_input, force=args.force,
-                                progress=lambda line: print(line, flush=True))
-    print(f"report written to {index.parent} (open {index})")
+    write_report(load_report(), args, with_input=args.with_input)
     return 0

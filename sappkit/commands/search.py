@@ -75,6 +75,7 @@ def _run(args) -> int:
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))
+    out.line(f"searched in {found.seconds:.1f} s")
     best = found.best
     out.value("best", None if best is None else best["label"])
     out.value("step_ms", None if best is None else float(best["step_ms"]))

@@ -9,7 +9,7 @@ from ..columns import MEMORY_MB, STAGE
 from ..demo import simulate_layers
 from ..errors import InputError
 from ..pipeline.simulator import BUSY_TIME, IDLE_TIME
-from ._common import add_layers_argument, add_shape_arguments, read_layers, schedule
+from ._common import add_layers_argument, add_shape_arguments, read_layers, say_unused_shape, schedule
 from ._output import Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
@@ -40,11 +40,12 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     figure_format = None if args.save is None else _figure_format(args.save)
-    sim = simulate_layers(read_layers(args.layers, args.time_unit), stages=args.stages,
+    sim = simulate_layers(read_layers(args), stages=args.stages,
                           micro_batches=args.micro_batches, schedule=schedule(args), chunks=args.chunks,
                           option=args.option, less_memory=args.less_memory, seq_split=args.seq_split,
                           p2p_time=args.p2p_time, limit_mb=args.limit_mb)
     out = Output(args, sim.time_unit)
+    say_unused_shape(args, out)
     out.line(sim.describe())
     out.value("step_time", sim.step_time)
     out.value("bubbles", {name: float(value) for name, value in sim.bubbles.items()})

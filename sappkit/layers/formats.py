@@ -17,6 +17,7 @@ import pandas as pd
 from .._files import as_path, read_csv, write_text
 from ..columns import CONST_MB, LAYER_NUMERIC, LAYER_OPTIONAL, LAYER_REQUIRED, MODULE
 from ..errors import InputError
+from .options import check_custom_options
 from .table import LayerTable, as_layer_table
 from .units import TIME_UNIT, check_time_unit
 
@@ -25,7 +26,7 @@ __all__ = ["read_layers_csv", "write_layers_csv"]
 _CSV_COLUMNS = (*LAYER_REQUIRED, *LAYER_OPTIONAL, CONST_MB, TIME_UNIT)
 
 
-def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
+def read_layers_csv(path, *, time_unit: str | None = None, custom_options=()) -> LayerTable:
     """Read a layer table CSV (the columns of :class:`~sappkit.LayerTable`, optional ones allowed, plus ``const_mb`` and
     ``time_unit``).
 
@@ -34,6 +35,8 @@ def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
     ``time_unit``. ``time_unit`` (the argument) states the unit of the
     file's times; default the file's ``time_unit`` column, else ``"time
     units"``; stating one the file contradicts is refused.
+    ``custom_options`` names the recompute options the file may hold beside
+    SAPP's five (:class:`~sappkit.LayerTable`); any other is refused.
 
     Examples
     --------
@@ -50,6 +53,7 @@ def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
     path = as_path("path", path)
     if time_unit is not None:
         time_unit = check_time_unit(time_unit)
+    custom_options = check_custom_options(custom_options)
     frame = read_csv(path, "a layer table file", "a header row and one row per (kind, option)", dtype=str,
                      keep_default_na=False)
     unknown = [column for column in frame.columns if column not in _CSV_COLUMNS]
@@ -76,7 +80,7 @@ def read_layers_csv(path, *, time_unit: str | None = None) -> LayerTable:
         if time_unit is not None and time_unit != unit:
             raise InputError(f"{path}: the file states time_unit {unit!r} but time_unit={time_unit!r} was given; "
                              "drop the argument or correct the file")
-    return _table(path, frame, const, unit)
+    return _table(path, frame, const, unit, custom_options)
 
 
 def write_layers_csv(layers, path) -> None:
@@ -99,11 +103,11 @@ def write_layers_csv(layers, path) -> None:
     write_text(path, frame.to_csv(index=False))
 
 
-def _table(path: Path, frame: pd.DataFrame, const: float, time_unit: str | None) -> LayerTable:
+def _table(path: Path, frame: pd.DataFrame, const: float, time_unit: str | None, custom_options=()) -> LayerTable:
     try:
-        return LayerTable(frame, const_mb=const, time_unit=time_unit)
+        return LayerTable(frame, const_mb=const, time_unit=time_unit, custom_options=custom_options)
     except InputError as error:
-        raise InputError(f"{path}: {error}") from None
+        raise error.with_prefix(f"{path}: ") from None
 
 
 def _csv_number(path: Path, row: int, column: str, cell: str) -> float:

@@ -17,11 +17,12 @@ from .._frames import check_frame, name_column, number_column, whole_column
 from .._frames import plain as _plain
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
-    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, SPLIT_COLUMNS, TAIL,
-    WORKING_MB,
+    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, SAPP_OPTIONS,
+    SPLIT_COLUMNS, TAIL, WORKING_MB,
 )
 from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
+from .options import CUSTOM_OPTIONS, check_custom_options, check_option_names
 from .units import check_time_unit, time_unit_of, with_time_unit
 
 __all__ = ["LayerTable", "as_layer_table"]
@@ -53,6 +54,15 @@ class LayerTable:
         ``"time units"`` (nobody stated one). Every result built from the
         table shows its times in this unit, and :attr:`frame` carries it in
         its ``attrs`` (:mod:`sappkit.layers.units`).
+    custom_options : tuple of str, optional
+        Recompute options the table may name beside SAPP's five (``none``,
+        ``selective``, ``comm``, ``both``, ``full``: :data:`~sappkit.columns.SAPP_OPTIONS`),
+        e.g. a measured ``"attention"`` (:func:`sappkit.torch.measure_layers`
+        declares its own); default the frame's ``attrs["custom_options"]``,
+        else none. Any other name is refused, so a typo (``fulll``) cannot
+        plan as an option of its own. :attr:`frame` carries them in its
+        ``attrs``; a CSV does not: declare them again when reading it
+        (``read_layers_csv(..., custom_options=...)``, ``--custom-options``).
     breakdown : DataFrame, optional
         Where each kind's time goes, per ``kind`` and ``option``
         (:func:`sappkit.estimate_layers` writes it; :mod:`sappkit.layers.timing`
@@ -73,12 +83,19 @@ class LayerTable:
     (('block',), ('none', 'full'))
     >>> table.time_unit, LayerTable(pd.DataFrame(rows), time_unit="ms").frame.attrs["time_unit"]
     ('time units', 'ms')
+    >>> LayerTable(pd.DataFrame(rows).replace({"option": {"full": "fulll"}}))  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sappkit.errors.InputError: layers row 2 (kind 'block') column 'option' is 'fulll'; expected a recompute option, ...
+    >>> LayerTable(pd.DataFrame(rows).replace({"option": {"full": "mlp"}}), custom_options=("mlp",)).options("block")
+    ('none', 'mlp')
     """
 
     frame: pd.DataFrame
     const_mb: float = 0.0
     device: str | None = None
     time_unit: str | None = None
+    custom_options: tuple[str, ...] | None = None
     breakdown: pd.DataFrame | None = field(default=None, repr=False)
     _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
@@ -87,8 +104,13 @@ class LayerTable:
 
     def __post_init__(self):
         unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
-        self._index(with_time_unit(_validated(self.frame), unit))
+        custom = check_custom_options(self.frame.attrs.get(CUSTOM_OPTIONS, ()) if self.custom_options is None
+                                      and isinstance(self.frame, pd.DataFrame) else self.custom_options)
+        frame = with_time_unit(_validated(self.frame, custom), unit)
+        frame.attrs[CUSTOM_OPTIONS] = custom
+        self._index(frame)
         object.__setattr__(self, "time_unit", unit)
+        object.__setattr__(self, "custom_options", custom)
         object.__setattr__(self, "const_mb", check_number("const_mb", self.const_mb, minimum=0, maximum=MAX_MEMORY_MB))
         if self.device is not None and not (isinstance(self.device, str) and self.device):
             raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
@@ -202,7 +224,7 @@ class LayerTable:
         >>> rows = [dict(kind="block", role="body", count=8, param_mb=900, option=o, forward_time=4,
         ...              backward_time=b, activation_mb=a)
         ...         for o, b, a in (("comm", 9, 300), ("quick", 8, 300), ("full", 12, 20))]
-        >>> LayerTable(pd.DataFrame(rows)).plain("block")
+        >>> LayerTable(pd.DataFrame(rows), custom_options=("quick",)).plain("block")
         'quick'
         """
         rows = self._option_records(kind)
@@ -249,8 +271,9 @@ class LayerTable:
         return self._records[self._known(kind)]
 
     def with_frame(self, frame: pd.DataFrame) -> LayerTable:
-        """A new table with ``frame`` and this table's constant, device and time unit."""
-        return LayerTable(frame, const_mb=self.const_mb, device=self.device, time_unit=self.time_unit)
+        """A new table with ``frame`` and this table's constant, device, time unit and custom options."""
+        return LayerTable(frame, const_mb=self.const_mb, device=self.device, time_unit=self.time_unit,
+                          custom_options=self.custom_options)
 
     def with_columns(self, *, breakdown: pd.DataFrame | None = None, **columns) -> LayerTable:
         """A copy with numeric ``columns`` replaced (one value per row, in the frame's order) and, if given, another
@@ -273,7 +296,7 @@ class LayerTable:
             frame[column] = number_column(frame, column, "layers", maximum=limit)
         _check_per_kind(frame)
         table = object.__new__(LayerTable)
-        for name in ("const_mb", "device", "time_unit"):
+        for name in ("const_mb", "device", "time_unit", "custom_options"):
             object.__setattr__(table, name, getattr(self, name))
         object.__setattr__(table, "breakdown", self.breakdown if breakdown is None else breakdown)
         table._index(frame)
@@ -300,8 +323,9 @@ def as_layer_table(layers, *, name: str = "layers") -> LayerTable:
                      f"{', '.join(LAYER_REQUIRED)}; got {type(layers).__name__}")
 
 
-def _validated(frame) -> pd.DataFrame:
-    """Check the layer columns and per-kind consistency; return a clean copy with defaults filled."""
+def _validated(frame, custom: tuple[str, ...]) -> pd.DataFrame:
+    """Check the layer columns, the option names (SAPP's or ``custom``) and per-kind consistency; return a clean
+    copy with defaults filled."""
     if not isinstance(frame, pd.DataFrame):
         raise InputError(f"layers must be a DataFrame; got {type(frame).__name__}")
     check_frame(frame, "layers", LAYER_REQUIRED, "a layer table")
@@ -347,6 +371,7 @@ def _validated(frame) -> pd.DataFrame:
         raise InputError(f"layers has {counts.sum()} body layers "
                          f"({', '.join(f'{kind!r}: {n}' for kind, n in counts.items())}); "
                          f"expected at most {MAX_LAYERS.cited}")
+    check_option_names(frame, custom, where)
     return frame
 
 

@@ -18,6 +18,7 @@ Examples
 from __future__ import annotations
 
 import math
+import textwrap
 
 import pandas as pd
 
@@ -26,7 +27,7 @@ from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
            "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
-           "is_time_column", "labelled", "text_table"]
+           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary", "chunks_text"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -38,6 +39,8 @@ MINDFORMERS_UNIT = "MindFormers units"
 UNSTATED = "time units"
 #: Units longer than this are refused: a unit is a short label that follows a number.
 MAX_UNIT_LENGTH = 24
+#: Columns a line of text for people takes at most: a terminal's, and a notebook's printouts.
+TEXT_WIDTH = 100
 #: Milliseconds per unit of the units whose length is known (a host link's bandwidth needs it).
 MS_PER_UNIT = {"s": 1000.0, "ms": 1.0, "us": 0.001}
 
@@ -109,6 +112,37 @@ def format_number(value: float) -> str:
     return f"{value:.1f}" if size >= 10 else f"{value:.2f}"
 
 
+def wrap_text(text: str, width: int = TEXT_WIDTH) -> str:
+    """``text`` with each line longer than ``width`` wrapped at spaces, its continuations indented two more.
+
+    A word longer than the width (a path) stays whole on its own line.
+
+    Examples
+    --------
+    >>> print(wrap_text("peak 58,258 MB on stage 2; the plan fits every stage within its limit", 30))
+    peak 58,258 MB on stage 2; the
+      plan fits every stage within
+      its limit
+    """
+    lines = []
+    for line in str(text).split("\n"):
+        indent = " " * (len(line) - len(line.lstrip(" ")))
+        lines.append(textwrap.fill(line, width, subsequent_indent=indent + "  ", break_on_hyphens=False,
+                                   break_long_words=False) if len(line) > width else line)
+    return "\n".join(lines)
+
+
+def chunks_text(texts: list[str]) -> str:
+    """What a stage holds, one text per chunk: the text alone for one chunk, else each after ``chunk c:``.
+
+    Examples
+    --------
+    >>> chunks_text(["none x3"]), chunks_text(["full x2", "none x3"])
+    ('none x3', 'chunk 0: full x2; chunk 1: none x3')
+    """
+    return texts[0] if len(texts) == 1 else "; ".join(f"chunk {c}: {text}" for c, text in enumerate(texts))
+
+
 def format_time(value: float, unit: str) -> str:
     """A time and its unit: ``5,766 ms``."""
     return f"{format_number(value)} {unit}"
@@ -170,6 +204,22 @@ def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | 
         align = str.rjust if numeric else str.ljust
         columns.append([align(title, width), *(align(cell, width) for cell in cells)])
     return "\n".join("  ".join(row).rstrip() for row in zip(*columns)) if columns else ""
+
+
+def html_summary(lines, frame: pd.DataFrame, unit: str | None = None) -> str:
+    """A result as a notebook shows it: its headline ``lines`` as paragraphs, then ``frame`` (times labelled with
+    their unit, numbers rounded to one decimal) as a table.
+
+    Examples
+    --------
+    >>> html = html_summary(["peak 56,017 MB"], pd.DataFrame({"stage": [0], "memory_mb": [56017.07]}))
+    >>> html.startswith("<p>peak 56,017 MB</p>"), "<table" in html
+    (True, True)
+    """
+    import html
+
+    paragraphs = "".join(f"<p>{html.escape(line)}</p>" for line in lines)
+    return paragraphs + labelled(frame.round(1), unit).to_html(index=False)
 
 
 def _missing(value) -> bool:

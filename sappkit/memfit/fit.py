@@ -38,6 +38,7 @@ from .._check import check_bool, check_choice, check_number
 from ..columns import CHUNK, KIND, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import LayerTable
+from ..layers.units import TEXT_WIDTH, wrap_text
 from .dryruns import MICRO_BATCHES, as_observations
 from .identify import check_ends, column_norms, considered, identifiability
 from .model import (
@@ -190,15 +191,17 @@ class MemoryFit:
         return params_to_layers(self.params, self.observations, times, kind=kind, head=head, tail=tail,
                                 count=count)
 
-    def describe(self) -> str:
-        """How many parameters from how many stages, rank, conditioning, leave-one-out error, warnings."""
+    def describe(self, *, width: int | None = TEXT_WIDTH) -> str:
+        """How many parameters from how many stages, rank, conditioning, leave-one-out error, warnings; each line
+        wrapped at ``width`` columns (None: not wrapped)."""
         stages = self.observations.drop_duplicates([RUN, STAGE])
         const = "const fitted" if self.const_fitted else "const not fitted"
         loo = "n/a" if np.isnan(self.loo_error_mb) else f"{self.loo_error_mb:.1f} MB"
         lines = [f"{len(self.params)} parameters from {len(stages)} observed stages in {stages[RUN].nunique()} "
                  f"run(s): rank {self.rank}, condition number {self.condition_number:.3g}, {const}, "
                  f"leave-one-out error {loo}"]
-        return "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        text = "\n".join(lines + [f"warning: {w}" for w in self.warnings])
+        return text if width is None else wrap_text(text, width)
 
 
 def _shapes(frame: pd.DataFrame) -> dict:

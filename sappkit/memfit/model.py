@@ -145,8 +145,8 @@ def _flights(frame: pd.DataFrame, schedule: str, less_memory: bool) -> np.ndarra
         at = np.flatnonzero(run_of == r)
         p, v = int(stages[at[0]]), int(chunks[at].max()) + 1
         if schedule == "1f1b" and v > 1:
-            raise InputError(f"observations run {run!r} has chunk {v - 1}; schedule '1f1b' has one chunk per "
-                             "stage (pass schedule='interleaved')")
+            why = f"observations run {run!r} has chunk {v - 1}; schedule '1f1b' has one chunk per stage"
+            raise InputError(f"{why} (pass schedule='interleaved')", cli=f"{why} (add --schedule interleaved)")
         # Without micro_batches the counts are SAPP's, uncapped: 2p is at least every schedule's largest.
         counts = in_flight_counts(schedule, p, int(micro[at[0]]), v, less_memory)
         out[at] = counts[chunks[at], stage[at]]

@@ -33,6 +33,7 @@ from .._check import check_int
 from ..columns import MEMORY_MB, SAPP_OPTIONS, STAGE
 from ..errors import InputError
 from ..limits import MAX_DRY_RUNS, MAX_LAYERS, MAX_STAGES
+from ..layers.units import wrap_text
 from .dryruns import as_observations
 from .identify import unidentified
 from .model import CONST, Param, body_params, design
@@ -141,8 +142,9 @@ class DryRunPlan:
 
     def describe(self) -> str:
         """How many runs, what they identify and how well conditioned they are."""
-        return (f"{self.runs} dry run(s) of {self.stages} stages and {self.layers} layers identify {self.rank} "
-                f"parameters ({', '.join(self.params)}); condition number {self.condition_number:.3g}")
+        return wrap_text(f"{self.runs} dry run(s) of {self.stages} stages and {self.layers} layers identify "
+                         f"{self.rank} parameters ({', '.join(self.params)}); condition number "
+                         f"{self.condition_number:.3g}")
 
 
 def _flow(value) -> str:
@@ -185,13 +187,13 @@ def plan_dryruns(stages, layers, options, *, const=True, max_runs=8) -> DryRunPl
     if const is not True and const is not False:
         raise InputError(f"const must be True or False; got {const!r}")
     if const and p == 2:
-        raise InputError("const=True needs stages >= 3; got 2: with two stages every stage also holds the head "
-                         "or the tail, which absorb the per-stage constant, so no set of dry runs identifies it "
-                         "(pass const=False)")
+        why = ("needs stages >= 3; got 2: with two stages every stage also holds the head or the tail, which absorb "
+               "the per-stage constant, so no set of dry runs identifies it")
+        raise InputError(f"const=True {why} (pass const=False)", cli=f"fitting const_mb {why} (add --no-const)")
     if const and total == p:
-        raise InputError(f"const=True needs layers > stages; got {total} layers on {p} stages: every stage holds "
-                         "exactly one layer in every dry run, so the constant cannot be told apart from param_mb "
-                         "(pass const=False)")
+        why = (f"needs layers > stages; got {total} layers on {p} stages: every stage holds exactly one layer in "
+               "every dry run, so the constant cannot be told apart from param_mb")
+        raise InputError(f"const=True {why} (pass const=False)", cli=f"fitting const_mb {why} (add --no-const)")
     if total == p and p <= 3:
         raise InputError(f"layers must be > stages when stages <= 3; got {total} layers on {p} stages: every stage "
                          "holds exactly one layer, and no middle stage pair tells param_mb from the activations")

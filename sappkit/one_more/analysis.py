@@ -10,7 +10,11 @@ mode is turned up to ``full`` and the group's new mode counts go back to its
 layers in the chooser's canonical order (slower mode first, model order:
 :func:`sappkit.recompute.knapsack.canonical`), so turning up any layer of the group
 gives one plan. A plan is kept when every stage still fits the device, at
-the exact memory (no buckets). Two plans are one when their stages hold the
+the exact memory (no buckets), and it frees memory on its stage: the layer
+that ends warm-up, turned up to ``full``, rebuilds the plain layer's
+activations for its backward, which can outweigh what it keeps less with
+few micro-batches in flight; such a plan holds more and costs time, so it
+is left out and counted. Two plans are one when their stages hold the
 same (kind, mode) counts and their per-stage peaks and time saved agree
 within rounding: the first is kept, in order of stage, group and mode.
 
@@ -40,8 +44,8 @@ from ..recompute.knapsack import Group, canonical
 from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
 from .current import check_dimensions, dimension_pairs, layer_modes
 from .result import (
-    ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, no_alternatives,
-    stage_columns,
+    ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, layer_ranges,
+    no_alternatives, stage_columns,
 )
 
 __all__ = ["RecomputeAnalysis", "alternatives"]
@@ -104,8 +108,14 @@ class RecomputeAnalysis:
     >>> for plan in analysis.alternatives(current):
     ...     print(plan.layer_options["mode"].tolist())
     ['full', 'off', 'selective', 'off', 'off', 'off']
-    ['off', 'off', 'full', 'off', 'off', 'off']
     ['off', 'off', 'selective', 'full', 'off', 'off']
+
+    Layer 2 ends stage 0's warm-up: at ``full`` it would rebuild the plain
+    layer (40 MB) for its backward, more than the 2 x 10 MB it keeps less, so
+    that plan is left out:
+
+    >>> alternatives(current, analysis=analysis).left_out
+    1
     """
 
     def __init__(self, layers, partition, *, memory_mb: float, modes, dimensions=(), **choose_options):
@@ -193,13 +203,16 @@ class RecomputeAnalysis:
         if over.size:
             return no_alternatives(current, f"current does not fit: stage {over[0]} needs "
                                             f"{memory[0, over[0]]:,.1f} MB against a limit of {limit:,.1f} MB")
-        kept = self._distinct(rows, values, starts)
+        kept, left_out = self._distinct(rows, values, starts)
         if not kept:
-            return no_alternatives(current, "no plan with one more layer at 'full' fits" if starts
-                                   else "every layer already runs 'full'")
-        return self._found(current, rows, values, [(row, *starts[row - 1]) for row in kept])
+            reason = ("every layer already runs 'full'" if not starts else "no plan with one more layer at 'full' "
+                      "fits" if not left_out else f"no plan with one more layer at 'full' frees memory and fits "
+                      f"({left_out} fit but hold as much or more on their stage)")
+            return no_alternatives(current, reason)
+        return self._found(current, rows, values, [(row, *starts[row - 1]) for row in kept], left_out)
 
-    def _found(self, current, rows: np.ndarray, values: dict, kept: list[tuple[int, int, int]]) -> Alternatives:
+    def _found(self, current, rows: np.ndarray, values: dict, kept: list[tuple[int, int, int]],
+               left_out: int) -> Alternatives:
         """The frames of the ``kept`` plans, each ``(row, group, starting mode)``, and their plans."""
         memory, saved = values[MEMORY_MB], values[TIME_SAVED]
         records = []
@@ -207,7 +220,7 @@ class RecomputeAnalysis:
             group = self._groups[index]
             s = group.stage
             records.append((number, s, group.kind, self.modes[start],
-                            tuple(np.flatnonzero(rows[row] != rows[0]).tolist()), memory[row].max(),
+                            layer_ranges(np.flatnonzero(rows[row] != rows[0])), memory[row].max(),
                             memory[0, s] - memory[row, s], saved[0, s] - saved[row, s], memory[row, s],
                             group.in_flight, group.ends_warm_up, group.first))
         numbers = [row for row, _, _ in kept]
@@ -215,7 +228,8 @@ class RecomputeAnalysis:
         long.update((column, array.ravel())
                     for column, array in stage_columns(self._prices["fixed"], values, numbers).items())
         return Alternatives(pd.DataFrame(records, columns=list(ALTERNATIVE_COLUMNS)), pd.DataFrame(long),
-                            PlanList(lambda number: self._plan(rows, values, numbers[number]), len(kept)), current)
+                            PlanList(lambda number: self._plan(rows, values, numbers[number]), len(kept)), current,
+                            left_out=left_out)
 
     def _candidates(self, modes: np.ndarray) -> tuple[np.ndarray, list[tuple[int, int]]]:
         """``current`` (row 0), then per group and starting mode the modes after one layer of the group is
@@ -255,12 +269,14 @@ class RecomputeAnalysis:
         return {ACTIVATION_MB: activation, WORKING_MB: working, MEMORY_MB: np.fmax(warm_up, backward),
                 BACKWARD_MB: backward, TIME: time, TIME_SAVED: prices["baseline"] - time}
 
-    def _distinct(self, rows: np.ndarray, values: dict, starts: list[tuple[int, int]]) -> list[int]:
-        """The rows (1-based: row 0 is current) that fit, each the first of its kind of plan."""
-        fits = (values[MEMORY_MB] <= self.pricing.memory_mb + _ROUNDING_MB).all(axis=1)
+    def _distinct(self, rows: np.ndarray, values: dict, starts: list[tuple[int, int]]) -> tuple[list[int], int]:
+        """The rows (1-based: row 0 is current) that fit and free memory on their stage, each the first of its kind
+        of plan; and how many distinct plans fit but free none."""
+        memory = values[MEMORY_MB]
+        fits = (memory <= self.pricing.memory_mb + _ROUNDING_MB).all(axis=1)
         kinds = self.pricing.body[KIND].to_numpy()
         seen: dict[tuple, list[int]] = {}
-        kept = []
+        kept, left_out = [], 0
         for row, (index, _) in enumerate(starts, start=1):
             if not fits[row]:
                 continue
@@ -270,8 +286,11 @@ class RecomputeAnalysis:
             if any(_same(values, row, other) for other in seen.get(key, ())):
                 continue
             seen.setdefault(key, []).append(row)
-            kept.append(row)
-        return kept
+            if memory[0, stage] - memory[row, stage] > _ROUNDING_MB:
+                kept.append(row)
+            else:
+                left_out += 1
+        return kept, left_out
 
     def _plan(self, rows: np.ndarray, values: dict, row: int) -> AlternativePlan:
         """The plan of row ``row``."""

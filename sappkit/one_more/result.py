@@ -24,7 +24,7 @@ from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, TRANSIT_MB, Pricing
 
 __all__ = ["Alternatives", "AlternativePlan", "ALTERNATIVE_COLUMNS", "STAGE_COLUMNS", "ALTERNATIVE", "FROM_MODE",
            "LAYERS_CHANGED", "MEMORY_FREED_MB", "TIME_COST", "STAGE_MEMORY_MB", "ENDS_WARM_UP", "FIRST_LAYER",
-           "LAYER", "PlanList", "no_alternatives", "stage_columns", "build_plan"]
+           "LAYER", "PlanList", "no_alternatives", "stage_columns", "build_plan", "layer_ranges"]
 
 ALTERNATIVE = "alternative"
 FROM_MODE = "from_mode"
@@ -43,7 +43,7 @@ STAGE_COLUMNS = (STAGE, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_
                  BACKWARD_MB, TRANSIT_MB, TIME, TIME_SAVED)
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, repr=False)  # the choice's short repr
 class AlternativePlan(RecomputeChoice):
     """A :class:`~sappkit.RecomputeChoice` one more fully recomputed layer reaches.
 
@@ -67,12 +67,13 @@ class Alternatives:
         One row per plan (:data:`ALTERNATIVE_COLUMNS`): ``alternative`` (its
         number, the index into ``plans``), ``stage`` and ``kind`` of the
         layer turned up, ``from_mode`` (the mode it leaves), ``layers_changed``
-        (body layer indices whose mode changed once the group's counts are
-        reassigned in canonical order), ``memory_mb`` (the plan's peak: its
+        (the body layers whose mode changed once the group's counts are
+        reassigned in canonical order, as ranges of their indices such as
+        ``"35-36"``: :func:`layer_ranges`), ``memory_mb`` (the plan's peak: its
         heaviest stage), ``memory_freed_mb`` and ``time_cost`` (on its stage:
-        the memory it no longer holds, negative when it holds more, and the
-        forward + backward time per micro-batch it adds, in the frame's
-        ``attrs["time_unit"]``),
+        the memory it no longer holds, always positive: a plan that holds as
+        much or more is left out, see ``left_out``; and the forward + backward
+        time per micro-batch it adds, in the frame's ``attrs["time_unit"]``),
         ``stage_memory_mb`` (the stage's new memory), and the group's
         ``in_flight``, ``ends_warm_up`` and ``first_layer``.
     stages : DataFrame
@@ -87,6 +88,11 @@ class Alternatives:
         choice once it is checked).
     reason : str or None
         Why there are none, when there are none.
+    left_out : int
+        Distinct plans that fit but free no memory on their stage (the layer
+        that ends warm-up, at ``full``, rebuilds the plain layer's activations
+        for its backward, which can outweigh what it keeps less); each would
+        cost time for nothing, so none is listed.
     """
 
     frame: pd.DataFrame
@@ -94,6 +100,22 @@ class Alternatives:
     plans: Sequence[AlternativePlan]
     current: RecomputeChoice | pd.DataFrame
     reason: str | None = None
+    left_out: int = 0
+
+    def __repr__(self) -> str:
+        return f"<Alternatives {self._headline()}>"
+
+    def _repr_html_(self) -> str:
+        from ..layers.units import html_summary
+
+        shown = self.frame.drop(columns=[STAGE_MEMORY_MB, IN_FLIGHT, ENDS_WARM_UP, FIRST_LAYER])
+        return html_summary([self._headline()], shown, self.frame.attrs.get("time_unit"))
+
+    def _headline(self) -> str:
+        if self.reason is not None:
+            return f"none: {self.reason}"
+        left_out = f" ({self.left_out} more that free no memory left out)" if self.left_out else ""
+        return f"{len(self.frame)} plan(s) with one more layer at 'full'{left_out}; stage {self.binding_stage} binds"
 
     @property
     def binding_stage(self) -> int:
@@ -119,6 +141,25 @@ class PlanList(Sequence):
         if plan is None:
             plan = self._built[index] = self._build(range(len(self))[index])
         return plan
+
+
+def layer_ranges(indices) -> str:
+    """Body layer indices as sorted ranges, the way trainer plans key them.
+
+    Examples
+    --------
+    >>> layer_ranges([5, 0, 1, 7, 8, 9])
+    '0-1, 5, 7-9'
+    """
+    parts, run = [], []
+    for index in sorted(int(i) for i in indices):
+        if run and index != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(index)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
 
 
 def no_alternatives(current, reason: str) -> Alternatives:

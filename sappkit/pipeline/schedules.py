@@ -87,7 +87,8 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
         raise InputError(f"chunks must be 2 for schedule {schedule!r} (the V); got {v}")
     if schedule in _FIXED_CHUNKS and v != _FIXED_CHUNKS[schedule][0]:
         fixed, other = _FIXED_CHUNKS[schedule]
-        raise InputError(f"chunks must be {fixed} for schedule {schedule!r}; got {v} (use schedule={other!r})")
+        why = f"chunks must be {fixed} for schedule {schedule!r}; got {v}"
+        raise InputError(f"{why} (use schedule={other!r})", cli=f"{why} (use --schedule {other})")
     if less_memory and schedule not in ("1f1b", "interleaved", "seqpipe"):
         if schedule == "dualpipev":
             raise InputError("less_memory does not apply to schedule 'dualpipev'")

@@ -94,11 +94,16 @@ class Simulation:
         When the last op ends, in ``time_unit``.
     bubbles : Series
         ``real``, ``ideal``, ``imbalance``, ``recompute``: idle and recompute
-        time as fractions of the compute without recompute, ``real = ideal +
-        imbalance + recompute``; ``ideal = (p - 1) / (v m k)`` (``k`` slices per
-        micro-batch for ``seqpipe``, else 1). ``imbalance`` is the rest:
-        unequal cells, ``p2p_time`` and waits the order adds (negative when a
-        schedule beats the ideal, as DualPipeV can).
+        time as fractions of the compute without recompute (SAPP's bubble),
+        ``real = ideal + imbalance + recompute``, none negative. ``ideal`` is
+        the schedule's own: the bubble its step order leaves with every cell
+        at the mean of each pass's cost, no transfer time and no recompute
+        (``(p - 1) / m`` for 1F1B, ``(p - 1) / (v m)`` interleaved, less for
+        the zero-bubble orders and the V shapes), capped at the real idle
+        time when unequal cells fill the order better. ``imbalance`` is the
+        rest of the idle time: unequal cells, ``p2p_time``. ``of_step``: the
+        share of the step the devices sit idle (idle over ``p`` times the
+        step time), the bubble as Megatron-LM and torchtitan users read it.
     timeline : DataFrame
         One row per op: ``stage``, ``chunk``, ``micro_batch``, ``slice``,
         ``phase`` (one of :data:`PHASES`), ``start``, ``end``, ``recompute_time``
@@ -148,9 +153,22 @@ class Simulation:
             f"{self.micro_batches} micro-batches" + (f" x {self.seq_split} slices" if self.seq_split > 1 else ""),
             f"step time {format_time(self.step_time, self.time_unit)}",
             f"bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
-            f"+ recompute {b['recompute']:.1%}",
+            f"+ recompute {b['recompute']:.1%}; idle {b['of_step']:.1%} of the step",
             f"peak memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])}{against}",
         ])
+
+
+def _op_times(plan: StepPlan, durations: np.ndarray, p2p_time: float, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Every op's start and end (stage-major, run order), its cells' phase durations in model order."""
+    start = np.array(op_starts(plan, durations.tolist(), p2p_time, p))
+    return start, start + durations[plan.phase * plan.cell_count + plan.position]
+
+
+def _ideal_bubble(plan: StepPlan, phases, compute: float, p: int) -> float:
+    """The schedule's own bubble, as a share of ``compute``: its step order with every cell at the mean of each
+    phase's cost (``phases``: forward, backward, input and weight passes, recompute taken out), no transfer time."""
+    balanced = np.concatenate([np.full(len(times), float(np.mean(np.clip(times, 0.0, None)))) for times in phases])
+    return p * float(_op_times(plan, balanced, 0.0, p)[1].max()) / compute - 1
 
 
 def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int, less_memory: bool = False,
@@ -210,10 +228,10 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     >>> print(simulate(costs, micro_batches=8, static_mb=100, time_unit="ms").describe())
     1f1b: 4 stages, 1 chunk(s), 8 micro-batches
     step time 33 ms
-    bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%
+    bubble 37.5% of the compute = ideal 37.5% + imbalance 0.0% + recompute 0.0%; idle 27.3% of the step
     peak memory 140 MB on stage 0
     >>> sim.bubbles.round(4).to_dict()
-    {'real': 0.375, 'ideal': 0.375, 'imbalance': 0.0, 'recompute': 0.0}
+    {'real': 0.375, 'ideal': 0.375, 'imbalance': 0.0, 'recompute': 0.0, 'of_step': 0.2727}
     """
     unit = time_unit_of(costs) if time_unit is None else check_time_unit(time_unit)
     cost, p, v = checked_costs(costs)
@@ -235,8 +253,7 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     working = cost.get(WORKING_MB, np.zeros(p * v))[in_model_order]
     durations = np.concatenate([forward, backward, input_pass, weight_pass])
 
-    start = np.array(op_starts(plan, durations.tolist(), p2p_time, p))
-    end = start + durations[plan.phase * plan.cell_count + plan.position]
+    start, end = _op_times(plan, durations, p2p_time, p)
     step_time = float(end.max())
 
     # Stages may run different numbers of ops (a whole backward on one, input and weight passes on another).
@@ -250,9 +267,11 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     recompute_total = float(recompute.sum()) * m * k
     compute = float(busy.sum()) - recompute_total
     real = p * step_time / compute - 1
-    ideal = (p - 1) / (v * m * k)
-    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": real - ideal - recompute_total / compute,
-                         "recompute": recompute_total / compute})
+    idle = real - recompute_total / compute
+    ideal = min(_ideal_bubble(plan, (forward, backward - recompute, input_pass - recompute, weight_pass), compute, p),
+                idle)  # unequal cells that the order fills better than equal ones leave no imbalance
+    bubbles = pd.Series({"real": real, "ideal": ideal, "imbalance": idle - ideal, "recompute": recompute_total / compute,
+                         "of_step": 1 - float(busy.sum()) / (p * step_time)})
 
     return Simulation(
         schedule=schedule, micro_batches=m, chunks=v, seq_split=k, less_memory=bool(less_memory),

@@ -111,7 +111,7 @@ def plot_fit_residuals(observations: pd.DataFrame, *, ax=None):
     if LOO_RESIDUAL_MB in stages and stages[LOO_RESIDUAL_MB].notna().any():
         ax.plot(x, stages[LOO_RESIDUAL_MB], linestyle="none", marker="o", markersize=4, color="black",
                 label="left out")
-        ax.legend(loc="upper right", fontsize=8)
+        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)  # clear of the bars
     ax.axhline(0, color="grey", linewidth=0.8)
     _label_runs(ax, stages, x)
     ax.set_ylabel("MB")

@@ -209,7 +209,7 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     >>> [ax.get_label() or ax.get_ylabel() for ax in figure.axes]
     ['stage', 'memory (MB)', '<colorbar>']
     >>> figure.get_suptitle()
-    '1f1b: step time 12 time units; bubble 33.3% = ideal 33.3% + imbalance 0.0% + recompute 0.0%; peak 20 MB'
+    '1f1b: step time 12 time units; bubble 33.3% of the compute = ideal 33.3% + imbalance 0.0% + recompute 0.0% (idle 25.0% of the step); peak 20 MB'
     """
     _check_simulation(sim)
     if fig is None:
@@ -223,8 +223,9 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     top.set_title("")
     # Rounded first, so that a split that is zero up to rounding shows as 0.0%, not -0.0%.
     b = {name: round(float(value), 4) + 0.0 for name, value in sim.bubbles.items()}
-    fig.suptitle(f"{_headline(sim)}; bubble {b['real']:.1%} = ideal {b['ideal']:.1%} + imbalance "
-                 f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%}; peak {sim.stages[MEMORY_MB].max():,.0f} MB")
+    fig.suptitle(f"{_headline(sim)}; bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance "
+                 f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%} (idle {b['of_step']:.1%} of the step); peak "
+                 f"{sim.stages[MEMORY_MB].max():,.0f} MB")
     return fig
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -33,6 +35,8 @@ _CURVE_STYLES = (dict(color="#3182bd", marker="o", markersize=3, linestyle="-", 
                  dict(color="#e6550d", marker="x", markersize=5, linestyle="--", zorder=3))
 _AGAINST = {"configured": ("time_saved", "against the baseline (configured where it fits, else the most recomputed)"),
             "full": ("time_saved_vs_full", "against full recompute everywhere")}
+#: Characters per line of a legend entry beside an Axes.
+_LEGEND_CHARS = 30
 
 
 def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, against: str = "configured",
@@ -49,13 +53,15 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
     ``"both"`` for two lines, solid and dashed with their own markers; two
     that agree everywhere are one line naming both baselines); capacities
     where nothing fits are shaded; ``current_mb`` marks the budget in use.
+    The legend stands beside the Axes, clear of the curve and its labels.
 
     Examples
     --------
     >>> frame = pd.DataFrame(dict(memory_mb=[100, 200, 300], feasible=[False, True, True], mode=None,
     ...                           time=[np.nan, 5.0, 4.0], time_saved=[np.nan, 0.0, 1.0],
     ...                           time_saved_vs_full=[np.nan, 2.0, 3.0], baseline=[None, "configured", "configured"]))
-    >>> [t.get_text() for t in plot_time_saved(frame, current_mb=250, against="both").get_legend().get_texts()]
+    >>> legend = plot_time_saved(frame, current_mb=250, against="both").get_legend()
+    >>> [t.get_text().replace("\\n", " ") for t in legend.get_texts()]
     ['against the baseline (configured where it fits, else the most recomputed)', 'against full recompute everywhere', 'budget 250 MB', 'nothing fits']
     >>> same = frame.assign(time_saved=frame["time_saved_vs_full"])
     >>> [line.get_label() for line in plot_time_saved(same, against="both").get_lines()[:1]]
@@ -89,9 +95,12 @@ def plot_time_saved(sweep: pd.DataFrame, *, current_mb: float | None = None, aga
         ax.set_xlim(left, right)
     ax.axhline(0, color="0.6", linewidth=0.8)
     ax.set_xlabel("device memory (MB)")
-    ax.set_ylabel(time_label("time saved", unit) + "\nfwd + bwd per micro-batch, summed over the stages")
+    ax.set_ylabel(time_label("time saved", unit))
+    ax.set_title("forward + backward per micro-batch, summed over the stages", fontsize=10)
     ax.xaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
-    ax.legend(loc="lower right", fontsize=8, frameon=False)
+    handles, texts = ax.get_legend_handles_labels()
+    ax.legend(handles, [textwrap.fill(text, _LEGEND_CHARS) for text in texts], loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
     return ax
 
 
@@ -129,7 +138,8 @@ def plot_before_after(choice: RecomputeChoice, *, baseline: RecomputeChoice | No
 
 def _mark_changes(axes: tuple[Axes, Axes], frames: tuple[pd.DataFrame, pd.DataFrame]) -> None:
     """Fade the stages whose memory did not change, write each change above its bar on the right (upright where
-    changes on nearby stages would touch), and scale both alike with room for the changes."""
+    changes on nearby stages would touch; above the limit line where the line would cross it), and scale both alike
+    with room for the changes."""
     memory = [frame.set_index(STAGE)[MEMORY_MB] for frame in frames]
     change = (memory[1] - memory[0].reindex(memory[1].index)).dropna()
     changed = set(change.index[change.abs() >= 0.5])
@@ -149,12 +159,20 @@ def _mark_changes(axes: tuple[Axes, Axes], frames: tuple[pd.DataFrame, pd.DataFr
     spacing = np.diff(sorted(texts)).min() if len(texts) > 1 else np.inf
     upright = longest > 0.9 * spacing * width / len(memory[1])
     tops = pd.concat([memory[1], _parts(frames[1])], axis=1).max(axis=1)
-    for stage, text in texts.items():
-        after.annotate(text, (stage, tops[stage]), xytext=(0, 3), textcoords="offset points", ha="center",
-                       va="bottom", rotation=90 if upright else 0, fontsize=_CHANGE_POINTS)
-    room = (longest if upright else 1.4 * _CHANGE_POINTS) + 6  # points above the tallest bar
+    room = (longest if upright else 1.4 * _CHANGE_POINTS) + 6  # points a change takes above its base
+    lines = [float(line.get_ydata()[0]) for line in after.lines if len(set(line.get_ydata())) == 1]
     low, high = after.get_ylim()
-    top = max(high, float(tops.max()) * height / max(height - room, 1.0))
+    bases = tops[list(texts)].astype(float)
+    for _ in range(3):  # a base lifted above a line takes more room, which may bring another change to a line
+        top = max(high, low + (float(bases.max()) - low) * height / max(height - room, 1.0))
+        extent = room * (top - low) / height  # a change's height in data units at this scale
+        lifted = bases.map(lambda base: max([base, *(y for y in lines if base - 1e-9 <= y <= base + extent)]))
+        if lifted.equals(bases):
+            break
+        bases = lifted
+    for stage, text in texts.items():
+        after.annotate(text, (stage, bases[stage]), xytext=(0, 3), textcoords="offset points", ha="center",
+                       va="bottom", rotation=90 if upright else 0, fontsize=_CHANGE_POINTS)
     for ax in axes:
         ax.set_ylim(low, top)
 

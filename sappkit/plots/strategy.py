@@ -45,7 +45,7 @@ def plot_validation(frame: pd.DataFrame, *, ax: Axes | None = None, targets=(0.0
     ax.set_xlabel("error: predicted / measured - 1 (%)")
     mean_error = float(frame["error"].abs().mean())
     ax.set_title(f"published runs: mean |error| {mean_error:.2%}, worst {float(frame['error'].abs().max()):.2%}")
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the data
     return ax
 
 
@@ -75,5 +75,5 @@ def plot_step_breakdown(breakdown: pd.DataFrame, *, ax: Axes | None = None) -> A
     ax.invert_yaxis()
     ax.set_ylabel(STAGE)
     ax.set_xlabel(time_label("time in one step", "s"))
-    ax.legend(loc="lower right", fontsize="small", ncols=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the bars
     return ax

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..columns import CHUNK, KIND, LAYERS, MEMORY_MB, OPTION, STAGE
 from ..errors import InputError
-from ..layers.units import format_mb, format_time, with_time_unit
+from ..layers.units import format_mb, format_time, html_summary, with_time_unit
 from ..pipeline.costs import cell_costs
 from ..pipeline.simulator import Simulation, simulate
 from .export import RuntimeSetting, megatron_setting, recompute_lists, torchtitan_setting, trainer_plan
@@ -149,6 +149,14 @@ class RecomputeChoice:
     def baseline_stages(self) -> pd.DataFrame:
         """The stage frame under :attr:`baseline`'s options (the configured ones where they fit)."""
         return self.pricing.evaluate(list(self.pricing.baseline.options))
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.short_headline() if self.chosen else f'no choice: {self.reason}'}>"
+
+    def _repr_html_(self) -> str:
+        if not self.chosen:
+            return html_summary([f"no choice: {self.reason}"], self.stages, self.time_unit)
+        return html_summary(self.headline(), self.ranges, self.time_unit)
 
     def short_headline(self) -> str:
         """One line for a title or a status: the simulated step time and its change against the baseline (with

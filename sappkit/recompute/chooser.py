@@ -309,10 +309,11 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
         ``feasible``, ``mode`` (one-mode choices), ``time`` (body layers'
         forward + backward per micro-batch, summed over stages),
         ``time_saved`` (against the baseline :func:`choose_recompute` states
-        at that capacity: the configured options where they fit, else every
-        layer at its most recomputed option), ``time_saved_vs_full``
-        (against every layer fully recomputed) and ``baseline``
-        (``"configured"`` or ``"most recomputed"``); NaN times where nothing
+        at that capacity: the configured options where they fit, else the
+        fastest single option that fits, else every layer at its most
+        recomputed option), ``time_saved_vs_full`` (against every layer fully
+        recomputed) and ``baseline`` (``"configured"``, ``"fastest single"``
+        or ``"most recomputed"``); NaN times where nothing
         fits. Times are sums over the stages, not step times, in the layer
         table's unit (the frame's ``attrs["time_unit"]``).
 

@@ -3,9 +3,8 @@
 A :class:`Partition` fixes the pipeline (stages, chunks, micro-batches,
 schedule) and, per cell ``(chunk, stage)``, the body kinds it holds and how
 many layers of each, in model order. Body layers are numbered ``0..L-1`` in
-model order, head and tail excluded: the trainers' block indices. Each layer
-may carry its *configured* option, the recompute the runtime gives it today
-(the baseline ``time_saved`` is measured against).
+model order, head and tail excluded: the trainers' block indices. Each layer may carry its *configured* option,
+the recompute the runtime gives it today (the baseline ``time_saved`` is measured against where it fits).
 
 Three ways to build one:
 
@@ -33,6 +32,7 @@ from .._frames import check_frame, name_column, whole_column
 from ..columns import CHUNK, IN_FLIGHT, KIND, LAYERS, OPTION, STAGE
 from ..errors import InputError
 from ..layers.table import as_layer_table
+from ..layers.units import chunks_text
 from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
 from ..pipeline.schedules import Schedule, check_pipeline, in_flight, in_flight_counts, model_order
 
@@ -167,11 +167,11 @@ class Partition:
 
     def describe(self) -> str:
         """One line per stage: its layers per chunk and kind."""
-        lines = [f"{self.schedule}: {self.stages} stages x {self.chunks} chunk(s), "
-                 f"{self.micro_batches} micro-batches, {self.layer_count} body layers"]
+        lines = [f"{self.schedule}: {self.stages} stages x {self.chunks} chunk(s), {self.micro_batches} micro-batches, "
+                 f"{self.layer_count} body layers"]
         for stage, rows in self.cells.groupby(STAGE, sort=True):
-            parts = [f"c{c}:{kind}x{n}" for c, kind, n in zip(rows[CHUNK], rows[KIND], rows[LAYERS])]
-            lines.append(f"stage {stage}: {' '.join(parts)}")
+            texts = [", ".join(f"{k} x{n}" for k, n in zip(cell[KIND], cell[LAYERS])) for _, cell in rows.groupby(CHUNK)]
+            lines.append(f"stage {stage}: {chunks_text(texts)}")
         return "\n".join(lines)
 
     @classmethod

@@ -44,11 +44,9 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 The stage's memory is the higher of the two peaks.
 
 **Time saved** is measured against a stated baseline that fits
-(:attr:`Pricing.baseline`): the partition's configured options where they
-fit every stage at the device capacity, as the original tool measures it,
-else every layer at its most recomputed option on offer (the least
-activation memory, e.g. ``full``). It is the forward + backward time of one
-micro-batch through the body layers, per stage: a sum, not a step time.
+(:attr:`Pricing.baseline`, :mod:`sappkit.recompute.baseline`). It is the
+forward + backward time of one micro-batch through the body layers, per stage:
+a sum, not a step time.
 
 A stage's layers form groups of interchangeable layers
 (:mod:`sappkit.recompute.groups`) with per-option memory at both peaks and
@@ -73,6 +71,7 @@ from ..errors import InputError
 from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from .events import event_peaks
+from .baseline import Baseline, baseline_of
 from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, layer_groups
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
 from .partition import CONFIGURED, Partition
@@ -86,28 +85,6 @@ SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
 BACKWARD_MB = "backward_mb"
 TRANSIT_MB = "transit_mb"
 TIME_SAVED = "time_saved"
-
-
-@dataclass(frozen=True)
-class Baseline:
-    """What time saved is measured against: each body layer's option, and that in words.
-
-    Attributes
-    ----------
-    name : {"configured", "most recomputed"}
-        The partition's configured options (they fit), or every layer at its
-        most recomputed option on offer (the configured ones do not fit).
-    options : tuple of str
-        Each body layer's option, model order.
-    text : str
-        The baseline in words, to follow "against ... with": ``the configured
-        recompute (every layer full)``, ``every layer at full (the configured
-        none does not fit)``.
-    """
-
-    name: str
-    options: tuple[str, ...]
-    text: str
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,17 +138,8 @@ class Pricing:
 
     @cached_property
     def baseline(self) -> Baseline:
-        """What time saved is measured against at this capacity (module docstring)."""
-        configured = tuple(self.body[CONFIGURED])
-        as_configured = "the configured recompute" + (f", every layer {_uniform(configured)}," if _uniform(configured)
-                                                      else "")
-        if (self._stage_values(configured)[MEMORY_MB] <= self.memory_mb).all():
-            return Baseline("configured", configured, as_configured.rstrip(","))
-        most = tuple(self.most_recomputed[kind] for kind in self.body[KIND])
-        every = _uniform(most)
-        return Baseline("most recomputed", most, (f"every layer at {every}" if every else
-                                                  "every layer at its most recomputed option")
-                        + f" ({as_configured} does not fit)")
+        """What time saved is measured against at this capacity (module docstring; :func:`baseline_of`)."""
+        return baseline_of(self)
 
     @cached_property
     def baseline_time(self) -> np.ndarray:
@@ -287,12 +255,6 @@ class Pricing:
                 table[kind][option] = [self.cost(kind, option)[c] for c in columns]
             values[row] = table[kind][option]
         return {column: values[:, i] for i, column in enumerate(columns)}
-
-
-def _uniform(options: Sequence[str]) -> str | None:
-    """The option every layer runs, or None when they differ."""
-    distinct = set(options)
-    return distinct.pop() if len(distinct) == 1 else None
 
 
 def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:

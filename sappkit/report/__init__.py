@@ -6,7 +6,7 @@ one (:mod:`~sappkit.report.execution`) and renders the pages and an index
 """
 
 from .execution import execute_notebook, idle_waits, read_notebook
-from .pages import default_notebooks, notebook_summary, write_report
+from .pages import check_out, default_notebooks, left_out_notebooks, notebook_summary, write_report
 
-__all__ = ["default_notebooks", "execute_notebook", "idle_waits", "notebook_summary", "read_notebook",
-           "write_report"]
+__all__ = ["check_out", "default_notebooks", "execute_notebook", "idle_waits", "left_out_notebooks",
+           "notebook_summary", "read_notebook", "write_report"]

@@ -91,10 +91,12 @@ def read_notebook(path: str | os.PathLike):
                          f"expected one of {', '.join(map(str, nbformat.versions))})")
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", MissingIDFieldWarning)  # nbformat.reads warns of it below
+            # A v4.5 notebook without cell ids is one Jupyter opens as it is: nbformat gives the cells ids on
+            # reading, and its warning that it did would only reach the terminal ahead of the result.
+            warnings.simplefilter("ignore", MissingIDFieldWarning)
             nbformat.validate(nbformat.from_dict(found))  # as written: its schema's words beat a conversion's error
-        nb = nbformat.reads(text, as_version=4)
-        nbformat.validate(nb)
+            nb = nbformat.reads(text, as_version=4)
+            nbformat.validate(nb)
     except Exception as exc:  # noqa: BLE001 - nbformat reports malformed notebooks with whatever its code trips on
         reason = getattr(exc, "message", None) or str(exc).strip().splitlines()[0] or type(exc).__name__
         where = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in getattr(exc, "absolute_path", ()))

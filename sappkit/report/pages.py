@@ -25,13 +25,13 @@ import re
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from importlib.util import find_spec
 from pathlib import Path
 
 from ..errors import InputError
 
-__all__ = ["default_notebooks", "notebook_summary", "write_report"]
+__all__ = ["check_out", "default_notebooks", "left_out_notebooks", "notebook_summary", "write_report"]
 
 #: Marks an ``index.html`` written by :func:`write_report`; only such folders are replaced under ``force``.
 GENERATOR = "sappkit report"
@@ -50,16 +50,32 @@ def default_notebooks() -> list[Path]:
     >>> all(path.suffix == ".ipynb" for path in default_notebooks())
     True
     """
+    return [path for path in _repository_notebooks() if not _missing(path)]
+
+
+def left_out_notebooks() -> dict[Path, str]:
+    """The notebooks :func:`default_notebooks` leaves out, each with why: the modules it needs that are missing.
+
+    Examples
+    --------
+    >>> all(why.startswith("needs ") for why in left_out_notebooks().values())
+    True
+    """
+    return {path: f"needs {', '.join(missing)}, not installed here" for path in _repository_notebooks()
+            if (missing := _missing(path))}
+
+
+def _repository_notebooks() -> list[Path]:
     if not _NOTEBOOKS_DIR.is_dir():
         raise InputError(f"no notebooks folder at {str(_NOTEBOOKS_DIR)!r} (sappkit is not installed from a "
                          f"source checkout); name the notebooks explicitly (--notebooks PATH ...)")
-    return [path for path in sorted(_NOTEBOOKS_DIR.glob("*.ipynb")) if _installed(path)]
+    return sorted(_NOTEBOOKS_DIR.glob("*.ipynb"))
 
 
-def _installed(path: Path) -> bool:
-    """Whether the modules the notebook's metadata requires (``sappkit.requires``) are installed."""
+def _missing(path: Path) -> list[str]:
+    """The modules the notebook's metadata requires (``sappkit.requires``) that are not installed."""
     required = json.loads(path.read_text()).get("metadata", {}).get("sappkit", {}).get("requires", [])
-    return all(find_spec(module) is not None for module in required)
+    return [module for module in required if find_spec(module) is None]
 
 
 def notebook_summary(nb) -> tuple[str, str]:
@@ -98,7 +114,8 @@ def notebook_summary(nb) -> tuple[str, str]:
 
 
 def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike, *, with_input: bool = False,
-                 force: bool = False, progress: Callable[[str], None] | None = None) -> Path:
+                 force: bool = False, progress: Callable[[str], None] | None = None,
+                 left_out: Mapping[str | os.PathLike, str] | None = None) -> Path:
     """Execute ``notebooks``, render each as ``out/<name>.html`` plus ``out/index.html``; return the index path.
 
     Parameters
@@ -114,6 +131,9 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
     progress
         Called with one line of text as each notebook starts and ends, and as each of its code cells
         starts (``"notebook 3/5: 03_recompute, cell 12/20"``).
+    left_out
+        Notebooks not executed, each with why (:func:`left_out_notebooks`):
+        the index names them, so a reader knows what the report lacks.
 
     Examples
     --------
@@ -130,7 +150,7 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
     from .execution import execute_notebook
 
     paths = _check_notebooks(notebooks)
-    out = _check_out(Path(out), force=force)
+    out = check_out(out, force=force)
     say = progress or (lambda line: None)
     with _staged(out) as staging:
         entries = []
@@ -144,7 +164,8 @@ def write_report(notebooks: Iterable[str | os.PathLike], out: str | os.PathLike,
             _write_page(staging / page, _render(nb, title or path.stem, with_input=with_input), out=out)
             entries.append((page, title or path.stem, line))
             say(f"{tag}, done in {time.perf_counter() - start:.1f} s -> {page}")
-        _write_page(staging / "index.html", _index_html(entries, with_input=with_input), out=out)
+        _write_page(staging / "index.html", _index_html(entries, with_input=with_input, left_out=left_out or {}),
+                    out=out)
     return out / "index.html"
 
 
@@ -174,7 +195,11 @@ def _check_notebooks(notebooks) -> list[Path]:
     return paths
 
 
-def _check_out(out: Path, *, force: bool) -> Path:
+def check_out(out: str | os.PathLike, *, force: bool = False) -> Path:
+    """``out`` as a :class:`~pathlib.Path` when a report may be written there: a new or empty folder, or with
+    ``force`` one holding a previous report; else an :class:`~sappkit.InputError` saying why (checked before any
+    notebook runs)."""
+    out = Path(out)
     if out.exists() and not out.is_dir():
         raise InputError(f"out: {str(out)!r} is a file, expected a report folder")
     above = next(folder for folder in out.parents if folder.exists())
@@ -184,8 +209,10 @@ def _check_out(out: Path, *, force: bool) -> Path:
     if not out.exists() or not any(out.iterdir()):
         return out
     if not force:
-        raise InputError(f"out: {str(out)!r} already exists and is not empty; pass force=True (--force) "
-                         f"to replace the report there, or choose another folder")
+        raise InputError(f"out: {str(out)!r} already exists and is not empty; pass force=True to replace the "
+                         "report there, or choose another folder",
+                         cli=f"--out {str(out)!r} already exists and is not empty; add --force to replace the "
+                             "report there, or choose another folder (--out DIR)")
     index = out / "index.html"
     if not (index.is_file() and f'content="{GENERATOR}' in index.read_text(encoding="utf-8", errors="replace")):
         raise InputError(f"out: {str(out)!r} is not a sappkit report (no index.html written by {GENERATOR!r}); "
@@ -265,7 +292,7 @@ def _render(nb, title: str, *, with_input: bool) -> str:
     return body
 
 
-def _index_html(entries: list[tuple[str, str, str]], *, with_input: bool) -> str:
+def _index_html(entries: list[tuple[str, str, str]], *, with_input: bool, left_out: Mapping) -> str:
     from .. import __version__
 
     items = "\n".join(
@@ -275,6 +302,8 @@ def _index_html(entries: list[tuple[str, str, str]], *, with_input: bool) -> str
     )
     code = "with code" if with_input else "code hidden"
     count = f"{len(entries)} notebook{'s' if len(entries) != 1 else ''}"
+    skipped = "".join(f"<p>Left out: {html.escape(Path(path).stem)} ({html.escape(why)}).</p>\n"
+                      for path, why in left_out.items())
     return f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -292,7 +321,7 @@ span {{ color: #555; }}
 <body>
 <h1>sappkit report</h1>
 <p>{count} executed by sappkit {__version__} ({code}).</p>
-<ul>
+{skipped}<ul>
 {items}
 </ul>
 </body>

@@ -38,12 +38,13 @@ import torch
 
 from .._check import check_int
 from ..columns import (
-    ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FORWARD_TIME, HEAD, KIND, MODULE, OPTION, PARAM_MB, ROLE, TAIL,
-    WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FORWARD_TIME, HEAD, KIND, MODULE, OPTION, PARAM_MB, ROLE, SAPP_OPTIONS,
+    TAIL, WORKING_MB,
 )
 from ..errors import InputError
 from ..layers.configs import ParallelConfig
 from ..layers.estimate import param_bytes
+from ..layers.options import CUSTOM_OPTIONS
 from ..layers.table import LayerTable
 from ..layers.units import MS
 from .options import DEFAULT_OPTIONS, option_specs, run_forward
@@ -94,7 +95,8 @@ def measure_layers(block: torch.nn.Module, example, *, kwargs: dict | None = Non
     Returns
     -------
     LayerTable
-        Memory in MB, times in ms, ``device`` set.
+        Memory in MB, times in ms, ``device`` set; the names ``options``
+        gives beside SAPP's five are its ``custom_options``.
 
     Examples
     --------
@@ -123,8 +125,9 @@ def measure_layers(block: torch.nn.Module, example, *, kwargs: dict | None = Non
             rows.append({KIND: name or type(module).__name__, ROLE: role, COUNT: count if role == BODY else 1,
                          PARAM_MB: held / _MB, OPTION: option, **measured, MODULE: module_name,
                          WORKING_MB: measured[WORKING_MB] + gathered / _MB})
-    frame = _full_working(pd.DataFrame(rows), specs)
-    return LayerTable(frame, device=_device_name(_device(block, parts[0][1][1])), time_unit=MS)
+    frame = pd.DataFrame(rows)
+    frame.attrs[CUSTOM_OPTIONS] = tuple(option for option in specs if option not in SAPP_OPTIONS)
+    return LayerTable(_full_working(frame, specs), device=_device_name(_device(block, parts[0][1][1])), time_unit=MS)
 
 
 def _part(name: str, given) -> tuple[torch.nn.Module, tuple, dict]:

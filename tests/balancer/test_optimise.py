@@ -566,3 +566,14 @@ def test_the_step_objective_with_one_micro_batch_on_one_chunk():
     rival = sappkit.balance(table, stages=2, micro_batches=1, memory_mb=700)
     assert plan.fits and plan.step_time == plan.simulate().step_time <= rival.simulate().step_time
     assert plan.step_time == (plan.stages.forward_time + plan.stages.backward_time).sum()
+
+
+def test_the_time_limit_bounds_the_exact_search_too(deepseek):
+    """DeepSeek-V3 interleaved: the exact search proves it in well under a second, and a limit it cannot meet
+    stops it (the limit is past at its first stage) with a plan that says so."""
+    shape = dict(stages=16, micro_batches=32, chunks=2, memory_mb=70000)
+    assert balance(deepseek, **shape).status == "optimal"
+    stopped = balance(deepseek, **shape, solver=SolverOptions(time_limit=1e-9))
+    assert (stopped.status, stopped.method, stopped.has_plan) == ("failed", "exact search", False)
+    assert stopped.message == ("the exact search ran past the 1e-09 s time limit before it proved a plan; allow it "
+                               "more time (SolverOptions.time_limit, --time-limit)")

@@ -44,8 +44,9 @@ def test_one_recompute_option_everywhere_is_torchtitans_mode_and_the_toml_reads_
     assert config.to_toml() == "\n".join([
         "[parallelism]", "pipeline_parallel_degree = 2", 'pipeline_parallel_schedule = "1F1B"',
         "pipeline_parallel_microbatch_size = 1",
-        'pipeline_parallel_module_fqns_per_model_part = [["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3"], '
-        '["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"]]', "",
+        "pipeline_parallel_module_fqns_per_model_part = [",
+        '    ["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3"],',
+        '    ["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"],', "]", "",
         "[activation_checkpoint]", 'mode = "full"'])
 
 
@@ -104,3 +105,12 @@ def test_seqpipe_has_no_torchtitan_schedule():
     assert str(err.value) == ("torchtitan runs no 'seqpipe' schedule; plan for one of '1f1b', 'interleaved', "
                               "'gpipe', 'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipev'")
     assert isinstance(torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)), TorchtitanConfig)
+
+
+def test_the_toml_of_a_long_model_fits_100_columns_and_reads_back(llama):
+    import tomllib
+
+    config = torchtitan_config(balance(llama, stages=8, micro_batches=16, memory_mb=60000))
+    text = config.to_toml()
+    assert max(map(len, text.splitlines())) <= 100 and len(text.splitlines()) < 40
+    assert tomllib.loads(text)["parallelism"] == config.settings["parallelism"]

@@ -73,9 +73,13 @@ def test_compare_plans_refuses_what_is_not_plans(plans, message):
     assert str(error.value) == message
 
 
-def test_sweep_reports_progress_on_the_terminal(capsys):
+def test_sweep_reports_progress_on_the_terminal_through_tqdm(capsys):
     sweep_memory(TABLE, memory_mb=[1500, 1800], progress=True, **PIPELINE)
-    assert capsys.readouterr().err == ("\rsweep_memory: 1/2 limits solved\rsweep_memory: 2/2 limits solved\n")
+    err = capsys.readouterr().err
+    assert "sweep_memory:" in err and "/2 [" in err  # tqdm's bar: done/total [elapsed<left, rate]
+    sweep_memory(TABLE, memory_mb=[1500, 1800], progress=False, **PIPELINE)
+    sweep_memory(TABLE, memory_mb=[1500, 1800], **PIPELINE)  # quick: nothing within tqdm's first second
+    assert capsys.readouterr().err == ""
 
 
 def test_compare_balanced_with_even_partitions():
@@ -161,7 +165,8 @@ def test_cli_balance(tmp_path, capsys):
     simulated = plan.simulate()
     assert printed[:3] == ["1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 1,500 MB devices: optimal",
                            f"simulated step time {simulated.step_time:.0f} ms, bubble "
-                           f"{simulated.bubbles['real']:.1%} of the compute",
+                           f"{simulated.bubbles['real']:.1%} of the compute (idle "
+                           f"{simulated.bubbles['of_step']:.1%} of the step)",
                            "peak stage memory 1,050 MB on stage 0 of 1,500 MB"]
     assert printed[3].split() == ["stage", "layers", "layers", "per", "option", "memory_mb", "time", "per",
                                   "micro-batch", "(ms)"]

@@ -80,7 +80,7 @@ def assert_same_stages(plan, layers, memory_mb):
 def test_balanced_plan_is_priced_alike_by_the_chooser(seed, kinds, options, tail, pipeline):
     rng = np.random.default_rng(seed)
     layers = sappkit.LayerTable(random_table(rng, kinds=kinds, count=8 if pipeline.get("chunks") else 5,
-                                             options=options, tail=tail))
+                                             options=options, tail=tail), custom_options=("keep",))
     limit = tight_limit(layers, **pipeline)
     plan = sappkit.balance(layers, memory_mb=limit, working_set=True, **pipeline)
     assert plan.status == "optimal"

@@ -17,8 +17,9 @@ def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
     out = capsys.readouterr().out
     assert code == 0
     assert out.splitlines()[0].startswith("simulated step time ")
-    assert out.splitlines()[1] == ("baseline: every layer at full (the configured recompute, every layer none, does "
-                                   "not fit)")
+    assert out.split("\n", 1)[1].split("\npeak")[0].split() == (
+        "baseline: every layer at selective, the fastest single option that fits (the configured recompute, every "
+        "layer none, does not fit)").split()
     assert "trainer plan: activation_checkpoint.mode = " in out
     assert "megatron: " in out and "torchtitan: " in out
 
@@ -70,3 +71,20 @@ def test_cli_says_when_nothing_fits(capsys):
     code = main(["choose", str(DATA / "llama2_70b.json"), "--stages", "4", "--micro-batches", "8", "--memory", "5000"])
     assert code == 1
     assert capsys.readouterr().out.startswith("no choice: stage 0 cannot fit")
+
+
+@pytest.mark.parametrize("command", [["choose", "--per-layer"], ["alternatives"]])
+def test_per_layer_modes_default_to_those_the_table_offers(tmp_path, capsys, llama, command):
+    """A table of none and full only: the per-layer choice runs off and full, as --modes off,full would."""
+    from sappkit import write_layers_csv
+
+    path = tmp_path / "two_options.csv"
+    write_layers_csv(llama.with_frame(llama.frame[llama.frame["option"].isin(["none", "full"])]), path)
+    shape = [str(path), "--stages", "8", "--micro-batches", "16", "--memory", "60000", "--format", "json"]
+    assert main([command[0], *shape, *command[1:]]) == 0
+    chosen = json.loads(capsys.readouterr().out)
+    assert main([command[0], *shape, *command[1:], "--modes", "off,full"]) == 0
+    assert json.loads(capsys.readouterr().out) == chosen
+    modes = {row["mode"] for row in chosen["ranges"]} if command[0] == "choose" else set(chosen["trainer_plan"]
+                                                                                          ["layers"].values())
+    assert modes <= {"off", "full"} and modes

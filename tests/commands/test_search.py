@@ -2,6 +2,7 @@
 model; a Dask scheduler that does not answer is refused in one line."""
 
 import json
+import sys
 
 import pytest
 
@@ -27,7 +28,8 @@ def _search(config, *extra):
 def test_cli_search_prints_the_fastest_strategies_with_units_and_the_limits(config, capsys):
     assert _search(config) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ("config.json on 16 x a100-80g (dgx-a100), global batch 64 x 2,048 tokens, memory 2,000 MB")
+    assert out[0] == "config.json on 16 x a100-80g (dgx-a100), global batch 64 x 2,048 tokens, memory 2,000 MB"
+    assert out[-1].startswith("searched in ") and out[-1].endswith(" s")
     assert out[1].split() == ["strategy", "step", "(ms)", "tokens/s/dev", "TFLOP/s/dev", "MFU", "peak", "(MB)"]
     assert len([line for line in out[2:] if line.startswith("t")]) == 5
     assert out[7].endswith("rejected") and out[8].startswith("best: t")
@@ -51,6 +53,8 @@ def test_cli_search_writes_json_and_csv(config, capsys):
     (["--top", "0"], "sappkit search: --top must be an int >= 1; got 0"),
 ])
 def test_cli_search_refuses_in_one_line(config, capsys, extra, message):
+    if "--scheduler" in extra:
+        pytest.importorskip("distributed")
     assert _search(config, *extra) == 2
     assert capsys.readouterr().err.startswith(message)
 
@@ -60,3 +64,10 @@ def test_cli_search_refuses_a_model_it_cannot_read(capsys):
     assert capsys.readouterr().err == ("sappkit search: --model must be a preset (gpt3-175b, megatron-22b, "
                                        "megatron-530b, megatron-1t, llama2-70b, llama3-8b, llama3-70b, llama3-405b, "
                                        "mixtral-8x7b, deepseek-v3) or a config.json file; got 'llama9'\n")
+
+
+def test_cli_search_names_the_extra_a_scheduler_needs(config, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as without the [cluster] extra
+    assert _search(config, "--scheduler", "tcp://127.0.0.1:9") == 2
+    assert capsys.readouterr().err == ("sappkit search: --scheduler needs Dask's distributed scheduler: pip install "
+                                       "'sappkit[cluster]'\n")

@@ -60,3 +60,10 @@ def test_cli_simulate_refuses_a_step_too_long_to_simulate(capsys):
     assert capsys.readouterr().err == ("sappkit simulate: simulating 64 stages x 1 chunk(s) x 65536 micro-batches runs "
                                        "4,194,304 forward passes; sappkit simulates at most 1000000 "
                                        "(sappkit.limits.MAX_SIMULATED_PASSES): lower micro_batches\n")
+
+
+def test_cli_refusals_name_the_fix_by_the_commands_flags(capsys):
+    assert main(["simulate", LLAMA, "--stages", "4", "--micro-batches", "8", "--chunks", "2", "--schedule",
+                 "1f1b"]) == 2
+    assert capsys.readouterr().err == ("sappkit simulate: chunks must be 1 for schedule '1f1b'; got 2 (use --schedule "
+                                       "interleaved)\n")

@@ -8,25 +8,41 @@ A case runs one call on generated input and accepts exactly two outcomes:
 - a result the case's check accepts (a plan within its memory limit, a table
   with bounded counts, ...).
 
-Anything else — another exception, or a case still running after
-:data:`CASE_SECONDS` (a hang; sizes are bounded so that no valid case comes
-near) — fails the test, and hypothesis shrinks it to the smallest input.
+Anything else — another exception, a check that fails, or a case still
+running after :data:`CASE_SECONDS` (a hang; sizes are bounded so that no
+valid case comes near) — fails the test, and hypothesis shrinks it to the
+smallest input. A check asserts (or raises); one that returns a value instead
+is a mistake that would pass whatever it found, and fails the case.
+
+The examples come from :data:`SEED`: fixed on a developer's machine, so a run
+repeats the last one; fresh in CI (``CI`` set), so every CI run tries new
+inputs. The run's first lines print it (``tests/fuzz/conftest.py``);
+``SAPPKIT_FUZZ_SEED=N pytest tests/fuzz`` replays the run that used seed N.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
+import secrets
 import signal
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 
 from sappkit import InputError
 
-__all__ = ["CASE_SECONDS", "fuzz", "fresh", "refused_or_valid", "BAD", "bad_or", "some_text"]
+from ..ci import in_ci
+
+__all__ = ["CASE_SECONDS", "SEED", "fuzz", "fresh", "refused_or_valid", "BAD", "bad_or", "some_text"]
+
+#: Where the examples come from on a developer's machine.
+LOCAL_SEED = 20261129
+#: This run's seed: ``SAPPKIT_FUZZ_SEED`` when set, else fresh in CI, else :data:`LOCAL_SEED`.
+SEED = int(os.environ.get("SAPPKIT_FUZZ_SEED") or (secrets.randbelow(2**32) if in_ci() else LOCAL_SEED))
 
 #: A case running this long is a hang (real cases take well under a second); generous so load never trips it.
 CASE_SECONDS = 60
@@ -35,10 +51,15 @@ MAX_MESSAGE = 900
 
 
 def fuzz(examples: int):
-    """Hypothesis settings of a fuzz test: seeded (derandomized), no deadline, no example database on disk."""
-    return settings(max_examples=examples, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
-                                           HealthCheck.data_too_large, HealthCheck.filter_too_much])
+    """A fuzz test's hypothesis settings, ``examples`` drawn from :data:`SEED`: no deadline, no example database."""
+    tuned = settings(max_examples=examples, deadline=None, database=None,
+                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                            HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+    def decorate(test):
+        return seed(SEED)(tuned(test))
+
+    return decorate
 
 
 def fresh(tmp_path: Path) -> Path:
@@ -68,7 +89,9 @@ def _within(seconds: float):
 def refused_or_valid(call, culprits, check=None):
     """Run ``call``: a refusal must be one line naming one of ``culprits``; a result must pass ``check``.
 
-    Returns the result, or None when refused.
+    ``check`` asserts what a result must hold; it returns nothing (a returned
+    value, a bool above all, would be a check that cannot fail, so it fails the
+    case). Returns the result, or None when refused.
     """
     with _within(CASE_SECONDS):
         try:
@@ -80,7 +103,8 @@ def refused_or_valid(call, culprits, check=None):
             assert any(str(culprit) in message for culprit in culprits), (culprits, message)
             return None
     if check is not None:
-        check(result)
+        returned = check(result)
+        assert returned is None, f"the check returned {returned!r}: a check asserts, it returns nothing"
     return result
 
 

@@ -135,8 +135,10 @@ COSTS = cell_costs(TABLE, even_assignment(TABLE, stages=3), stages=3).drop(colum
 @given(case=arguments(SIMULATE))
 def test_simulate(case):
     values, culprits = case
-    refused_or_valid(lambda: simulate(COSTS, **values), [*culprits, "chunks", "stages"],
-                     lambda sim: np.isfinite(sim.step_time) and sim.step_time > 0)
+    def stepped(sim):
+        assert np.isfinite(sim.step_time) and sim.step_time > 0, sim.step_time
+
+    refused_or_valid(lambda: simulate(COSTS, **values), [*culprits, "chunks", "stages"], stepped)
 
 
 LIMITS = st.one_of(st.lists(bad_or(st.floats(100, 1e5)), max_size=5), st.sampled_from(BAD))
@@ -145,12 +147,14 @@ LIMITS = st.one_of(st.lists(bad_or(st.floats(100, 1e5)), max_size=5), st.sampled
 @fuzz(30)
 @given(limits=LIMITS, recompute=st.booleans())
 def test_sweeps(limits, recompute):
+    def row_per_limit(frame):
+        assert len(frame) == len(limits), (len(frame), limits)
+
     if recompute:
-        refused_or_valid(lambda: sweep_recompute(TABLE, PARTITION, memory_mb=limits), ["memory_mb"],
-                         lambda frame: len(frame) == len(limits))
+        refused_or_valid(lambda: sweep_recompute(TABLE, PARTITION, memory_mb=limits), ["memory_mb"], row_per_limit)
     else:
         refused_or_valid(lambda: sweep_memory(TABLE, memory_mb=limits, stages=2, micro_batches=4, progress=False),
-                         ["memory_mb"], lambda frame: len(frame) == len(limits))
+                         ["memory_mb"], row_per_limit)
 
 
 FIT = st.fixed_dictionaries(dict(const=st.sampled_from(["auto", True, False]),
@@ -184,6 +188,9 @@ def test_plan_dryruns(case):
 @given(case=arguments(pipelines()))
 def test_in_flight(case):
     values, culprits = case
-    refused_or_valid(lambda: in_flight(**values), culprits,
-                     lambda frame: (frame["in_flight"] >= 1).all() and len(frame) == frame["stage"].nunique()
-                     * frame["chunk"].nunique())
+
+    def cell_each(frame):
+        assert (frame["in_flight"] >= 1).all()
+        assert len(frame) == frame["stage"].nunique() * frame["chunk"].nunique()
+
+    refused_or_valid(lambda: in_flight(**values), culprits, cell_each)

@@ -110,7 +110,7 @@ def test_bad_csv_names_the_path_and_the_column(tmp_path, text, message):
 def test_csv_blank_optional_cells_take_defaults_and_text_stays_text(tmp_path):
     path = write(tmp_path, f"{HEADER},module,working_mb,first_working_mb\nNA,body,4,900,None,10,20,3,,7,\n",
                  "model.csv")
-    row = read_layers_csv(path).frame.iloc[0]
+    row = read_layers_csv(path, custom_options=("None",)).frame.iloc[0]
     assert (row.kind, row.option, row.module, row.working_mb, row.first_working_mb) == ("NA", "None", "model", 7, 7)
 
 

@@ -293,7 +293,7 @@ def test_writer_refuses_what_the_json_cannot_hold(tmp_path):
                  activation_mb=1) for option, forward in [("none", 1), ("offload", 1)]]
     with raises_exactly("layers kind 'b' has option(s) 'offload'; the layer JSON holds only 'none', 'selective', "
                         "'comm', 'both', 'full'"):
-        write_layers_json(pd.DataFrame(rows), tmp_path / "m.json")
+        write_layers_json(LayerTable(pd.DataFrame(rows), custom_options=("offload",)), tmp_path / "m.json")
     rows[1].update(option="full", forward_time=1.5)
     with raises_exactly("layers kind 'b' has forward_time [1.0, 1.5] across its options; the layer JSON holds one "
                         "forward time per kind"):

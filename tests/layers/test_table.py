@@ -28,8 +28,15 @@ def _rows():
     ]
 
 
+def _frame(rows=None):
+    """The rows as a frame that declares their custom option ``slow`` (and ``keep``, which tests add)."""
+    frame = pd.DataFrame(_rows() if rows is None else rows)
+    frame.attrs["custom_options"] = ("slow", "keep")
+    return frame
+
+
 def _table(changes=None):
-    frame = pd.DataFrame(_rows()).astype({"count": float, "activation_mb": float})
+    frame = _frame().astype({"count": float, "activation_mb": float})
     for (row, column), value in (changes or {}).items():
         frame.loc[row, column] = value
     return LayerTable(frame)
@@ -46,7 +53,7 @@ def test_roles_order_and_counts():
 
 
 def test_defaults_fill_optional_columns():
-    frame = LayerTable(pd.DataFrame(_rows())).frame
+    frame = LayerTable(_frame()).frame
     assert frame["memory_once_mb"].eq(0).all() and frame["grad_mb"].eq(0).all()
     # first_working_mb defaults to working_mb row by row
     np.testing.assert_array_equal(frame["first_working_mb"].fillna(-1), frame["working_mb"].fillna(0))
@@ -54,7 +61,7 @@ def test_defaults_fill_optional_columns():
 
 def test_split_backward_columns_stay_absent_unless_given_and_blanks_stay_blank():
     assert "backward_weight_time" not in _table().frame.columns
-    frame = pd.DataFrame(_rows()).assign(backward_weight_time=[None, 1, 2, 3, 3, 3, None, 2])
+    frame = _frame().assign(backward_weight_time=[None, 1, 2, 3, 3, 3, None, 2])
     table = LayerTable(frame)
     assert table.frame["backward_weight_time"].tolist()[:3] == [pytest.approx(np.nan, nan_ok=True), 1.0, 2.0]
     with pytest.raises(InputError) as err:
@@ -64,7 +71,7 @@ def test_split_backward_columns_stay_absent_unless_given_and_blanks_stay_blank()
 
 def test_single_module_is_not_multimodal():
     rows = [r for r in _rows() if r["kind"] != "vit"]
-    table = LayerTable(pd.DataFrame(rows).assign(module="lm"))
+    table = LayerTable(_frame(rows).assign(module="lm"))
     assert not table.multimodal and table.modules == ("lm",)
 
 
@@ -74,7 +81,7 @@ def test_front_drops_dominated_options_fastest_first():
 
 
 def test_front_keeps_first_of_identical_options():
-    frame = pd.DataFrame(_rows())
+    frame = _frame()
     frame.loc[4, ["backward_time", "activation_mb"]] = [12, 20]
     assert LayerTable(frame).front("block") == ("none", "selective")
 
@@ -85,7 +92,7 @@ def test_plain_is_none_when_the_kind_has_it():
 
 
 def test_plain_without_none_keeps_the_most_then_is_fastest_then_first():
-    frame = pd.DataFrame(_rows())
+    frame = _frame()
     # 'none' renamed 'keep'; most activation wins whatever its table position.
     frame.loc[3, "option"] = "keep"
     frame = pd.concat([frame.iloc[4:7], frame.iloc[[3]], frame.iloc[[0, 1, 2, 7]]], ignore_index=True)
@@ -102,7 +109,7 @@ def test_plain_without_none_keeps_the_most_then_is_fastest_then_first():
 
 
 def test_working_set_is_kept_at_one_micro_batch_plus_the_backward_extra():
-    frame = pd.DataFrame(_rows()).assign(memory_once_mb=[0, 0, 0, 7, 3, 5, 1, 9],
+    frame = _frame().assign(memory_once_mb=[0, 0, 0, 7, 3, 5, 1, 9],
                                          working_mb=[0, 0, 0, 50, 40, 30, 20, 6],
                                          first_working_mb=[0, 0, 0, 11, 12, 13, 14, 2])
     table = LayerTable(frame)
@@ -125,7 +132,7 @@ def test_working_set_is_kept_at_one_micro_batch_plus_the_backward_extra():
 def test_as_layer_table_accepts_frames_and_tables():
     table = _table()
     assert as_layer_table(table) is table
-    assert as_layer_table(pd.DataFrame(_rows())).body_kinds == ("vit", "block")
+    assert as_layer_table(_frame()).body_kinds == ("vit", "block")
     with pytest.raises(InputError) as err:
         as_layer_table([1, 2])
     assert str(err.value) == (
@@ -155,7 +162,7 @@ def test_bad_rows_are_named(change, message):
 
 
 def test_unknown_role_is_named():
-    frame = pd.DataFrame(_rows())
+    frame = _frame()
     frame.loc[0, "role"] = "neck"
     with pytest.raises(InputError) as err:
         LayerTable(frame)
@@ -165,7 +172,7 @@ def test_unknown_role_is_named():
 
 def test_missing_columns_are_listed():
     with pytest.raises(InputError) as err:
-        LayerTable(pd.DataFrame(_rows()).drop(columns=["param_mb", "option"]))
+        LayerTable(_frame().drop(columns=["param_mb", "option"]))
     assert str(err.value) == (
         "layers is missing column(s) 'param_mb', 'option'; a layer table needs kind, role, count, "
         "param_mb, option, forward_time, backward_time, activation_mb")
@@ -174,21 +181,21 @@ def test_missing_columns_are_listed():
 def test_no_body_kind():
     rows = [r for r in _rows() if r["role"] != "body"]
     with pytest.raises(InputError) as err:
-        LayerTable(pd.DataFrame(rows))
+        LayerTable(_frame(rows))
     assert str(err.value) == "layers has no body kind; a pipeline needs at least one row with role 'body'"
 
 
 def test_head_with_two_options():
     rows = _rows() + [dict(_rows()[0], option="full")]
     with pytest.raises(InputError) as err:
-        LayerTable(pd.DataFrame(rows))
+        LayerTable(_frame(rows))
     assert str(err.value) == "layers head kind 'embed' has 2 option rows (none, full); a head has exactly one"
 
 
 def test_two_tails():
     rows = _rows() + [dict(_rows()[-1], kind="loss")]
     with pytest.raises(InputError) as err:
-        LayerTable(pd.DataFrame(rows))
+        LayerTable(_frame(rows))
     assert str(err.value) == "layers has 2 tail kinds ('lm_head', 'loss'); at most one tail is allowed"
 
 
@@ -198,7 +205,24 @@ def test_unknown_kind_lookup():
     assert str(err.value) == "kind 'mlp' is not in the layer table; its kinds are 'embed', 'vit', 'block', 'lm_head'"
 
 
+def test_a_typo_of_an_option_is_named_with_the_known_ones():
+    frame = pd.DataFrame(_rows()).replace({"option": {"slow": "fulll"}})
+    with pytest.raises(InputError) as raised:
+        LayerTable(frame)
+    assert str(raised.value) == ("layers row 5 (kind 'block') column 'option' is 'fulll'; expected a recompute "
+                                 "option, one of 'none', 'selective', 'comm', 'both', 'full' (declare others with "
+                                 "custom_options=...)")
+    declared = LayerTable(frame, custom_options=("fulll",))
+    assert declared.options("block") == ("none", "selective", "fulll", "full")
+    assert declared.custom_options == ("fulll",) == declared.with_frame(declared.frame).custom_options
+    assert LayerTable(declared.frame).custom_options == ("fulll",)  # the frame carries them on
+    with pytest.raises(InputError) as raised:
+        LayerTable(frame, custom_options=("fulll", ""))
+    assert str(raised.value) == ("custom_options[1] is ''; expected an option name (a non-empty string on one line, "
+                                 "without leading or trailing spaces)")
+
+
 def test_negative_constant():
     with pytest.raises(InputError) as err:
-        LayerTable(pd.DataFrame(_rows()), const_mb=-1)
+        LayerTable(_frame(), const_mb=-1)
     assert str(err.value) == "const_mb must be a finite number >= 0; got -1"

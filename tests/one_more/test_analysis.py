@@ -10,7 +10,7 @@ import pytest
 import sappkit
 import sappkit.one_more.analysis as alt
 from sappkit import InputError, LayerTable, Partition, RecomputeAnalysis, alternatives, choose_recompute
-from sappkit.one_more.result import ALTERNATIVE_COLUMNS, STAGE_COLUMNS
+from sappkit.one_more.result import ALTERNATIVE_COLUMNS, STAGE_COLUMNS, layer_ranges
 from sappkit.pipeline.orders import stage_orders
 from sappkit.recompute.choice import build_choice
 
@@ -142,16 +142,22 @@ def _key(body, modes, stages):
 
 def _baseline_time(evaluate, count, limit):
     """Per stage, what time saved is measured against: the unconfigured partition (every layer off) where it
-    fits, else every layer full."""
-    memory, time = evaluate(["off"] * count)
-    return time if (memory <= limit).all() else evaluate(["full"] * count)[1]
+    fits, else the fastest single mode that fits, else every layer full."""
+    fitting = []
+    for mode in MODES:
+        memory, time = evaluate([mode] * count)
+        if (memory <= limit).all():
+            fitting.append((time.sum(), mode, time))
+    return min(fitting, key=lambda item: item[0])[2] if fitting else evaluate(["full"] * count)[1]
 
 
 def _brute_force(partition, evaluate, current, limit):
-    """Every single layer turned up to full that fits, grouped into distinct plans."""
+    """Every single layer turned up to full that fits, grouped into distinct plans: those that free memory on the
+    layer's stage, and how many free none."""
     body = partition.body
     base = _baseline_time(evaluate, len(body), limit)
-    classes = []
+    before, _ = evaluate(current)
+    classes, freeing_none = [], []
     for layer in range(len(body)):
         if current[layer] == "full":
             continue
@@ -161,10 +167,12 @@ def _brute_force(partition, evaluate, current, limit):
         if (memory > limit).any():
             continue
         plan = (_key(body, modes, partition.stages), memory, base - time)
+        stage = body["stage"][layer]
+        found = classes if before[stage] - memory[stage] > 1e-9 else freeing_none
         if not any(plan[0] == other[0] and np.allclose(plan[1], other[1]) and np.allclose(plan[2], other[2])
-                   for other in classes):
-            classes.append(plan)
-    return classes
+                   for other in found):
+            found.append(plan)
+    return classes, len(freeing_none)
 
 
 def _case(rng, *, fsdp, chunks):
@@ -197,11 +205,12 @@ def test_alternatives_equal_brute_force(seed):
     table, partition, current, limit, evaluate = _case(rng, fsdp=fsdp, chunks=chunks)
     analysis = RecomputeAnalysis(table, partition, memory_mb=limit, modes=MODES, fsdp_holds_grads=fsdp)
     found = alternatives(_ranges(partition, current), analysis=analysis)
-    expected = _brute_force(partition, evaluate, current, limit)
+    expected, left_out = _brute_force(partition, evaluate, current, limit)
     body = partition.body
     before, _ = evaluate(current)
     base = _baseline_time(evaluate, len(body), limit)
     assert len(found.plans) == len(expected) == len(found.frame)
+    assert found.left_out == left_out
     matched = []
     for plan, row in zip(found.plans, found.frame.itertuples()):
         modes = plan.layer_options["mode"].tolist()
@@ -214,9 +223,10 @@ def test_alternatives_equal_brute_force(seed):
         assert len(hits) == 1
         matched.append(hits[0])
         changed = [i for i in range(len(modes)) if modes[i] != current[i]]
-        assert row.layers_changed == tuple(changed)
+        assert row.layers_changed == layer_ranges(changed)
         assert Counter(modes)["full"] == Counter(current)["full"] + 1
         assert row.memory_freed_mb == pytest.approx(before[row.stage] - memory[row.stage])
+        assert row.memory_freed_mb > 0
         assert row.memory_mb == pytest.approx(memory.max())
         _check_canonical(analysis.pricing, plan, current)
     assert sorted(matched) == list(range(len(expected)))
@@ -287,8 +297,8 @@ def test_duplicates_are_dropped_and_custom_mode_names_work(small):
     analysis = RecomputeAnalysis(table, part, memory_mb=1e5, modes=MODES)
     assert len(analysis.pricing.groups[0]) == 2
     found = alternatives(_ranges(part, ["off"] * 4), analysis=analysis)
-    assert found.frame[["stage", "from_mode", "layers_changed"]].values.tolist() == [[0, "off", (0,)],
-                                                                                    [1, "off", (2,)]]
+    assert found.frame[["stage", "from_mode", "layers_changed"]].values.tolist() == [[0, "off", "0"],
+                                                                                    [1, "off", "2"]]
     renamed = RecomputeAnalysis(table, part, memory_mb=1e5, modes={"keep": "none", "full": "full"})
     frame = pd.DataFrame({"first": [0], "count": [4], "kind": ["b"], "mode": ["keep"]})
     found = alternatives(frame, analysis=renamed)
@@ -456,6 +466,27 @@ def test_command_line(capsys):
                  "--offsets", "missing.yaml"]) == 2
     assert capsys.readouterr().err == ("sappkit alternatives: missing.yaml: no such file; expected a MindFormers YAML "
                                        "with offset and recompute lists (--offsets)\n")
+
+
+def test_plans_that_free_no_memory_are_left_out_and_counted(deepseek, capsys):
+    """DeepSeek-V3 on 16 stages: stage 12's layer that ends warm-up, turned from selective to full, holds 332 MB
+    more (it rebuilds the plain layer for its backward) and costs time: no row offers it."""
+    from sappkit.cli import main
+
+    part = Partition.from_assignment(sappkit.even_assignment(deepseek, stages=16), stages=16, micro_batches=32)
+    choice = choose_recompute(deepseek, part, memory_mb=70_000, modes=MODES, per_layer=True)
+    found = alternatives(choice)
+    assert (found.frame["memory_freed_mb"] > 0).all() and found.left_out == 1
+    assert main(["alternatives", "data/deepseek_v3.json", "--stages", "16", "--micro-batches", "32", "--memory",
+                 "70000", "--sort", "freed-per-cost", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["left_out"] == 1 and min(row["memory_freed_mb"] for row in document["alternatives"]) > 0
+    # one value per cell: the layers changed read as ranges, in the frame and in a CSV
+    assert {type(value) for value in found.frame["layers_changed"]} == {str}
+    assert "35-36" in found.frame["layers_changed"].tolist()
+    assert main(["alternatives", "data/deepseek_v3.json", "--stages", "16", "--micro-batches", "32", "--memory",
+                 "70000", "--format", "csv"]) == 0
+    assert '"(' not in capsys.readouterr().out
 
 
 def test_command_line_reads_the_offsets_choose_reads(tmp_path, capsys):

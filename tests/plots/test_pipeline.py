@@ -117,9 +117,9 @@ def test_simulation_figure_stacks_schedule_over_memory_and_states_the_bubble_onc
     assert top.get_ylabel() == "stage" and bottom.get_ylabel() == "memory (MB)"
     b = sim.bubbles
     assert fig.get_suptitle() == (
-        f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}; bubble {b['real']:.1%} = ideal "
-        f"{b['ideal']:.1%} + imbalance {b['imbalance']:.1%} + recompute {b['recompute']:.1%}; "
-        f"peak {sim.stages.memory_mb.max():,.0f} MB")
+        f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}; bubble {b['real']:.1%} of the compute = "
+        f"ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} + recompute {b['recompute']:.1%} (idle "
+        f"{b['of_step']:.1%} of the step); peak {sim.stages.memory_mb.max():,.0f} MB")
     fig.canvas.draw()
     words = [t.get_text() for t in fig.findobj(Text) if t.get_visible()]
     assert sum("bubble" in text for text in words) == 1

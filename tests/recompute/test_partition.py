@@ -54,7 +54,7 @@ def test_configured_and_assignment_round_trip():
     assert again.configured == part.configured
     assert Partition(stages=2, micro_batches=4, cells=cells([(0, 0, "b", 2)]), configured="full").configured == (
         "full", "full")
-    assert "stage 0: c0:bx3" in part.describe()
+    assert "stage 0: b x3" in part.describe()
 
 
 def test_from_assignment_orders_kinds_by_kind_order():

@@ -20,6 +20,7 @@ from sappkit.report import default_notebooks, notebook_summary, write_report
 
 from .. import browser_support
 from ..browser_support import blank_parts, browser_context, image_states, pixel_spread, require_browser
+from .figure_check import checking_figures
 
 pytestmark = pytest.mark.browser
 
@@ -39,11 +40,18 @@ _SHOWN_STATE = """states => {
 
 @pytest.fixture(scope="session")
 def report(tmp_path_factory):
-    """A report on every notebook of the repository: (its index.html, the notebooks)."""
+    """A report on every notebook of the repository: (its index.html, the notebooks, what its figures overlap).
+
+    The kernels check every figure as they draw it (:mod:`.figure_check`): the last item maps each notebook to
+    the figures it drew, each with what overlaps on it.
+    """
     require_browser()
     notebooks = default_notebooks()
     assert notebooks, "the repository has no notebooks/*.ipynb to report on"
-    return write_report(notebooks, tmp_path_factory.mktemp("report") / "out"), notebooks
+    folder = tmp_path_factory.mktemp("report")
+    with checking_figures(folder / "ipython") as checked:
+        index = write_report(notebooks, folder / "out", progress=checked.progress)
+    return index, notebooks, checked.figures()
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +76,7 @@ def _has_dashboard(notebook) -> bool:
 
 
 def test_index_links_every_notebook_page(report, context, tmp_path):
-    index, notebooks = report
+    index, notebooks, _ = report
     page = _open(context, index)
     assert page.title() == "sappkit report"
     links = page.eval_on_selector_all("a", "links => links.map(a => [a.getAttribute('href'), a.textContent])")
@@ -80,7 +88,7 @@ def test_index_links_every_notebook_page(report, context, tmp_path):
 
 
 def test_every_page_renders_its_plots(report, context, tmp_path):
-    index, notebooks = report
+    index, notebooks, _ = report
     for path in notebooks:
         page = _open(context, index.parent / f"{path.stem}.html")
         title = notebook_summary(nbformat.read(path, as_version=4))[0] or path.stem
@@ -94,7 +102,7 @@ def test_every_page_renders_its_plots(report, context, tmp_path):
         assert not undrawn, f"{path.name}: images not drawn: {undrawn}"
         assert page.locator(".jp-CodeCell .jp-InputArea").count() == 0, f"{path.name}: code shown in a no-input report"
         shot = tmp_path / f"{path.stem}.png"
-        page.screenshot(path=shot)
+        page.screenshot(path=shot, full_page=True)  # the whole page, as a reader scrolls it
         assert pixel_spread(shot.read_bytes()) > 1.0, f"{path.name}: blank screenshot {shot}"
         plot = tmp_path / f"{path.stem}-plot.png"
         page.locator("img").first.screenshot(path=plot)
@@ -102,8 +110,24 @@ def test_every_page_renders_its_plots(report, context, tmp_path):
         page.close()
 
 
+def test_no_figure_has_overlapping_text_or_a_legend_over_its_data(report):
+    """Every figure the notebooks draw, inline and in the dashboards' precomputed states, as a reader reads it."""
+    _, notebooks, figures = report
+    drawn = {path.stem for path in notebooks if image_states_expected(path)}
+    assert drawn <= {name for name, checks in figures.items() if checks}, figures.keys()
+    problems = {name: [problem for check in checks for problem in check] for name, checks in figures.items()}
+    assert {name: found for name, found in problems.items() if found} == {}
+
+
+def image_states_expected(path) -> bool:
+    """Whether a notebook draws figures (a ``plot_``, ``plt.`` or dashboard call in a code cell)."""
+    nb = nbformat.read(path, as_version=4)
+    return any(cell.cell_type == "code" and ("plot_" in cell.source or "plt." in cell.source
+                                             or "Dashboard(" in cell.source) for cell in nb.cells)
+
+
 def test_no_section_and_no_output_is_blank(report, context):
-    index, notebooks = report
+    index, notebooks, _ = report
     for path in notebooks:
         page = _open(context, index.parent / f"{path.stem}.html")
         assert page.locator("h1, h2, h3").count() > 1, f"{path.name}: no sections to check"
@@ -112,7 +136,7 @@ def test_no_section_and_no_output_is_blank(report, context):
 
 
 def test_pages_request_nothing_outside_the_report_folder(report, context):
-    index, notebooks = report
+    index, notebooks, _ = report
     folder = index.parent.as_uri() + "/"
     for name in ["index.html", *(f"{path.stem}.html" for path in notebooks)]:
         requests = []
@@ -123,7 +147,7 @@ def test_pages_request_nothing_outside_the_report_folder(report, context):
 
 
 def test_every_dashboard_is_a_control_over_precomputed_states(report, context, tmp_path):
-    index, notebooks = report
+    index, notebooks, _ = report
     with_dashboards = [path for path in notebooks if _has_dashboard(path)]
     assert {path.stem for path in with_dashboards} >= {"00_tour", "01_memory_fit", "02_balance", "03_recompute",
                                                        "04_alternatives", "06_strategy"}

@@ -8,6 +8,7 @@ import json
 import os
 import select
 import subprocess
+import warnings
 import sys
 from pathlib import Path
 
@@ -266,3 +267,22 @@ def test_idle_waits_leave_out_cells_that_did_not_run():
     nb = nbformat.v4.new_notebook(cells=[new_markdown("# T"), new_code("1", metadata={"execution": {}})])
     assert idle_waits(nb) == {}
 
+
+
+@pytest.mark.parametrize(("cell", "error"), [
+    ({"cell_type": "markdown", "metadata": {}, "source": "# Notes"}, None),
+    ({"cell_type": "code", "metadata": {}, "outputs": []}, "at cells[0]: 'source' is a required property"),
+])
+def test_notebooks_without_cell_ids_say_nothing_but_the_result(tmp_path, capsys, cell, error):
+    path = tmp_path / "no_ids.ipynb"
+    path.write_text(_notebook_json(nbformat_minor=5, cells=[cell]))  # v4.5 asks for ids; editors add them
+    with warnings.catch_warnings(record=True) as warned:
+        warnings.simplefilter("always")
+        code = main(["report", "--notebooks", str(path), "--out", str(tmp_path / "r")])
+    assert [str(w.message) for w in warned] == []
+    if error is None:
+        assert code == 0 and capsys.readouterr().err == ""  # progress goes to stdout
+    else:
+        assert code == 2
+        assert capsys.readouterr().err == (f"sappkit report: notebooks: {str(path)!r} is not a Jupyter notebook "
+                                           f"({error})\n")

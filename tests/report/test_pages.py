@@ -15,7 +15,7 @@ import pytest
 
 from sappkit import InputError
 from sappkit.cli import main
-from sappkit.report import default_notebooks, notebook_summary, write_report
+from sappkit.report import default_notebooks, left_out_notebooks, notebook_summary, write_report
 
 new_code, new_markdown = nbformat.v4.new_code_cell, nbformat.v4.new_markdown_cell
 
@@ -95,13 +95,14 @@ def test_page_runs_in_its_folder_hides_code_and_keeps_plots_and_widgets_as_left(
 def test_existing_report_is_refused_before_anything_runs(built, capsys):
     out, notebooks, _ = built
     before = {path.name: path.stat().st_mtime_ns for path in out.iterdir()}
-    message = (f"out: {str(out)!r} already exists and is not empty; pass force=True (--force) to replace the "
+    message = (f"out: {str(out)!r} already exists and is not empty; pass force=True to replace the "
                f"report there, or choose another folder")
     with pytest.raises(InputError) as raised:
         write_report(notebooks, out)
     assert str(raised.value) == message
     assert main(["report", "--notebooks", *map(str, notebooks), "--out", str(out)]) == 2
-    assert capsys.readouterr().err == f"sappkit report: {message}\n"
+    assert capsys.readouterr().err == (f"sappkit report: --out {str(out)!r} already exists and is not empty; add "
+                                       "--force to replace the report there, or choose another folder (--out DIR)\n")
     assert {path.name: path.stat().st_mtime_ns for path in out.iterdir()} == before
 
 
@@ -188,12 +189,24 @@ def test_notebook_summary(cells, expected):
 
 def test_default_notebooks_are_the_repository_notebooks_in_order(monkeypatch, tmp_path):
     folder = Path(__file__).resolve().parents[2] / "notebooks"
-    assert default_notebooks() == sorted(folder.glob("*.ipynb"))
-    # A notebook that needs an optional extra the environment lacks is left out.
-    for name, requires in (("a.ipynb", ["json"]), ("b.ipynb", ["no_such_module_for_sappkit"]), ("c.ipynb", [])):
+    assert default_notebooks() == sorted(folder.glob("*.ipynb")) and left_out_notebooks() == {}
+    # A notebook that needs an optional extra the environment lacks is left out, and named with why.
+    for name, requires in (("a.ipynb", ["json"]), ("b.ipynb", ["no_such_module_for_sappkit", "json", "no_such_2"]),
+                           ("c.ipynb", [])):
         nbformat.write(nbformat.v4.new_notebook(metadata={"sappkit": {"requires": requires}}), tmp_path / name)
     monkeypatch.setattr("sappkit.report.pages._NOTEBOOKS_DIR", tmp_path)
     assert [path.name for path in default_notebooks()] == ["a.ipynb", "c.ipynb"]
+    assert left_out_notebooks() == {tmp_path / "b.ipynb": "needs no_such_module_for_sappkit, no_such_2, not "
+                                                          "installed here"}
+
+
+def test_the_index_names_the_notebooks_left_out_and_why(tmp_path):
+    notebook = _write(tmp_path / "01_notes.ipynb", [new_markdown("# Notes\n\nA page.")])
+    index = write_report([notebook], tmp_path / "r", left_out={tmp_path / "05_pytorch.ipynb": "needs torch, not "
+                                                                                              "installed here"})
+    text = index.read_text()
+    assert "<p>1 notebook executed by sappkit" in text
+    assert "<p>Left out: 05_pytorch (needs torch, not installed here).</p>" in text
 
 
 @pytest.fixture

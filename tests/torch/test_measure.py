@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from sappkit import InputError, LayerTable, ParallelConfig, estimate_layers
+from sappkit import InputError, LayerTable, ParallelConfig, balance, estimate_layers
 from sappkit.torch import measure_layers
 
 from .models import BATCH, llama, mixtral
@@ -157,3 +157,10 @@ def test_a_block_must_return_a_tensor_that_needs_a_gradient():
                "got NoneType")
     with pytest.raises(InputError, match=f"^{re.escape(message)}$"):
         measure_layers(Nothing(), torch.randn(N, H), options=("none",), repeats=1)
+
+
+def test_options_named_beside_sapps_are_declared_custom_and_plan():
+    table = measure_layers(nn.Linear(H, H), torch.randn(N, H), options={"none": "none", "mlp": "full"}, count=4,
+                           repeats=1)
+    assert table.custom_options == ("mlp",) and table.options("Linear") == ("none", "mlp")
+    assert balance(table, stages=2, micro_batches=2, memory_mb=1e5).has_plan

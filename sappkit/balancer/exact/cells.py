@@ -17,11 +17,13 @@ memory; :func:`min_max` combines per-stage tables over
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..setup import BalanceSetup
+from .result import SearchTimeout
 from .stage_bounds import charged_chunks, memory_bounds, monotone_chunks
 
 __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", "cell_fronts", "enumerate_stage",
@@ -38,13 +40,19 @@ EPS = 1e-9
 class Cache:
     """Fronts and stage enumerations, reusable across memory limits and objectives of one instance.
 
-    :meth:`bind` empties the stage enumerations when the instance (layer
-    costs, pipeline, constant) changes, so a cache can never serve another's.
+    :meth:`bind` empties the stage enumerations when the instance changes, so a cache never serves another's;
+    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`).
     """
 
     fronts: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)
     instance: tuple = ()
+    deadline: float | None = None
+
+    def check_time(self) -> None:
+        """Raise :class:`SearchTimeout` past the deadline (called as each stage, cell or round is worked out)."""
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise SearchTimeout
 
     def bind(self, setup: BalanceSetup) -> Cache:
         """Use this cache for ``setup``: keep what it holds only if it was built for the same instance."""
@@ -278,6 +286,7 @@ def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, 
     ``time_cap`` prunes partial products as soon as their stage time (max
     forward + max backward) exceeds it; it only grows as cells are added.
     """
+    cache.check_time()
     monotone = monotone_chunks(setup, s) | (not overhead)
     caps = [cell_caps(c) for c in range(setup.chunks)]
     cells = cell_fronts(setup, s, [min(cap, max_total) for cap, _ in caps], cache, monotone)

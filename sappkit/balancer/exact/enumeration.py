@@ -113,6 +113,7 @@ def _stage_keep(setup: BalanceSetup, kind: str, tau: float, s: int, combos: Comb
 
 def _tables(setup: BalanceSetup, kind: str, tau: float, cache: Cache) -> _Tables | None:
     """Every stage's combos under ``tau`` and their best values per layer total; None past the budget."""
+    cache.check_time()
     total = int(setup.counts[0])
     combos_all, lower, upper = [], [], []
     for s in range(setup.stages):

@@ -9,7 +9,11 @@ import numpy as np
 from ..evaluate import evaluate
 from ..setup import BalanceSetup
 
-__all__ = ["SearchResult", "found"]
+__all__ = ["SearchResult", "SearchTimeout", "found"]
+
+
+class SearchTimeout(Exception):
+    """The exact search ran past its deadline (``Cache.deadline``)."""
 
 
 @dataclass(frozen=True)

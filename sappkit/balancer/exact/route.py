@@ -9,7 +9,7 @@ from ..setup import BalanceSetup
 from . import enumeration, segments
 from .boundary import search as boundary_search
 from .cells import Cache
-from .result import SearchResult, found
+from .result import SearchResult, SearchTimeout, found
 
 __all__ = ["why_not_applicable", "search", "least_memory"]
 
@@ -24,13 +24,20 @@ def why_not_applicable(setup: BalanceSetup) -> str:
 
 def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult | None:
     """Bounds (and usually the proven optimum) of ``setup``'s objective; None when no search applies or the
-    one that does stops past its budgets.
+    one that does stops past its budgets or the cache's deadline.
 
     ``proven`` with ``counts`` None means no placement fits ``setup.memory_mb``.
     """
     if why_not_applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
+    try:
+        return _search(setup, cache)
+    except SearchTimeout:
+        return None
+
+
+def _search(setup: BalanceSetup, cache: Cache) -> SearchResult | None:
     if setup.chunks > 1 and not boundary_search.why_not_applicable(setup):
         bounded = _bounded(setup, boundary_search.search(setup, cache))
         if len(setup.kinds) != 1 or (bounded is not None and bounded.proven):
@@ -54,11 +61,14 @@ def _bounded(setup: BalanceSetup, answer) -> SearchResult | None:
 
 def least_memory(setup: BalanceSetup, *, cache: Cache | None = None) -> np.ndarray | None:
     """The placement whose largest stage memory is least, time ignored; None when no search applies or the one
-    that does stops past its budgets."""
+    that does stops past its budgets or the cache's deadline."""
     if why_not_applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
-    if len(setup.kinds) == 1:
-        return enumeration.least_memory(setup, cache)
-    return (segments.least_memory(setup, cache)[0] if setup.chunks == 1
-            else boundary_search.least_memory(setup, cache))
+    try:
+        if len(setup.kinds) == 1:
+            return enumeration.least_memory(setup, cache)
+        return (segments.least_memory(setup, cache)[0] if setup.chunks == 1
+                else boundary_search.least_memory(setup, cache))
+    except SearchTimeout:
+        return None

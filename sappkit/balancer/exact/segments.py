@@ -105,6 +105,7 @@ def run_front(setup: BalanceSetup, layers: tuple[int, ...], cache: Cache, workin
     >>> front.backward.tolist(), front.activation.tolist()
     ([4.0, 5.0, 6.0], [100.0, 55.0, 10.0])
     """
+    cache.check_time()
     key = ("run", layers, working, lightest)
     if key not in cache.fronts:
         present = [k for k, n in enumerate(layers) if n > 0]

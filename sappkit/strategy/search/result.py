@@ -141,14 +141,15 @@ class StrategySearch:
                          f"balancing them (a larger balance_top) might beat it")
         return lines
     def describe(self) -> str:
-        """A few lines, each under 100 columns: what was searched, how it was pruned, the best, the limits."""
+        """A few lines, each under 100 columns: what was searched, how it was pruned, the best, the limits (the
+        wall time is :attr:`seconds`, left out so that the text is the same on every run)."""
         limits = [textwrap.fill(line, 100, initial_indent="- ", subsequent_indent="  ") for line in self.limits()]
         return "\n".join(self._summary() + limits)
 
     def _summary(self) -> list[str]:
         counts = self.counts()
         lines = [f"{len(self.frame):,} strategies on {self.devices:,} devices, global batch {self.global_batch:,}, "
-                 f"memory {format_mb(self.memory_mb)}, {self.seconds:.1f} s",
+                 f"memory {format_mb(self.memory_mb)}",
                  ", ".join(f"{counts[s]:,} {s.replace('_', ' ')}" for s in STATUSES)]
         best = self.best
         if best is None:

@@ -60,6 +60,7 @@ def _split_round(setup: BalanceSetup, cache: Cache, tau: float, budget: list[int
     listed under ``tau``, from the best placement ``kept`` (objective, counts) of earlier rounds; exact where it
     is at most ``tau``. The lower bound (on the objective or ``tau``, whichever is less) is None where the round
     stopped short, past ``budget`` (the evaluations left, counted down) or the enumeration budget."""
+    cache.check_time()
     return _SplitRound(setup, cache, tau, budget, kept).run()
 
 

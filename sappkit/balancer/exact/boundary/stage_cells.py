@@ -292,6 +292,7 @@ def _cell(setup: BalanceSetup, cache: Cache, c: int, s: int, holds, cap: float, 
     backward; ``"split"``: their least backward within ``cap / 2`` on a chunk but the last, their least ``L``
     term within ``cap`` on the last; ``"memory"``: their least memory on an otherwise empty stage), with their
     fronts and ``forward``, what they add to the stage's value beside the backward (:func:`_term`)."""
+    cache.check_time()
     catalogue = _catalogue(setup, cache, c, s, holds, measure)
     limit = setup.memory_mb if measure != "memory" else cap
     room = cap / 2 if measure == "split" and c < setup.chunks - 1 else cap

@@ -148,6 +148,7 @@ def optimum(setup: BalanceSetup, cache: Cache, cap: float, measure: str, sigma: 
     enumeration budget. Unpriced (:func:`~.stage_tables.stage_table`), the relaxed optimum alone
     (:func:`unpriced_bound`). A boundary chunk whose listed contents make up no placement (its
     unpriced optimum passes ``cap``: every listed content is under it) is not priced."""
+    cache.check_time()
     relaxed_best, exact_best, counts = np.inf, np.inf, None
     for boundary_chunk in boundary_chunks(setup):
         if priced and measure != "memory":

@@ -88,6 +88,7 @@ def stage_table(setup: BalanceSetup, cache: Cache, s: int, pattern: tuple, cap: 
     least ``L`` that fits with every other chunk's backward within ``sigma`` (``"split"``) or their least
     memory (``"memory"``); unpriced (``priced=False``), at their least value (:func:`_least_value`) whatever
     their memory beyond their lightest point's; None past :data:`~sappkit.balancer.exact.cells.COMBO_BUDGET`."""
+    cache.check_time()
     key = stage_key(setup, "table", measure, s, pattern, round(cap, 9), sigma, priced)
     if key in cache.stages:
         return cache.stages[key]

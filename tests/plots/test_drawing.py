@@ -1,0 +1,44 @@
+"""The figure check itself (tests/drawing.py): it finds each kind of overlap a reader would stumble on."""
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from ..drawing import figure_overlaps
+
+
+def _figure():
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = np.linspace(0, 10, 50)
+    ax.plot(x, x, label="rising")
+    ax.set_xlabel("x")
+    ax.set_ylabel("y")
+    return fig, ax
+
+
+def test_a_clean_figure_has_nothing_to_say():
+    fig, ax = _figure()
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    assert figure_overlaps(fig) == []
+
+
+def test_a_legend_over_the_data_is_found():
+    fig, ax = _figure()
+    ax.legend(loc="center", fontsize=20)
+    assert figure_overlaps(fig) == ["axes 0 (y): legend covers line 'rising'"]
+
+
+def test_a_line_through_an_annotation_is_found():
+    fig, ax = _figure()
+    ax.axhline(5, color="red", label="limit")
+    ax.text(8, 5, "+1,234 MB", ha="center", va="center")
+    assert figure_overlaps(fig) == ["axes 0 (y): '+1,234 MB' is crossed by line 'limit'"]
+
+
+def test_texts_on_top_of_each_other_and_a_label_longer_than_its_axis_are_found():
+    fig, ax = _figure()
+    ax.text(1, 8, "first")
+    ax.text(1, 8, "second")
+    ax.set_ylabel("a label\nof two lines, the second far longer than the axis it labels is tall")
+    found = figure_overlaps(fig)
+    assert "axes 0 (a label): 'first' overlaps axes 0 (a label): 'second'" in found
+    assert any("longer than its axis" in problem for problem in found)
