@@ -51,7 +51,7 @@ def plot_strategy_pareto(frame: pd.DataFrame, *, memory_mb: float | None = None,
                    edgecolors="black", linewidths=1.5, label="chosen")
     ax.set_xlabel("peak memory of the busiest stage (GB, 1e3 MB)")
     ax.set_ylabel("tokens/s per device")
-    ax.legend(loc="lower right", fontsize="small", ncols=2)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the points
     return ax
 
 

@@ -7,6 +7,8 @@ import pytest
 
 from sappkit import InputError, plot_strategy_pareto
 
+from ..drawing import figure_overlaps
+
 FRAME = pd.DataFrame(dict(label=list("abcde"), schedule=["1f1b", "zbv", "zbv", "1f1b", "1f1b"],
                           tokens_per_s_per_device=[900.0, 1000.0, 950.0, 800.0, np.nan],
                           peak_memory_mb=[40000.0, 70000.0, 75000.0, 30000.0, np.nan]))
@@ -14,9 +16,10 @@ FRAME = pd.DataFrame(dict(label=list("abcde"), schedule=["1f1b", "zbv", "zbv", "
 
 def test_markers_per_schedule_and_the_front():
     _, ax = plt.subplots()
-    assert plot_strategy_pareto(FRAME, ax=ax) is ax
+    assert plot_strategy_pareto(FRAME, memory_mb=80000, highlight=1, ax=ax) is ax
+    assert figure_overlaps(ax.figure) == []
     scatter = [c for c in ax.collections]
-    assert [len(c.get_offsets()) for c in scatter] == [2, 2]  # the unpriced row is left out
+    assert [len(c.get_offsets()) for c in scatter] == [2, 2, 1]  # the unpriced row left out; the ring
     front = ax.get_lines()[0].get_xydata()
     assert front.tolist() == [[30.0, 800.0], [40.0, 900.0], [70.0, 1000.0]]
     assert ax.get_ylabel() == "tokens/s per device"
