@@ -5,7 +5,7 @@
 - :func:`read_text`: a file read whole as UTF-8 text, refused when missing,
   a folder, binary, in another encoding or above
   :data:`~sappkit.limits.MAX_FILE_MB`.
-- :func:`load_json` and :func:`load_yaml`: a document, refused when it does
+- :func:`load_json`, :func:`load_yaml` and :func:`load_toml`: a document, refused when it does
   not parse (one line naming the problem and its place), nests too deeply
   for the parser, holds more than :data:`~sappkit.limits.MAX_DOCUMENT_VALUES`
   values once YAML aliases are expanded (an alias bomb) or refers to itself;
@@ -29,8 +29,8 @@ from ._check import short
 from .errors import InputError
 from .limits import MAX_DOCUMENT_VALUES, MAX_FILE_MB
 
-__all__ = ["as_path", "shown", "read_text", "load_json", "load_yaml", "read_csv", "output_path", "write_file",
-           "write_text", "BUNDLED_DATA", "bundled"]
+__all__ = ["as_path", "shown", "read_text", "load_json", "load_yaml", "load_toml", "read_csv", "output_path",
+           "write_file", "write_text", "BUNDLED_DATA", "bundled"]
 
 #: The bundled example inputs: inside the installed package (``pip install .`` ships the repository's ``data/``
 #: folder as ``sappkit/data``, see pyproject.toml), else the ``data/`` folder beside the package (a source checkout,
@@ -107,6 +107,17 @@ def load_yaml(path: Path, what: str):
     import yaml
 
     return _document(path, what, "YAML", yaml.safe_load, _yaml_problem, (ValueError, yaml.YAMLError))
+
+
+def load_toml(path: Path, what: str):
+    """The TOML document at ``path`` (see the module docstring for what is refused)."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+
+    return _document(path, what, "TOML", tomllib.loads, lambda error: " ".join(str(error).split()),
+                     (ValueError,))
 
 
 def _document(path: Path, what: str, language: str, parse, problem, errors: tuple):

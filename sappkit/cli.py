@@ -36,6 +36,8 @@ _COMMANDS = (
     "simulate",
     "choose",
     "alternatives",
+    "check_config",
+    "layers",
     "validate",
     "search",
     "report",

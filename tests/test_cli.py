@@ -3,13 +3,16 @@ Ctrl-C, and a quiet 141 when the reader of its output goes away (``| head``)."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
+import json
 import os
 import re
 import select
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ import pytest
 from sappkit.cli import main
 
 from .bundled import DATA
+from .trainers.test_profiles import trace_view
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Prints a 128-row stage frame with every column, three times what a one-page pipe holds (checked below): the
@@ -95,6 +99,10 @@ LLAMA = str(DATA / "llama2_70b.json")
 DEEPSEEK = str(DATA / "deepseek_v3.json")
 LLAMA_PIPELINE = ["--stages", "16", "--micro-batches", "32", "--memory", "58000"]
 DEEPSEEK_PIPELINE = ["--stages", "16", "--micro-batches", "32", "--memory", "70000"]
+#: A MindSpore trace_view.json as its profiler writes one (tests/trainers/test_profiles.py builds it).
+TRACE = Path(tempfile.gettempdir()) / f"sappkit-cli-trace-{os.getpid()}.json"
+TRACE.write_text(json.dumps(trace_view()[0]))
+atexit.register(TRACE.unlink, missing_ok=True)
 #: Each sub-command on bundled data, as a newcomer would first run it.
 RUNS = {
     "fit": [["fit", str(DATA / "llama2_70b_dryruns.csv")], ["fit", str(DATA / "llama2_70b_dryrun.yaml")],
@@ -107,6 +115,10 @@ RUNS = {
     "choose": [["choose", LLAMA, *LLAMA_PIPELINE], ["choose", LLAMA, *LLAMA_PIPELINE, "--per-layer"],
                ["choose", DEEPSEEK, *DEEPSEEK_PIPELINE, "--per-layer"]],
     "alternatives": [["alternatives", LLAMA, *LLAMA_PIPELINE], ["alternatives", DEEPSEEK, *DEEPSEEK_PIPELINE]],
+    "check-config": [["check-config", str(DATA / "megatron_llama2_70b.sh"), "--layers", LLAMA, "--memory", "58000"],
+                     ["check-config", str(DATA / "torchtitan_llama2_70b.toml"), "--layers", LLAMA, "--memory",
+                      "58000"]],
+    "layers": [["layers", "--from-trace", str(TRACE), "--layer-pattern", r"(\d+)-LlamaDecodeLayer"]],
     "validate": [["validate"]],
     "search": [["search", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256", "--seq-length", "4096"]],
     "report": [["report"]],
@@ -114,7 +126,8 @@ RUNS = {
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "search", "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "validate", "search",
+          "bench")
 
 
 @pytest.fixture

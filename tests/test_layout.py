@@ -18,13 +18,13 @@ MODULE_LINES, FUNCTION_LINES = 400, 80
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
 MODEL_ORDER = (("hardware",), ("layers",), ("models", "pipeline"), ("memfit", "recompute"), ("one_more", "balancer"),
-               ("strategy",), ("torch",))
+               ("strategy",), ("trainers",), ("torch",))
 #: Inside a folder with rooms (sub-packages), the order data flows among its members (modules and rooms): a
 #: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
 #: folder that has rooms is listed here with every member, so a new module or room states where it stands.
 ROOM_ORDER = {
     "sappkit.balancer": (("setup", "peaks", "evaluate"), ("exact", "ilp"), ("step",),
-                         ("plan", "optimise", "views", "torchtitan")),
+                         ("plan", "grammar", "optimise", "views")),
     "sappkit.balancer.exact": (("stage_bounds", "cells", "result"), ("enumeration", "segments"), ("boundary",),
                                ("route",)),
     "sappkit.balancer.exact.boundary": (("stage_cells",), ("cap_search",), ("stage_tables",), ("stage_dp",),

@@ -9,8 +9,6 @@ offsets, memory sweeps and plan comparisons.
 from .optimise import balance
 from .plan import Plan, plan_from_offsets
 from .ilp.solver import SolverOptions
-from .torchtitan import TorchtitanConfig, torchtitan_config
 from .views import compare_plans, even_plan, sweep_memory
 
-__all__ = ["SolverOptions", "Plan", "plan_from_offsets", "balance", "sweep_memory", "compare_plans", "even_plan",
-           "torchtitan_config", "TorchtitanConfig"]
+__all__ = ["SolverOptions", "Plan", "plan_from_offsets", "balance", "sweep_memory", "compare_plans", "even_plan"]

@@ -39,6 +39,7 @@ from ..layers.units import format_mb
 from . import exact
 from .step.bound import step_lower_bound
 from .evaluate import evaluate
+from .grammar import within_grammar
 from .ilp.program import BalanceModel
 from .step.local_search import improve
 from .plan import Plan, make_plan
@@ -159,7 +160,7 @@ def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache) ->
 
 def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
             seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-            consistent_recompute=True, working_set=True, solver: SolverOptions | None = None) -> Plan:
+            consistent_recompute=True, working_set=True, trainer=None, solver: SolverOptions | None = None) -> Plan:
     """Place the body layers and their recompute on the pipeline cells: fit the device, minimise time.
 
     Parameters
@@ -202,6 +203,15 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         ends its warm-up (default), as the recompute chooser and the
         simulator do, so a plan that fits here fits there. ``False`` drops
         it: SAPP's pipeline balancer's memory model, for the original tool's numbers.
+    trainer : {"megatron", "torchtitan", "mindformers"}, optional
+        Plan only what that trainer's config can state
+        (:mod:`sappkit.balancer.grammar`): Megatron-LM one recompute policy
+        for the model (one option everywhere, or ``block N``: the first
+        ``N`` layers of every chunk ``full``), torchtitan one
+        activation-checkpointing mode or every ``N``-th block, MindFormers
+        per-cell counts per option as its recompute lists apply them. The
+        plan's ``constraint_cost`` says what that costs against the
+        unconstrained plan (never negative).
     solver : SolverOptions, optional
 
     Returns
@@ -227,7 +237,7 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     return balance_reusing(None, **locals())
 
 
-def balance_reusing(cache: exact.Cache | None, layers, *, solver: SolverOptions | None = None,
+def balance_reusing(cache: exact.Cache | None, layers, *, solver: SolverOptions | None = None, trainer=None,
                     **arguments) -> Plan:
     """:func:`balance` with the exact search's ``cache`` (stage enumerations) kept across calls on one model, as
     a sweep over memory limits reuses it."""
@@ -235,6 +245,13 @@ def balance_reusing(cache: exact.Cache | None, layers, *, solver: SolverOptions 
     if not isinstance(options, SolverOptions):
         raise InputError(f"solver must be a SolverOptions; got {type(options).__name__}")
     setup = make_setup(layers, **arguments)
+    if trainer is not None:
+        return within_grammar(trainer, setup, lambda instance: _solve(instance, options, cache))
+    return _solve(setup, options, cache)
+
+
+def _solve(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
+    """The unconstrained plan of ``setup`` for its objective."""
     if setup.objective == "sapp":
         return _plan(setup, optimise(setup, options, cache=cache), options, cache)
     return _fastest(setup, options, cache)

@@ -1,5 +1,5 @@
-"""What several sub-commands share: the layer file, the pipeline's shape, the recompute chooser's flags, and the
-MindFormers offsets YAML that places layers on the stages."""
+"""What several sub-commands share: the layer file, the pipeline's shape, the recompute chooser's flags, the
+MindFormers offsets YAML that places layers on the stages, and ``--export TRAINER``."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from ..layers.units import check_time_unit
 from ..pipeline.costs import even_assignment
 from ..pipeline.schedules import SCHEDULES
 from ..recompute.partition import Partition
+from ..trainers.config import TRAINERS
+from ..trainers.exchange import export_config
 
 #: The runtime modes a per-layer choice picks among unless ``--modes`` names others (those the table offers).
 PER_LAYER_MODES = tuple(DEFAULT_MODES)
@@ -84,6 +86,26 @@ def add_chooser_arguments(parser, *, modes_help: str) -> None:
                         help="also fit the memory peak FSDP reaches when it holds gradients until the backward ends")
     parser.add_argument("--bucket-mb", type=float, default=1.0,
                         help="memory is counted in steps of this many MB (default 1; larger is faster, coarser)")
+
+
+def add_export_argument(parser) -> None:
+    """``[--export TRAINER]``: print the result as a trainer's config."""
+    parser.add_argument("--export", choices=TRAINERS, default=None, metavar="TRAINER",
+                        help="also print the result as that trainer's config: megatron (arguments), torchtitan "
+                             "(TOML job config), mindformers (YAML) or hyperparallel (YAML)")
+
+
+def print_export(out, source, trainer: str | None) -> None:
+    """The ``--export`` text, as it is (not re-wrapped), with its notes; in JSON under ``export``."""
+    if trainer is None:
+        return
+    exported = export_config(source, trainer)
+    out.line(f"{trainer} config ({exported.form}):")
+    out.raw(exported.text)
+    for note in exported.notes:
+        out.line(f"note: {note}")
+    out.value("export", {"trainer": trainer, "form": exported.form, "text": exported.text,
+                         "notes": list(exported.notes)})
 
 
 def read_layers(args):

@@ -60,6 +60,11 @@ class Output:
         if self.text:
             print(wrap_text(text, WIDTH))
 
+    def raw(self, text: str) -> None:
+        """Text printed as it is (a config to paste, whose lines must not be re-wrapped)."""
+        if self.text:
+            print(text)
+
     def value(self, name: str, value) -> None:
         """A headline value for the JSON document (NaN as null)."""
         self.values[name] = None if isinstance(value, float) and math.isnan(value) else value

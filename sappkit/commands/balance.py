@@ -17,7 +17,7 @@ from ..balancer.optimise import balance
 from ..balancer.ilp.solver import SolverOptions
 from ..columns import CHUNK, LAYERS, MEMORY_MB, OPTION, STAGE, TIME
 from ..layers.units import format_mb, format_time
-from ._common import add_pipeline_arguments, read_layers
+from ._common import add_export_argument, add_pipeline_arguments, print_export, read_layers
 from ._output import Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
@@ -43,8 +43,12 @@ def register(subparsers) -> None:
                         help="the integer-program solver, when the exact search needs one (default highs)")
     parser.add_argument("--time-limit", type=float, default=60.0,
                         help="seconds the solver may take before it returns its best plan so far (default 60)")
+    parser.add_argument("--trainer", choices=("megatron", "torchtitan", "mindformers"), default=None,
+                        help="plan only what that trainer's config can state (its recompute policies), and print "
+                             "what the restriction costs against the unconstrained plan")
     parser.add_argument("--yaml", type=Path, default=None, metavar="OUT.yaml",
                         help="also write the plan as a MindFormers config (offsets and recompute lists)")
+    add_export_argument(parser)
     parser.add_argument("--verbose", action="store_true",
                         help="also print the solver's objective value, gap, method and time")
     add_output_arguments(parser, main="per-stage")
@@ -57,7 +61,7 @@ def _run(args) -> int:
     plan = balance(read_layers(args), stages=args.stages, micro_batches=args.micro_batches,
                    memory_mb=args.memory, chunks=args.chunks, schedule=args.schedule, less_memory=args.less_memory,
                    objective=args.objective, optimization_level=args.level, const_mb=args.const_mb,
-                   solver=SolverOptions(solver=args.solver, time_limit=args.time_limit))
+                   trainer=args.trainer, solver=SolverOptions(solver=args.solver, time_limit=args.time_limit))
     out = Output(args, plan.time_unit)
     setup = plan.setup
     out.line(f"{setup.schedule}: {setup.stages} stages, {setup.chunks} chunk(s), {setup.micro_batches} "
@@ -72,6 +76,11 @@ def _run(args) -> int:
         gap = "unknown" if plan.gap is None else f"{plan.gap:.1%}"
         out.line(f"{plan.objective_name} objective {objective}, gap {gap}, found by {plan.method} in "
                  f"{plan.solve_seconds:.2f} s")
+    if plan.constraint_cost is not None:
+        cost = plan.constraint_cost
+        out.line(f"trainer grammar: {cost.describe()}")
+        out.value("constraint_cost", {"trainer": cost.trainer, "policy": cost.policy, "time": cost.time,
+                                      "percent": cost.percent})
     for note in plan.notes:
         out.line(f"note: {note}")
     if plan.counts is None:
@@ -105,6 +114,7 @@ def _run(args) -> int:
         plan.write_yaml(args.yaml, strict=False)
         out.line(f"MindFormers config written to {args.yaml}")
         out.value("yaml", str(args.yaml))
+    print_export(out, plan, args.export)
     out.finish()
     return 0
 

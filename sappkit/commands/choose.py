@@ -41,6 +41,7 @@ def register(subparsers) -> None:
     parser.add_argument("--time-unit-ms", type=float, default=None,
                         help="milliseconds per time unit of the layer table, for --link-gbps (default: known from "
                              "the table's unit, e.g. 1 for ms)")
+    _common.add_export_argument(parser)
     add_output_arguments(parser, main="layer ranges")
     parser.set_defaults(run=_run)
 
@@ -77,5 +78,6 @@ def _run(args) -> int:
     for setting in (choice.megatron(), choice.torchtitan()):
         out.line(f"{setting.runtime}: {setting.settings if setting.expressible else 'not expressible'} "
                  f"({setting.note})")
+    _common.print_export(out, choice, args.export)
     out.finish(main="ranges")
     return 0

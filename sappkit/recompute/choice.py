@@ -4,7 +4,7 @@
 ``layer_options``) and states the choice for runtimes: HyperParallel's
 trainer (:meth:`RecomputeChoice.trainer_plan`), Megatron-LM
 (:meth:`RecomputeChoice.megatron`) and torchtitan
-(:meth:`RecomputeChoice.torchtitan`); see :mod:`sappkit.recompute.export`.
+(:meth:`RecomputeChoice.torchtitan`), as :mod:`sappkit.trainers.recompute` states them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from ..errors import InputError
 from ..layers.units import format_mb, format_time, html_summary, with_time_unit
 from ..pipeline.costs import cell_costs
 from ..pipeline.simulator import Simulation, simulate
-from .export import RuntimeSetting, megatron_setting, recompute_lists, torchtitan_setting, trainer_plan
 from .pricing import TIME_SAVED, Pricing
 
 __all__ = ["RecomputeChoice", "build_choice", "refused_choice", "RANGE_COLUMNS", "MODE", "OFFLOADED_MB"]
@@ -221,23 +220,33 @@ class RecomputeChoice:
             records.append(record)
         return records
 
+    # The trainers' words live in sappkit.trainers, below this folder: these methods import it when called.
+
     def trainer_plan(self) -> tuple[str, dict[str, str]]:
         """``(mode, layers)`` as HyperParallel's trainer reads ``activation_checkpoint.mode`` / ``.layers``.
 
-        See :func:`sappkit.recompute.export.trainer_plan`.
+        See :func:`sappkit.trainers.recompute.trainer_plan`.
         """
+        from ..trainers.recompute import trainer_plan
+
         return trainer_plan(self)
 
     def recompute_lists(self) -> dict[str, list[int]]:
         """Per option (or mode), the body layer indices that run it: per-layer recompute lists."""
+        from ..trainers.recompute import recompute_lists
+
         return recompute_lists(self)
 
-    def megatron(self) -> RuntimeSetting:
-        """The choice as Megatron-LM recompute arguments, where they can express it."""
+    def megatron(self):
+        """The choice as Megatron-LM recompute arguments, where they can express it (a ``RuntimeSetting``)."""
+        from ..trainers.recompute import megatron_setting
+
         return megatron_setting(self)
 
-    def torchtitan(self) -> RuntimeSetting:
+    def torchtitan(self):
         """The choice as torchtitan's ``[activation_checkpoint]`` section, where it can express it."""
+        from ..trainers.recompute import torchtitan_setting
+
         return torchtitan_setting(self)
 
 

@@ -263,8 +263,8 @@ def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> 
             if rng.random() < 0.5:
                 kicked[i, a] -= 1
                 kicked[j, b] += 1
-            elif kicked[j, b] > 0:
-                kicked[[i, j, j, i], [a, a, b, b]] += (-1, 1, -1, 1)
+            elif kicked[j, b] > 0:  # np.add.at: i == j or a == b repeat an index, which += would add once
+                np.add.at(kicked, ([i, j, j, i], [a, a, b, b]), (-1, 1, -1, 1))
         kicked = kicked.reshape(counts.shape)
         if valid(setup, kicked[None])[0]:
             return kicked

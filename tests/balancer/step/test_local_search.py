@@ -167,3 +167,17 @@ def test_improve_starts_and_kicks(rng):
     assert valid(setup, found.counts[None])[0]
     kicked = _kick(setup, found.counts, np.random.default_rng(1))
     assert valid(setup, kicked[None])[0] and np.abs(kicked - found.counts).sum() <= 8
+
+
+def test_kicks_keep_every_kinds_layers():
+    """A swap whose two items or two cells coincide repeats an index; the kick must still move, not add, layers
+    (the vision-language model with one option per kind once gained two vision layers)."""
+    rows = [dict(kind=kind, role="body", count=6, param_mb=1, option="full", forward_time=1.0, backward_time=2.0,
+                 activation_mb=1.0) for kind in ("vision", "language")]
+    setup = make_setup(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6, objective="step")
+    counts = sappkit.balance(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6).counts
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        kicked = _kick(setup, counts, rng)
+        if kicked is not None:
+            assert kicked.sum(axis=(1, 2)).tolist() == [6, 6]

@@ -1,4 +1,5 @@
-"""Plans as torchtitan job configs: model parts in PyTorch's stage order, schedule names, checkpointing, notes."""
+"""Plans as torchtitan configs: model parts in PyTorch's stage order, the names each version uses, checkpointing,
+notes."""
 
 import re
 
@@ -14,7 +15,7 @@ TABLE = pd.DataFrame(ROWS)
 
 
 def parts(config):
-    return config.settings["parallelism"]["pipeline_parallel_module_fqns_per_model_part"]
+    return config.settings["parallelism"]["module_fqns_per_model_part"]
 
 
 @pytest.mark.parametrize("schedule, name", [("interleaved", "Interleaved1F1B"), ("zbv", "ZBVZeroBubble"),
@@ -29,11 +30,10 @@ def test_model_parts_follow_the_plans_cells_in_model_order(schedule, name):
                                              for cell in plan.setup.cells]
     assert [m for part in found for m in part] == ["tok_embeddings", *(f"layers.{i}" for i in range(8)), "norm",
                                                    "output"]
-    assert config.settings["parallelism"] | {"pipeline_parallel_module_fqns_per_model_part": None} == {
+    assert config.settings["parallelism"] | {"module_fqns_per_model_part": None} == {
         "pipeline_parallel_degree": 2, "pipeline_parallel_schedule": name, "pipeline_parallel_microbatch_size": 2,
-        "pipeline_parallel_module_fqns_per_model_part": None}
-    assert config.notes[0] == "run 4 micro-batches: set training.local_batch_size = 8 (4 x " \
-                              "pipeline_parallel_microbatch_size)"
+        "module_fqns_per_model_part": None}
+    assert config.settings["training"] == {"local_batch_size": 8}  # 4 micro-batches of 2 samples
 
 
 def test_one_recompute_option_everywhere_is_torchtitans_mode_and_the_toml_reads_back():
@@ -43,40 +43,54 @@ def test_one_recompute_option_everywhere_is_torchtitans_mode_and_the_toml_reads_
     assert config.notes[-1] == "activation checkpointing: every block runs full"
     assert config.to_toml() == "\n".join([
         "[parallelism]", "pipeline_parallel_degree = 2", 'pipeline_parallel_schedule = "1F1B"',
-        "pipeline_parallel_microbatch_size = 1",
-        "pipeline_parallel_module_fqns_per_model_part = [",
-        '    ["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3"],',
-        '    ["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"],', "]", "",
+        "pipeline_parallel_microbatch_size = 1", "module_fqns_per_model_part = [",
+        '  ["embed", "blocks.0", "blocks.1", "blocks.2", "blocks.3"],',
+        '  ["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"],', "]", "",
+        "[training]", "local_batch_size = 2", "",
         "[activation_checkpoint]", 'mode = "full"'])
+    assert config.to_python() == "\n".join([
+        "config.parallelism.pipeline_parallel_degree = 2", 'config.parallelism.pipeline_parallel_schedule = "1F1B"',
+        'config.parallelism.module_fqns_per_model_part = [["embed", "blocks.0", "blocks.1", "blocks.2", '
+        '"blocks.3"], ["blocks.4", "blocks.5", "blocks.6", "blocks.7", "head"]]',
+        "config.parallelism.num_pp_microbatches = 2", "config.activation_checkpoint = FullAC.Config()"])
+
+
+def test_every_nth_block_is_the_releases_layer_checkpointing():
+    plan = plan_from_offsets(TABLE, stages=2, micro_batches=2, memory_mb=2000, recompute=[2, 2])
+    config = torchtitan_config(plan)
+    assert config.settings["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
+    assert config.notes[-1] == ("activation checkpointing: the blocks at positions 2, 4, ... of those a rank builds, "
+                                "counted across its model parts, fully checkpointed (the release's "
+                                "selective_ac_option; the main branch has no such policy)")
+    assert "activation_checkpoint" not in config.to_python()
 
 
 def test_a_per_layer_choice_torchtitan_cannot_run_is_said_and_left_unset():
-    plan = plan_from_offsets(TABLE, stages=2, micro_batches=2, memory_mb=2000, recompute=[2, 2])
+    plan = plan_from_offsets(TABLE, stages=2, micro_batches=2, memory_mb=2000, recompute=[3, 1])
     config = torchtitan_config(plan)
     assert config.settings["activation_checkpoint"] == {}
     assert "[activation_checkpoint]" not in config.to_toml()
     assert config.notes[-1] == (
-        "activation checkpointing not set: torchtitan's layer-level checkpointing recomputes every N-th block of "
-        "each model part; this choice's fully recomputed blocks follow no such pattern; set it per block in the "
-        "model code")
+        "activation checkpointing not set: torchtitan runs one mode on every block, or fully checkpoints every N-th "
+        "block a rank builds, and this plan runs ['full', 'none'] otherwise; plan with balance(..., "
+        "trainer='torchtitan') or set it per block in the model code")
 
 
 def test_where_torchtitan_runs_another_schedule_the_notes_say_so():
     dual = torchtitan_config(balance(TABLE, stages=2, micro_batches=4, chunks=2, schedule="dualpipev",
                                      memory_mb=2000))
     assert dual.settings["parallelism"]["pipeline_parallel_schedule"] == "DualPipeV"
-    assert dual.notes[1] == ("torchtitan's DualPipeV splits the backward into input and weight passes (sappkit's "
+    assert dual.notes[0] == ("torchtitan's DualPipeV splits the backward into input and weight passes (sappkit's "
                              "'dualpipev_split'); simulate that schedule to see what it runs")
     less = torchtitan_config(balance(TABLE, stages=2, micro_batches=4, chunks=2, less_memory=True, memory_mb=2000))
-    assert less.notes[1].startswith("torchtitan's Interleaved1F1B has no less-memory variant")
+    assert less.notes[0].startswith("torchtitan's Interleaved1F1B has no less-memory variant")
     tight = torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=10))
-    assert tight.notes[1] == ("the plan does not fit memory_mb=10 (status 'infeasible': no placement fits 10 MB; "
-                              "the least-memory placement needs 472 MB on stage 0)")
+    assert tight.notes[0] == "the plan does not fit memory_mb=10"
 
 
 @pytest.mark.parametrize("make, message", [
-    (lambda plan: torchtitan_config("plan"), "plan must be a Plan (sappkit.balance, sappkit.plan_from_offsets); "
-                                             "got str"),
+    (lambda plan: torchtitan_config("plan"), "expected a Plan (sappkit.balance) or a RecomputeChoice "
+                                             "(sappkit.choose_recompute); got str"),
     (lambda plan: torchtitan_config(plan, microbatch_size=0), "microbatch_size must be an int >= 1; got 0"),
     (lambda plan: torchtitan_config(plan, microbatch_size=2**70),
      "microbatch_size must be an int <= 1048576 (sappkit.limits.MAX_MICROBATCH_SIZE); got 1180591620717411303424"),
@@ -103,12 +117,15 @@ def test_seqpipe_has_no_torchtitan_schedule():
     with pytest.raises(InputError) as err:
         torchtitan_config(plan)
     assert str(err.value) == ("torchtitan runs no 'seqpipe' schedule; plan for one of '1f1b', 'interleaved', "
-                              "'gpipe', 'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipev'")
+                              "'gpipe', 'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev', 'dualpipev_split'")
     assert isinstance(torchtitan_config(balance(TABLE, stages=2, micro_batches=2, memory_mb=2000)), TorchtitanConfig)
 
 
 def test_the_toml_of_a_long_model_fits_100_columns_and_reads_back(llama):
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
 
     config = torchtitan_config(balance(llama, stages=8, micro_batches=16, memory_mb=60000))
     text = config.to_toml()

@@ -1,4 +1,8 @@
-"""A recompute choice stated for runtimes: HyperParallel's trainer plan, Megatron-LM, torchtitan."""
+"""A recompute choice stated for runtimes: HyperParallel's trainer plan, Megatron-LM, torchtitan.
+
+A runtime runs a choice when one policy of its grammar gives every cell the choice's count of fully recomputed
+layers (sappkit.balancer.grammar): the chooser's layers of a group are interchangeable.
+"""
 
 import pandas as pd
 import pytest
@@ -102,11 +106,11 @@ def test_megatron_block_over_chunks():
 
 @pytest.mark.parametrize("options, modes, offloaded, note", [
     (["full", "none", "none", "full", "full", "none"], ("off", "selective", "full"), None,
-     "the fully recomputed layers are each cell's first layers (per cell: [1, 2]); --recompute-num-layers takes "
-     "one count for every stage"),
-    (["none", "full", "none", "full", "full", "none"], ("off", "selective", "full"), None,
-     "the fully recomputed layers are not each cell's first layers (per cell: [1, 2]); --recompute-num-layers "
-     "takes one count for every stage"),
+     "the fully recomputed layers per cell ([1, 2]) are not the first N of every cell for one N: "
+     "--recompute-num-layers takes one count for every stage"),
+    (["full", "full", "full", "full", "none", "none"], ("off", "selective", "full"), None,
+     "the fully recomputed layers per cell ([3, 1]) are not the first N of every cell for one N: "
+     "--recompute-num-layers takes one count for every stage"),
     (["full", "selective", "none", "none", "none", "none"], ("off", "selective", "full"), None,
      "Megatron-LM runs one recompute granularity for every layer; this choice mixes selective with other options"),
     (["comm"] * 6, None, None, "Megatron-LM has no counterpart for option(s) 'comm' (it recomputes none, selective "
@@ -124,7 +128,8 @@ def test_megatron_says_why_not(options, modes, offloaded, note):
     (["full"] * 6, {"mode": "full"}),
     (["selective"] * 6, {"mode": "selective", "selective_ac_option": "op"}),
     (["none", "full", "none", "none", "full", "none"], {"mode": "selective", "selective_ac_option": "2"}),
-    (["none", "none", "full", "none", "none", "full"], {"mode": "selective", "selective_ac_option": "3"}),
+    # one full layer in each 3-layer cell: every 2nd block gives each cell one too (the first N that does)
+    (["none", "none", "full", "none", "none", "full"], {"mode": "selective", "selective_ac_option": "2"}),
 ])
 def test_torchtitan_where_expressible(options, settings):
     setting = _choice(options).torchtitan()
@@ -133,11 +138,11 @@ def test_torchtitan_where_expressible(options, settings):
 
 @pytest.mark.parametrize("options, note", [
     (["full", "full", "none", "none", "none", "none"],
-     "torchtitan's layer-level checkpointing recomputes every N-th block of each model part; this choice's fully "
-     "recomputed blocks follow no such pattern"),
-    (["none", "full", "none", "none", "none", "full"],
-     "torchtitan's layer-level checkpointing recomputes every N-th block of each model part; this choice's fully "
-     "recomputed blocks follow no such pattern"),
+     "torchtitan's layer-level checkpointing recomputes the blocks at positions N, 2N, ... of those a rank "
+     "builds; this choice's fully recomputed blocks per cell ([2, 0]) follow no such pattern"),
+    (["full", "full", "none", "none", "full", "none"],
+     "torchtitan's layer-level checkpointing recomputes the blocks at positions N, 2N, ... of those a rank "
+     "builds; this choice's fully recomputed blocks per cell ([2, 1]) follow no such pattern"),
     (["selective", "none", "none", "none", "none", "none"],
      "torchtitan runs op-level selective checkpointing on every block or none; this choice mixes it with others"),
 ])
