@@ -2,7 +2,10 @@
 
 Searches every strategy a trainer accepts (:func:`sappkit.search_strategies`) on the local cores, or on a Dask
 cluster with ``--scheduler ADDRESS`` (the ``[cluster]`` extra), and prints the fastest, then the best one's
-numbers and what the answer leaves out. Progress goes to stderr when it is a terminal.
+numbers and what the answer leaves out. Progress goes to stderr when it is a terminal. ``--export TRAINER``
+searches the schedules that trainer runs and prints the best strategy in its words: its plan balanced within
+the trainer's grammar (``StrategySearch.plan(trainer=...)``), with the trainer's degrees, micro-batch size and
+global batch taken from the strategy.
 """
 
 from __future__ import annotations
@@ -12,8 +15,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..models import PRESETS, read_model_config
+from ..balancer.grammar import TRAINER_SCHEDULES
 from ..strategy.search import search_strategies
 from ..strategy.search.space import SEARCHED_SCHEDULES
+from ._common import add_export_argument, print_constraint_cost, print_export
 from ._output import Output, add_output_arguments
 
 #: The table's key columns (``--wide`` adds every column of the search's frame).
@@ -50,6 +55,7 @@ def register(subparsers) -> None:
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; needs the "
                              "[cluster] extra)")
+    add_export_argument(parser)
     add_output_arguments(parser, main="strategies")
     parser.set_defaults(run=_run)
 
@@ -57,6 +63,8 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     model = _model(args.model, args.seq_length)
     schedules = None if args.schedules is None else [name.strip() for name in args.schedules.split(",")]
+    if schedules is None and args.export is not None:  # only what the trainer runs can be exported
+        schedules = [name for name in SEARCHED_SCHEDULES if name in TRAINER_SCHEDULES[args.export]]
     options = dict(devices=args.devices, global_batch=args.global_batch, seq_length=args.seq_length,
                    cluster=args.cluster, device=args.device, memory_mb=args.memory, schedules=schedules,
                    balance_top=args.balance_top, progress=sys.stderr.isatty())
@@ -75,6 +83,7 @@ def _run(args) -> int:
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))
+    _export(out, found, args.export)
     out.line(f"searched in {found.seconds:.1f} s")
     best = found.best
     out.value("best", None if best is None else best["label"])
@@ -84,6 +93,36 @@ def _run(args) -> int:
     out.value("limits", found.limits())
     out.finish()
     return 0
+
+
+def _export(out, found, trainer: str | None) -> None:
+    """``--export``: the best strategy in ``trainer``'s words (a strategy without a pipeline to Megatron-LM only)."""
+    if trainer is None:
+        return
+    best = found.best
+    if best is None:
+        raise InputError(f"--export {trainer}: no strategy fits the device memory, so there is none to export")
+    strategy = found.strategy()
+    if strategy.pipeline_parallel == 1:
+        if trainer != "megatron":
+            raise InputError(f"--export {trainer}: the best strategy {best['label']} runs no pipeline "
+                             "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; "
+                             "use --export megatron")
+        out.line(f"the best strategy {best['label']}, every layer recomputing {best['recompute']!r}:")
+        print_export(out, strategy, trainer, global_batch=found.global_batch)
+        if best["recompute"] != "none":  # the arguments of a strategy alone carry no recompute
+            out.line(f"note: recompute not set: add Megatron-LM's --recompute-* flags for {best['recompute']!r} "
+                     "(or export a strategy with a pipeline: its plan carries them)")
+        return
+    try:
+        plan = found.plan(trainer=trainer)
+    except InputError as error:
+        raise InputError(f"--export {trainer}: the best strategy {best['label']}: {error}") from None
+    out.line(f"the best strategy {best['label']}, its plan within {trainer}'s grammar: {plan.headline()}")
+    print_constraint_cost(out, plan)
+    if plan.message:
+        out.line(plan.message)
+    print_export(out, plan, trainer, strategy=strategy, global_batch=found.global_batch)
 
 
 def _model(name: str, seq_length: int | None):

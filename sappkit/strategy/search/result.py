@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..._check import check_int
 from ...errors import InputError
+from ...layers import LayerTable
 from ...layers.units import format_mb
 from ..config import Strategy
 from .space import DIMENSIONS, MICRO_BATCHES, REASON, RULE
@@ -96,17 +97,27 @@ class StrategySearch:
         row = self._row(row)
         return strategy_of((row.name, *(row[key] for key in STRATEGY_FIELDS)), self.setting.dtype)
 
-    def plan(self, row=None):
+    def plan(self, row=None, *, trainer: str | None = None):
         """The balanced :class:`~sappkit.Plan` of a row (default the best): the balancer's step objective with the
-        per-layer recompute choice, as the balanced pass priced it; a row without a pipeline has none (raises)."""
+        per-layer recompute choice, as the balanced pass priced it; a row without a pipeline has none (raises).
+        With ``trainer`` (megatron, torchtitan, mindformers, hyperparallel), the fastest plan that trainer's config
+        states, with its ``constraint_cost`` against the balanced pass's (``balance(..., trainer=...)``)."""
         row = self._row(row)
         if row["pipeline_parallel"] == 1:
             raise InputError(f"row {row.name} runs no pipeline (pipeline_parallel=1): there is no plan to balance")
-        if row.name not in self._plans:
-            strategy = self.strategy(row.name)
-            layers = self.shapes[self.shape_of[row.name]].compiled.table(strategy.parallel, self.setting.cluster)
-            self._plans[row.name] = balanced_plan(self.setting, strategy, layers)
-        return self._plans[row.name]
+        if (row.name, trainer) not in self._plans:
+            self._plans[row.name, trainer] = balanced_plan(self.setting, self.strategy(row.name),
+                                                           self.layers(row.name), trainer)
+        return self._plans[row.name, trainer]
+
+    def layers(self, row=None) -> LayerTable:
+        """The layer table a row's strategy is priced on (default the best's): what
+        :func:`~sappkit.check_config` or :func:`~sappkit.read_trainer_config` price its exported config on."""
+        row = self._row(row)
+        if row.name not in self.shape_of:
+            raise InputError(f"row {row.name} was rejected ({row['reason']}): it has no layer table")
+        return self.shapes[self.shape_of[row.name]].compiled.table(self.strategy(row.name).parallel,
+                                                                   self.setting.cluster)
 
     def pareto(self) -> pd.DataFrame:
         """The priced strategies no other beats on both throughput and memory headroom, the fastest first."""

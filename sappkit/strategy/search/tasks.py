@@ -191,11 +191,11 @@ def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
     return _outcome(row[0], "balanced", result, mix)
 
 
-def balanced_plan(setting: Setting, strategy: Strategy, layers):
-    """The balancer's plan for a strategy (step objective, every recompute option)."""
+def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
+    """The balancer's plan for a strategy (step objective, every recompute option; only what ``trainer`` states)."""
     return balance(layers, stages=strategy.pipeline_parallel, micro_batches=strategy.micro_batches(
         setting.global_batch), memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
-        schedule=strategy.schedule, objective="step", solver=SOLVER)
+        schedule=strategy.schedule, objective="step", trainer=trainer, solver=SOLVER)
 
 
 def _p2p(setting: Setting, strategy: Strategy) -> float:
