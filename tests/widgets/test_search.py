@@ -42,3 +42,16 @@ def test_the_report_shows_one_state_per_device_count(dashboard):
     fragment = dashboard.report_html()
     assert fragment.count('class="sappkit-state"') == 3 and "16 devices" in fragment
     assert 'value="0"' in fragment and len(dashboard.searches) == 3 and plt.get_fignums() == []
+
+
+def test_a_setting_where_nothing_fits_says_so_in_red_and_draws_nothing():
+    pytest.importorskip("ipywidgets")
+    from sappkit.widgets.search import StrategySearchDashboard
+
+    tight = StrategySearchDashboard(GPT, devices=(16,), global_batch=(64,), seq_length=(2048,), device=("a100-80g",),
+                                    dims=DIMS, memory_mb=10, balance_top=2)
+    assert tight.last.best is None and tight.row.options == () and tight.table.value == ""
+    assert tight.status_html.value == '<b style="color:red">no strategy fits</b>'
+    shown = tight.show(**tight.settings())
+    assert shown.alert and shown.figures == () and shown.text == tight.last.describe()
+    assert "no strategy fits the device" in shown.text and plt.get_fignums() == []
