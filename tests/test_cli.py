@@ -256,3 +256,43 @@ def test_choose_and_alternatives_print_no_negative_time_saved(capsys, arguments)
     if arguments[0] == "choose":
         assert out.split("summed over the stages: ")[1].split("\n")[0].endswith(" saved")
         assert saved and all(not line.split()[-1].startswith("-") for line in saved)
+
+
+def test_one_plan_reads_the_same_in_balance_choose_and_alternatives(capsys, tmp_path):
+    # The case: balance's plan, written as MindFormers YAML and read back by choose and alternatives.
+    import json
+
+    config = str(tmp_path / "plan.yaml")
+
+    def run(*arguments) -> dict:
+        assert main([*arguments, "--format", "json"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    balanced = run("balance", LLAMA, *LLAMA_PIPELINE, "--yaml", config)
+    chosen = run("choose", LLAMA, *LLAMA_PIPELINE, "--offsets", config)
+    walked = run("alternatives", LLAMA, *LLAMA_PIPELINE, "--offsets", config)
+    assert chosen["baseline"] == walked["baseline"] == "the configured recompute"
+    # One stage time: the tail's forward and backward count on stage 15 in every command.
+    times = [stage["time"] for stage in balanced["stages"]]
+    assert [stage["time"] for stage in chosen["stages"]] == pytest.approx(times, rel=1e-12)
+    assert times[15] == pytest.approx(times[14] + 2.236962 + 4.473924, rel=1e-6)
+    # The baseline is balance's plan, at balance's memory, beside the choice's.
+    memory = [stage["memory_mb"] for stage in balanced["stages"]]
+    assert [stage["baseline_memory_mb"] for stage in chosen["stages"]] == pytest.approx(memory, rel=1e-12)
+    # The choice, no faster, moves each stage's selective layer to its end: 640 MB less on stages 0-3.
+    moves = [(change["stage"], round(change["memory_change_mb"]), change["change"]) for change in chosen["changes"]]
+    assert moves == [(0, -640, "selective moved from layer 1 to layer 4"),
+                     (1, -640, "selective moved from layer 5 to layer 9"),
+                     (2, -640, "selective moved from layer 10 to layer 14"),
+                     (3, -640, "selective moved from layer 15 to layer 19")]
+    assert walked["changes"] == chosen["changes"]
+    # And in words, for people.
+    assert main(["balance", LLAMA, *LLAMA_PIPELINE]) == 0
+    assert "peak stage memory 56,657 MB on stage 1 of 58,000 MB" in capsys.readouterr().out.splitlines()
+    for command in ("choose", "alternatives"):
+        assert main([command, LLAMA, *LLAMA_PIPELINE, "--offsets", config]) == 0
+        out = capsys.readouterr().out.splitlines()
+        assert "against the baseline, 4 stages change:" in out
+        assert "  stage 1: 56,657 MB -> 56,017 MB (-640 MB): selective moved from layer 5 to layer 9" in out
+        assert any(line.startswith("peak 56,017 MB of 58,000 MB (stage 1; the baseline's: 56,657 MB on stage 1)")
+                   for line in out)

@@ -8,8 +8,12 @@ from the ILP, from the exact search or from MindFormers offsets is judged
 the same way.
 
 Time (docs/design.md "Time and the objectives"): ``F(c, s)`` and ``B(c, s)`` sum the
-forward and backward of the cell's body layers plus the head or tail on
-their cell. The stage time is ``max_c F(c, s) + max_c B(c, s)``.
+forward and backward (recompute included) of the cell's body layers plus the
+head or tail on their cell. The stage's ``time`` is sappkit's one stage time,
+``Σ_c F(c, s) + Σ_c B(c, s)``: what the stage computes per micro-batch (per
+slice under SeqPipe), ``busy_time / (m k)`` in the simulator's stage frame.
+The ``sapp`` objective prices each stage by SAPP's *stage term*
+``max_c F(c, s) + max_c B(c, s)`` instead (the same for one chunk).
 
 Memory (docs/design.md "One memory model"): parameters, activation × in-flight
 (+ memory kept once) and the constant; by default (``working_set=True``) the
@@ -21,7 +25,7 @@ chunks and no working set (:func:`stage_memory`).
 
 Objective ``sapp`` (SAPP's pipeline balancer's, every level and case):
 
-- levels 0 and 1, ``bottleneck_split`` off: ``T = max_s`` stage time;
+- levels 0 and 1, ``bottleneck_split`` off: ``T = max_s`` stage term;
 - ``bottleneck_split`` (level >= 1, ``v > 1``, ``m = p``):
   ``S = max_{s, c < v-1} B(c, s)``,
   ``L = max_s B(v-1, s) + Fht(v-1, s) + f_s / m * Fbody(v-1, s)``
@@ -197,7 +201,7 @@ def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:
         WORKING_MB: memory.working, CONST_MB: setup.const_mb, MEMORY_MB: memory.total, LIMIT_MB: setup.memory_mb,
         FORWARD_TIME: forward.sum(axis=0), BACKWARD_TIME: backward.sum(axis=0),
         RECOMPUTE_TIME: _cell_sums(counts, setup.recompute).sum(axis=0),
-        TIME: forward.max(axis=0) + backward.max(axis=0),
+        TIME: forward.sum(axis=0) + backward.sum(axis=0),
     })
     body_forward = forward - setup.fixed_forward
     return Evaluation(stages=stages, forward=forward, backward=backward,
@@ -214,7 +218,8 @@ def split_terms(setup: BalanceSetup, backward: np.ndarray, body_forward: np.ndar
 
 
 def stage_term(setup: BalanceSetup, forward: np.ndarray, backward: np.ndarray, body_forward: np.ndarray) -> float:
-    """The stage term: the stage time, or for ``bottleneck_split`` the level's combination of S and L."""
+    """The stage term: SAPP's ``max_c F + max_c B``, or for ``bottleneck_split`` the level's combination of S
+    and L."""
     if not setup.bottleneck_split:
         return float((forward.max(axis=0) + backward.max(axis=0)).max())
     first, last = split_terms(setup, backward, body_forward)

@@ -276,5 +276,5 @@ def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
     method = (f"{origin} improved by {found.moves} local move{'s' * (found.moves != 1)}{kicks}" if found.moves
               else f"{origin}; no local move improves it")
     return make_plan(setup, found.counts, status="optimal" if proven else "feasible", gap=gap,
-                     lower_bound=bound, objective=found.step_time, step_time=found.step_time,
+                     lower_bound=bound, objective=found.step_time, _step_time=found.step_time,
                      solve_seconds=time.perf_counter() - start, method=method, notes=setup.notes)

@@ -17,6 +17,7 @@ more: lists of lists per chunk.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
@@ -84,9 +85,12 @@ class Plan:
         The shared memory schema (``param_mb``, ``activation_mb``,
         ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb``,
         ``limit_mb``) plus ``layers``, ``forward_time``, ``backward_time``,
-        ``recompute_time`` (per micro-batch, head and tail included) and
-        ``time`` (the stage time ``max_c F + max_c B``); times in
-        :attr:`time_unit`, which the frame carries in ``attrs["time_unit"]``.
+        ``recompute_time`` (per micro-batch over the stage's chunks, head and
+        tail included) and ``time``, the stage time: ``forward_time +
+        backward_time`` (docs/design.md "Time and the objectives"; the
+        ``sapp`` objective's stage term is SAPP's ``max_c F + max_c B``);
+        times in :attr:`time_unit`, which the frame carries in
+        ``attrs["time_unit"]``.
     objective : float or None
         The plan's value of ``objective_name`` (None without a plan):
         SAPP's pipeline balancer's objective for ``"sapp"``, the simulated step time for
@@ -108,10 +112,13 @@ class Plan:
         ``objective="step"`` the start and the local moves, e.g. ``"sapp
         optimum (exact search) improved by 12 local moves"``).
     step_time : float or None
-        The simulated step time where the balancer computed it
-        (``objective="step"``); None for a ``"sapp"`` plan, which the
-        balancer does not simulate (its objective is SAPP's formula):
-        ``plan.simulate().step_time`` gives it, as sweeps and comparisons do.
+        The simulated step time of the placement the frames show
+        (:meth:`simulate`'s, without transfer time; for an infeasible solve
+        its least-memory placement), None without one. For ``objective="step"``
+        the balancer's own value; otherwise simulated the first time it is
+        read (here, by a sweep or a comparison, or by the notebook display)
+        and kept, never during :func:`sappkit.balance`, whose ``sapp``
+        objective is SAPP's formula: a solve costs no simulation.
     memory_needed_mb, binding_stage
         For an infeasible plan: the smallest ``memory_mb`` at which a plan
         exists, and the stage whose memory sets it (``assignment`` and
@@ -134,7 +141,6 @@ class Plan:
     solve_seconds: float
     method: str
     lower_bound: float | None = None
-    step_time: float | None = None
     memory_needed_mb: float | None = None
     binding_stage: int | None = None
     notes: tuple[str, ...] = ()
@@ -142,6 +148,14 @@ class Plan:
     constraint_cost: ConstraintCost | None = None
     setup: BalanceSetup = field(repr=False)
     counts: np.ndarray | None = field(default=None, repr=False)
+    _step_time: float | None = field(default=None, repr=False)  # the balancer's, where it simulated the plan
+
+    @cached_property
+    def step_time(self) -> float | None:
+        """The simulated step time of the placement (class docstring), simulated on first read and kept."""
+        if self.counts is None:
+            return None
+        return self._step_time if self._step_time is not None else step_timer(self.setup).time(self.counts)
 
     @property
     def has_plan(self) -> bool:
@@ -165,7 +179,10 @@ class Plan:
 
     def _repr_html_(self) -> str:
         stages = self.stages[[c for c in (STAGE, LAYERS, MEMORY_MB, LIMIT_MB, TIME) if c in self.stages]]
-        return html_summary([self.headline(), *(f"note: {note}" for note in self.notes)], stages, self.time_unit)
+        simulated = [] if self.step_time is None else [
+            f"simulated step time {format_time(self.step_time, self.time_unit)}"]
+        return html_summary([self.headline(), *simulated, *(f"note: {note}" for note in self.notes)], stages,
+                            self.time_unit)
 
     def headline(self) -> str:
         """One line: the pipeline, the limit, the status and the objective (and what an infeasible plan needs)."""
@@ -326,7 +343,7 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
     if "objective" in fields:
         objective = fields.pop("objective")
     elif setup.objective == "step":
-        objective = step_timer(setup).time(counts)
+        objective = fields.setdefault("_step_time", step_timer(setup).time(counts))
     else:
         objective = evaluation.sapp
     return Plan(assignment=assignment_frame(setup, counts),

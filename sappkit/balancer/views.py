@@ -33,7 +33,6 @@ from .evaluate import counts_from_assignment
 from .optimise import balance, balance_reusing
 from .plan import Plan, make_plan
 from .setup import make_setup
-from .step.steptime import step_timer
 
 __all__ = ["sweep_memory", "compare_plans", "even_plan", "dashboard_plan", "SWEEP_COLUMNS", "COMPARE_COLUMNS"]
 
@@ -100,7 +99,7 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
                 and previous.stages[MEMORY_MB].max() <= limit):
             stages = previous.stages.assign(**{LIMIT_MB: limit})
             plan = replace(previous, stages=stages, setup=replace(previous.setup, memory_mb=limit),
-                           solve_seconds=0.0, method="reused", step_time=rows[-1]["step_time"])
+                           solve_seconds=0.0, method="reused", _step_time=rows[-1]["step_time"])
         else:
             plan = balance_reusing(cache, layers, memory_mb=limit, **options)
         previous = plan
@@ -112,10 +111,10 @@ def sweep_memory(layers, *, memory_mb: Sequence[float], progress: bool | None = 
 
 def _sweep_row(limit: float, plan: Plan) -> dict:
     placed = plan.counts is not None and plan.status != "infeasible"
-    step_time = plan.step_time if plan.step_time is not None else (plan.simulate().step_time if placed else np.nan)
     return dict(memory_mb=limit, status=plan.status,
                 objective=np.nan if plan.objective is None else plan.objective,
-                step_time=step_time, peak_mb=float(plan.stages[MEMORY_MB].max()) if placed else np.nan,
+                step_time=plan.step_time if placed else np.nan,
+                peak_mb=float(plan.stages[MEMORY_MB].max()) if placed else np.nan,
                 memory_needed_mb=np.nan if plan.memory_needed_mb is None else plan.memory_needed_mb,
                 solve_seconds=plan.solve_seconds, method=plan.method)
 
@@ -156,7 +155,7 @@ def compare_plans(plans: Mapping[str, Plan]) -> pd.DataFrame:
             continue
         rows.append(dict(plan=label, status=plan.status,
                          objective=np.nan if plan.objective is None else plan.objective,
-                         step_time=plan.step_time if plan.step_time is not None else plan.simulate().step_time,
+                         step_time=plan.step_time,
                          recompute_time=float(plan.stages[RECOMPUTE_TIME].sum()),
                          peak_mb=float(plan.stages[MEMORY_MB].max()), limit_mb=plan.setup.memory_mb,
                          fits=plan.fits))
@@ -223,8 +222,6 @@ def dashboard_plan(layers, *, schedule: str, stages: int, chunks: int, micro_bat
     if plan.counts is None or plan.status == "infeasible":
         return plan, f"{plan.status}: {plan.message}"
     peak = plan.stages[MEMORY_MB]
-    if plan.step_time is None:
-        plan = replace(plan, step_time=step_timer(plan.setup).time(plan.counts))
     unit = plan.time_unit
     if plan.objective_name == "step" and plan.lower_bound is not None:
         value = f"proven lower bound {format_time(plan.lower_bound, unit)}, gap {plan.gap:.1%}"

@@ -19,11 +19,14 @@ import pandas as pd
 
 from ..layers.units import TEXT_WIDTH, text_table, wrap_text
 
-__all__ = ["WIDTH", "FORMATS", "add_output_arguments", "Output"]
+__all__ = ["WIDTH", "FORMATS", "STAGE_TIME_HEADER", "add_output_arguments", "Output"]
 
 #: Columns a terminal gives the default output.
 WIDTH = TEXT_WIDTH
 FORMATS = ("text", "csv", "json")
+#: The header every command gives a stage frame's ``time``, sappkit's one stage time (docs/design.md "Time and the
+#: objectives"): the forward + backward of one micro-batch through the stage, head and tail included.
+STAGE_TIME_HEADER = "time per micro-batch"
 
 
 def add_output_arguments(parser, *, main: str) -> None:

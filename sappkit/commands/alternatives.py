@@ -14,9 +14,9 @@ import pandas as pd
 from .._check import short
 from ..columns import KIND, MEMORY_MB, STAGE
 from ..errors import InputError
-from ..layers.units import format_mb
 from ..one_more.analysis import alternatives
 from ..one_more.result import ALTERNATIVE, FROM_MODE, LAYERS_CHANGED, MEMORY_FREED_MB, STAGE_MEMORY_MB, TIME_COST
+from ..recompute.changes import change_lines
 from ..recompute.chooser import choose_recompute
 from . import _common
 from ._output import Output, add_output_arguments
@@ -86,7 +86,12 @@ def _run(args) -> int:
     mode, overrides = choice.trainer_plan()
     out.line(f"the plan to start from (sappkit choose --per-layer): {choice.short_headline()}")
     out.line(f"baseline: {choice.baseline}")
-    out.line(f"peak {format_mb(choice.memory_mb)} of {format_mb(args.memory)}; stage {found.binding_stage} binds")
+    if choice.fastest_single_text():
+        out.line(choice.fastest_single_text())
+    out.line(f"{choice.peak_text()}; stage {found.binding_stage} binds")
+    for line in change_lines(choice.layout_changes()):
+        out.line(line)
+    out.keep("changes", choice.layout_changes())
     out.line(f"trainer plan: mode {mode!r}, layers {overrides}")
     for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
         out.value(name, getattr(choice, name))

@@ -19,7 +19,7 @@ from ..columns import CHUNK, LAYERS, MEMORY_MB, OPTION, STAGE, TIME
 from ..layers.units import format_mb, format_time
 from ._common import (add_export_argument, add_pipeline_arguments, print_constraint_cost, print_export,
                       read_layers)
-from ._output import Output, add_output_arguments
+from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
 KEY_COLUMNS = (STAGE, LAYERS, "options", MEMORY_MB, TIME)
@@ -97,7 +97,7 @@ def _run(args) -> int:
     out.value("peak_mb", float(peak[MEMORY_MB]))
     out.value("peak_stage", int(peak[STAGE]))
     out.value("limit_mb", setup.memory_mb)
-    out.table("stages", stages, key=KEY_COLUMNS, headers={"options": "layers per option", TIME: "time per micro-batch"})
+    out.table("stages", stages, key=KEY_COLUMNS, headers={"options": "layers per option", TIME: STAGE_TIME_HEADER})
     out.keep("assignment", plan.assignment)
     if plan.status == "infeasible":
         out.finish()

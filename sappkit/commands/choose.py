@@ -5,7 +5,11 @@ The headline is the simulated step time against a stated baseline that fits:
 the recompute the partition is configured with, or, where that does not fit
 (as without ``--offsets``, which configures no recompute), the fastest
 single option that fits every layer, else every layer at its most
-recomputed option.
+recomputed option. Where the configured recompute fits but a single option
+that fits is faster (``--offsets`` recomputing every layer in full where
+``selective`` fits), the choice is stated against both. Each stage's
+memory under the baseline is printed beside the choice's, and the stages
+where layers moved or changed option are named.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from __future__ import annotations
 from ..columns import MEMORY_MB, STAGE, TIME
 from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
-from ..recompute.pricing import BACKWARD_MB, TIME_SAVED
+from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED
 from . import _common
-from ._output import Output, add_output_arguments
+from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all); ``backward_mb`` only with a second peak.
-KEY_COLUMNS = (STAGE, MEMORY_MB, BACKWARD_MB, TIME, TIME_SAVED)
+KEY_COLUMNS = (STAGE, BASELINE_MEMORY_MB, MEMORY_MB, BACKWARD_MB, TIME, TIME_SAVED)
+#: The stage table's headers: the baseline's memory beside the choice's.
+HEADERS = {BASELINE_MEMORY_MB: "baseline_mb", TIME: STAGE_TIME_HEADER, TIME_SAVED: "saved"}
 
 
 def register(subparsers) -> None:
@@ -27,8 +33,9 @@ def register(subparsers) -> None:
                        "already placed on the stages",
         description="For layers already placed on the stages, choose the recompute each layer runs so that every "
                     "stage fits the device and the step is fastest; print the simulated step time against the "
-                    "baseline (the configured recompute where it fits, else the fastest single option that fits), each "
-                    "range of layers and the trainer plan.")
+                    "baseline (the configured recompute where it fits, else the fastest single option that fits; "
+                    "both when a single option that fits is faster than the configured), each range of layers, the "
+                    "stages whose memory the choice changes and the trainer plan.")
     _common.add_pipeline_arguments(parser)
     _common.add_chooser_arguments(parser, modes_help="choose among these runtime modes (e.g. off,selective,full) "
                                                      "instead of each layer kind's recompute options")
@@ -65,12 +72,14 @@ def _run(args) -> int:
         out.keep("ranges", choice.ranges)
         out.finish()
         return 1
-    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
+    for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb",
+                 "fastest_single", "fastest_single_step_time", "fastest_single_step_time_saved"):
         out.value(name, getattr(choice, name))
     out.line(choice.describe())
     out.keep("ranges", choice.ranges)  # one line each in describe
-    out.table("stages", choice.stages, key=KEY_COLUMNS, headers={TIME: "fwd+bwd", TIME_SAVED: "saved"})
-    out.line(f"times per micro-batch; saved against the baseline: {choice.baseline}")
+    out.keep("changes", choice.layout_changes())  # in describe, a line per stage
+    out.table("stages", choice.stages, key=KEY_COLUMNS, headers=HEADERS)
+    out.line(f"baseline_mb: each stage's memory under the baseline; saved against it: {choice.baseline}")
     if choice.layer_options["mode"].notna().all():
         mode, overrides = choice.trainer_plan()
         out.line(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")

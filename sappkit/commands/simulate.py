@@ -5,15 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from .._files import output_path, write_file
-from ..columns import MEMORY_MB, STAGE
+from ..columns import MEMORY_MB, STAGE, TIME
 from ..demo import simulate_layers
 from ..errors import InputError
 from ..pipeline.simulator import BUSY_TIME, IDLE_TIME
 from ._common import add_layers_argument, add_shape_arguments, read_layers, say_unused_shape, schedule
-from ._output import Output, add_output_arguments
+from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
-KEY_COLUMNS = (STAGE, MEMORY_MB, BUSY_TIME, IDLE_TIME)
+KEY_COLUMNS = (STAGE, MEMORY_MB, TIME, BUSY_TIME, IDLE_TIME)
 
 
 def register(subparsers) -> None:
@@ -49,7 +49,8 @@ def _run(args) -> int:
     out.line(sim.describe())
     out.value("step_time", sim.step_time)
     out.value("bubbles", {name: float(value) for name, value in sim.bubbles.items()})
-    out.table("stages", sim.stages, key=KEY_COLUMNS, headers={BUSY_TIME: "busy", IDLE_TIME: "idle"})
+    out.table("stages", sim.stages, key=KEY_COLUMNS, headers={TIME: STAGE_TIME_HEADER, BUSY_TIME: "busy",
+                                                                     IDLE_TIME: "idle"})
     if args.save is not None:
         import matplotlib.pyplot as plt
 

@@ -27,7 +27,8 @@ from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
            "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
-           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary", "chunks_text"]
+           "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary", "chunks_text",
+           "layer_ranges"]
 
 #: The key a unit goes under: a frame's ``attrs``, the layer JSON's top level, a layer CSV's column.
 TIME_UNIT = "time_unit"
@@ -141,6 +142,25 @@ def chunks_text(texts: list[str]) -> str:
     ('none x3', 'chunk 0: full x2; chunk 1: none x3')
     """
     return texts[0] if len(texts) == 1 else "; ".join(f"chunk {c}: {text}" for c, text in enumerate(texts))
+
+
+def layer_ranges(indices) -> str:
+    """Body layer indices as sorted ranges, the way trainer plans key them.
+
+    Examples
+    --------
+    >>> layer_ranges([5, 0, 1, 7, 8, 9])
+    '0-1, 5, 7-9'
+    """
+    parts, run = [], []
+    for index in sorted(int(i) for i in indices):
+        if run and index != run[-1] + 1:
+            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(index)
+    if run:
+        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ", ".join(parts)
 
 
 def format_time(value: float, unit: str) -> str:

@@ -41,7 +41,7 @@ from ..errors import InputError
 from ..layers.units import with_time_unit
 from ..recompute.choice import RecomputeChoice
 from ..recompute.knapsack import Group, canonical
-from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, Pricing, price
+from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, FIXED_TIME, TIME_SAVED, Pricing, price
 from .current import check_dimensions, dimension_pairs, layer_modes
 from .result import (
     ALTERNATIVE, ALTERNATIVE_COLUMNS, LAYER, AlternativePlan, Alternatives, PlanList, build_plan, layer_ranges,
@@ -265,7 +265,7 @@ class RecomputeAnalysis:
         working = fixed[WORKING_MB] + prices[WORKING_MB][layers, rows] @ onehot
         warm_up = fixed[PARAM_MB] + activation + fixed[OVERHEAD_MB] + working + fixed[CONST_MB]
         backward = fixed[_BACKWARD_FIXED_MB] + prices[BACKWARD_MB][layers, rows] @ onehot
-        time = prices[TIME][layers, rows] @ onehot
+        time = fixed[FIXED_TIME] + prices[TIME][layers, rows] @ onehot
         return {ACTIVATION_MB: activation, WORKING_MB: working, MEMORY_MB: np.fmax(warm_up, backward),
                 BACKWARD_MB: backward, TIME: time, TIME_SAVED: prices["baseline"] - time}
 
@@ -378,8 +378,9 @@ def _layer_prices(pricing: Pricing) -> dict[str, np.ndarray]:
     stage = body[STAGE].to_numpy()
     kinds = body[KIND].to_numpy()
     baseline = pricing.baseline_time
-    fixed = {column: pricing.stages[column].to_numpy(float)
-             for column in (PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, LIMIT_MB, _BACKWARD_FIXED_MB)}
+    fixed = {column: pricing.stages[column].to_numpy(float) for column in (
+        PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, LIMIT_MB, _BACKWARD_FIXED_MB, FIXED_TIME)}
+    fixed[BASELINE_MEMORY_MB] = pricing.baseline_memory
     return {**prices, "onehot": np.eye(pricing.partition.stages)[stage], STAGE: stage, KIND: kinds,
             "kind_code": np.unique(kinds, return_inverse=True)[1], LAYER: body[LAYER].to_numpy(),
             CHUNK: body[CHUNK].to_numpy(), "baseline": baseline, "fixed": fixed,

@@ -19,8 +19,9 @@ from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, OPTION, OVERHEAD_MB, PARAM_MB, STAGE, TIME,
     WORKING_MB,
 )
+from ..layers.units import layer_ranges
 from ..recompute.choice import MODE, OFFLOADED_MB, RANGE_COLUMNS, RecomputeChoice
-from ..recompute.pricing import BACKWARD_MB, TIME_SAVED, TRANSIT_MB, Pricing
+from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED, TRANSIT_MB, Pricing
 
 __all__ = ["Alternatives", "AlternativePlan", "ALTERNATIVE_COLUMNS", "STAGE_COLUMNS", "ALTERNATIVE", "FROM_MODE",
            "LAYERS_CHANGED", "MEMORY_FREED_MB", "TIME_COST", "STAGE_MEMORY_MB", "ENDS_WARM_UP", "FIRST_LAYER",
@@ -40,7 +41,7 @@ ALTERNATIVE_COLUMNS = (ALTERNATIVE, STAGE, KIND, FROM_MODE, LAYERS_CHANGED, MEMO
                        STAGE_MEMORY_MB, IN_FLIGHT, ENDS_WARM_UP, FIRST_LAYER)
 #: Columns of :attr:`Alternatives.stages` (and of every plan's ``stages``, ``alternative`` aside).
 STAGE_COLUMNS = (STAGE, PARAM_MB, ACTIVATION_MB, OVERHEAD_MB, WORKING_MB, CONST_MB, MEMORY_MB, LIMIT_MB,
-                 BACKWARD_MB, TRANSIT_MB, TIME, TIME_SAVED)
+                 BACKWARD_MB, TRANSIT_MB, TIME, TIME_SAVED, BASELINE_MEMORY_MB)
 
 
 @dataclass(frozen=True, eq=False, repr=False)  # the choice's short repr
@@ -141,25 +142,6 @@ class PlanList(Sequence):
         if plan is None:
             plan = self._built[index] = self._build(range(len(self))[index])
         return plan
-
-
-def layer_ranges(indices) -> str:
-    """Body layer indices as sorted ranges, the way trainer plans key them.
-
-    Examples
-    --------
-    >>> layer_ranges([5, 0, 1, 7, 8, 9])
-    '0-1, 5, 7-9'
-    """
-    parts, run = [], []
-    for index in sorted(int(i) for i in indices):
-        if run and index != run[-1] + 1:
-            parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(index)
-    if run:
-        parts.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ", ".join(parts)
 
 
 def no_alternatives(current, reason: str) -> Alternatives:

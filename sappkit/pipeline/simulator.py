@@ -119,7 +119,11 @@ class Simulation:
         held then + ``memory_once_mb``), ``overhead_mb`` (0), ``working_mb``
         (the running backward's working set then), ``const_mb`` (the rest of
         the static memory), ``memory_mb`` (the peak), ``limit_mb``; plus
-        ``busy_time`` and ``idle_time``.
+        ``busy_time`` and ``idle_time`` over the step, and ``time``, the
+        stage time: its busy time per micro-batch (per slice under SeqPipe),
+        the forward + backward (recompute included) of everything the stage
+        holds, over its chunks, as a plan's and a recompute choice's
+        ``time`` (docs/design.md "Time and the objectives").
     in_flight : DataFrame
         ``stage``, ``chunk``, ``in_flight``: the most units each cell held at
         once, in :func:`sappkit.in_flight`'s row order.
@@ -278,8 +282,8 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         step_time=step_time, bubbles=bubbles,
         timeline=with_time_unit(_timeline(plan, start, end, recompute, k), unit),
         memory=with_time_unit(_memory(static, event_time, [h + r for h, r in zip(held, running)]), unit),
-        stages=with_time_unit(_stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time),
-                              unit),
+        stages=with_time_unit(_stage_frame(param, once, const, peak_activation, peak_working, limit, busy,
+                                           step_time, m * k), unit),
         in_flight=_in_flight(plan, v, p), time_unit=unit,
     )
 
@@ -339,7 +343,8 @@ def _memory(static: np.ndarray, event_time: list[np.ndarray], held: list[np.ndar
     return pd.concat(frames, ignore_index=True)
 
 
-def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time) -> pd.DataFrame:
+def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy, step_time,
+                 units: int) -> pd.DataFrame:
     p = len(param)
     return pd.DataFrame({
         STAGE: np.arange(p),
@@ -352,6 +357,7 @@ def _stage_frame(param, once, const, peak_activation, peak_working, limit, busy,
         LIMIT_MB: limit,
         BUSY_TIME: busy,
         IDLE_TIME: step_time - busy,
+        TIME: busy / units,
     })
 
 

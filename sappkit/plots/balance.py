@@ -15,7 +15,7 @@ from matplotlib.ticker import StrMethodFormatter
 
 from .._frames import check_frame
 from ..columns import BACKWARD_TIME, FORWARD_TIME, MEMORY_MB, RECOMPUTE_TIME, STAGE, TIME
-from ..layers.units import time_unit_of
+from ..layers.units import format_time, time_unit_of
 from ._axes import axes_for, time_label
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
@@ -26,19 +26,21 @@ _NEEDED = "memory_needed_mb"
 
 
 def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
-    """Per-stage forward, backward and recompute time per micro-batch, with the stage time marked.
+    """Per-stage forward, backward and recompute time per micro-batch, stacked to the stage time, with the slowest
+    stage's time drawn across.
 
-    ``stages`` is a plan's ``stages`` frame; the marker is ``time`` (the
-    ``sapp`` objective's stage time ``max_c F + max_c B``, equal to the bar for one chunk).
-    The time axis shows the frame's ``attrs["time_unit"]``, as do the other
-    drawings here.
+    ``stages`` is a plan's ``stages`` frame: the bars stack to ``time``,
+    sappkit's one stage time (docs/design.md "Time and the objectives", as
+    a recompute choice and the simulator report it), and the dashed line is
+    the largest, the stage that paces the pipeline's steady state. The time axis shows the frame's
+    ``attrs["time_unit"]``, as do the other drawings here.
 
     Examples
     --------
     >>> frame = pd.DataFrame(dict(stage=[0, 1], forward_time=[2.0, 3.0], backward_time=[4.0, 7.0],
     ...                           recompute_time=[0.0, 1.0], time=[6.0, 10.0]))
     >>> [t.get_text() for t in plot_stage_times(frame).get_legend().get_texts()]
-    ['stage time', 'forward', 'backward', 'recompute']
+    ['slowest stage: 10 time units', 'forward', 'backward', 'recompute']
     """
     unit = time_unit_of(stages)
     columns = (STAGE, FORWARD_TIME, BACKWARD_TIME, RECOMPUTE_TIME, TIME)
@@ -49,13 +51,13 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     forward = stages[FORWARD_TIME].to_numpy(dtype=float)
     recompute = stages[RECOMPUTE_TIME].to_numpy(dtype=float)
     backward = stages[BACKWARD_TIME].to_numpy(dtype=float) - recompute
+    slowest = float(stages[TIME].max())
+    ax.axhline(slowest, color="black", linestyle="--", linewidth=1, zorder=3,
+               label=f"slowest stage: {format_time(slowest, unit)}")
     ax.bar(x, forward, width=0.8, color="#9ecae1", label="forward")
     ax.bar(x, backward, bottom=forward, width=0.8, color="#3182bd", label="backward")
     ax.bar(x, recompute, bottom=forward + backward, width=0.8, color="#fd8d3c", label="recompute")
-    ax.scatter(x, stages[TIME], marker="_", s=300, color="black", zorder=3, label="stage time")
-    # Zero-height recompute bars pin the autoscale at the tallest bar; leave room for its marker.
-    top = max(float((forward + backward + recompute).max()), float(stages[TIME].max()))
-    ax.set_ylim(0, 1.06 * top)
+    ax.set_ylim(0, 1.06 * max(float((forward + backward + recompute).max()), slowest))
     ax.set_xticks(x)
     ax.set_xlabel("stage")
     ax.set_ylabel(time_label("time per micro-batch", unit))

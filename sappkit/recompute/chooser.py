@@ -39,7 +39,7 @@ from .choice import RecomputeChoice, build_choice, refused_choice
 from .events import EventStageSolver
 from .knapsack import budget_buckets, build_front, canonical
 from .offload import HostLink, offload_stage
-from .pricing import Pricing, price
+from .pricing import FIXED_TIME, Pricing, price
 
 __all__ = ["choose_recompute", "choose_priced", "sweep_recompute", "HostLink", "RecomputeChoice", "StageSolver",
            "SWEEP_COLUMNS"]
@@ -283,9 +283,9 @@ def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_lay
 
 
 def _full_time(pricing: Pricing) -> float:
-    """Every body layer fully recomputed (``full``, else its kind's lightest option): their summed time."""
+    """Every body layer fully recomputed (``full``, else its kind's lightest option): the stage times summed."""
     prices = pricing.prices
-    total = 0.0
+    total = float(pricing.stages[FIXED_TIME].sum())
     for kind, count in pricing.body["kind"].value_counts().items():
         options = prices.options[kind]
         option = "full" if "full" in options else min(options, key=lambda o: prices.costs[kind, o]["activation_mb"])
@@ -306,8 +306,8 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
     -------
     DataFrame
         One row per capacity, in the order given: ``memory_mb``,
-        ``feasible``, ``mode`` (one-mode choices), ``time`` (body layers'
-        forward + backward per micro-batch, summed over stages),
+        ``feasible``, ``mode`` (one-mode choices), ``time`` (the stage
+        times, forward + backward per micro-batch, summed over the stages),
         ``time_saved`` (against the baseline :func:`choose_recompute` states
         at that capacity: the configured options where they fit, else the
         fastest single option that fits, else every layer at its most
@@ -365,5 +365,6 @@ def _sweep_times(pricing: Pricing, frame: pd.DataFrame, limits: np.ndarray, per_
                 frame.loc[row, ["feasible", "time"]] = [True, choice.stages[TIME].sum()]
         return
     total = sum(stage_solver(pricing, s).least_times(limits) for s in range(pricing.partition.stages))
+    total = total + pricing.stages[FIXED_TIME].sum()  # the head and tail, which no choice changes
     frame["feasible"] = np.isfinite(total)
     frame["time"] = np.where(np.isfinite(total), total, np.nan)

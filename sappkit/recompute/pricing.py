@@ -43,10 +43,15 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
 
 The stage's memory is the higher of the two peaks.
 
-**Time saved** is measured against a stated baseline that fits
-(:attr:`Pricing.baseline`, :mod:`sappkit.recompute.baseline`). It is the
-forward + backward time of one micro-batch through the body layers, per stage:
-a sum, not a step time.
+**Time** per stage is sappkit's one stage time (docs/design.md "Time and the
+objectives"): the forward + backward (recompute included) of one
+micro-batch through every layer the stage holds, head and tail included, over
+its chunks, as a balancer plan's and the simulator's ``time``. **Time saved**
+is measured against a stated baseline that fits (:attr:`Pricing.baseline`,
+:mod:`sappkit.recompute.baseline`): per stage the baseline's time less the
+choice's (the head and tail cancel), a sum over the stages and not a step
+time. Beside it, each stage's memory under the baseline
+(``baseline_memory_mb``), so a choice that moves layers says what that does.
 
 A stage's layers form groups of interchangeable layers
 (:mod:`sappkit.recompute.groups`) with per-option memory at both peaks and
@@ -75,16 +80,18 @@ from .baseline import Baseline, baseline_of
 from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, layer_groups
 from .layer_prices import LayerPrices, layer_prices, resolve_modes
 from .partition import CONFIGURED, Partition
-from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, fixed_memory
+from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, FIXED_TIME, fixed_memory
 
 __all__ = ["Baseline", "Pricing", "price", "SUPPORTED_SCHEDULES",
-           "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
+           "BACKWARD_MB", "TRANSIT_MB", "TIME_SAVED", "BASELINE_MEMORY_MB", "FIXED_MB", "FIXED_TIME", "BUDGET_MB",
+           "BACKWARD_BUDGET_MB"]
 
 #: Schedules whose in-flight counts and working set the chooser prices (as SAPP's recompute chooser does).
 SUPPORTED_SCHEDULES = ("1f1b", "interleaved")
 BACKWARD_MB = "backward_mb"
 TRANSIT_MB = "transit_mb"
 TIME_SAVED = "time_saved"
+BASELINE_MEMORY_MB = "baseline_memory_mb"
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,7 +121,8 @@ class Pricing:
         Per stage the fixed parts: ``stage``, ``param_mb``, ``activation_mb``,
         ``overhead_mb``, ``working_mb``, ``const_mb``, ``fixed_mb`` (``F1``),
         ``backward_fixed_mb`` (``F2``, NaN without a second peak),
-        ``limit_mb``, ``budget_mb`` (``limit - F1``), ``backward_budget_mb``.
+        ``limit_mb``, ``budget_mb`` (``limit - F1``), ``backward_budget_mb``,
+        ``fixed_time`` (the head's and tail's forward + backward there).
     groups : tuple of tuple of LayerGroup
         Per stage, its groups in order of their first layer.
     reason : str or None
@@ -143,8 +151,18 @@ class Pricing:
 
     @cached_property
     def baseline_time(self) -> np.ndarray:
-        """Per stage, the body layers' forward + backward time per micro-batch under :attr:`baseline`."""
-        return self._stage_values(self.baseline.options)[TIME].to_numpy()
+        """Per stage, the stage time (forward + backward per micro-batch, head and tail included) under
+        :attr:`baseline`."""
+        return self._baseline_values[TIME].to_numpy()
+
+    @cached_property
+    def baseline_memory(self) -> np.ndarray:
+        """Per stage, the memory (the higher peak) under :attr:`baseline`."""
+        return self._baseline_values[MEMORY_MB].to_numpy()
+
+    @cached_property
+    def _baseline_values(self) -> pd.DataFrame:
+        return self._stage_values(self.baseline.options)
 
     @property
     def most_recomputed(self) -> dict[str, str]:
@@ -196,12 +214,15 @@ class Pricing:
             ``stage``, ``param_mb``, ``activation_mb`` (transit included),
             ``overhead_mb``, ``working_mb``, ``const_mb``, ``memory_mb`` (the
             higher peak), ``limit_mb``, ``backward_mb`` (second peak, NaN
-            without), ``transit_mb``, ``time`` (body layers' forward +
-            backward + copies) and ``time_saved`` (against :attr:`baseline`).
+            without), ``transit_mb``, ``time`` (the stage time: forward +
+            backward of every layer the stage holds, head and tail included,
+            + copies), ``time_saved`` and ``baseline_memory_mb`` (against
+            and under :attr:`baseline`).
         """
         frame = self._stage_values(options, offloaded_mb=offloaded_mb, copy_time=copy_time, transit_mb=transit_mb)
         # Rounded to 1e-9 time units: a stage that keeps the baseline saves 0, not the float noise of two sums.
         frame[TIME_SAVED] = np.round(self.baseline_time - frame[TIME].to_numpy(), 9) + 0.0
+        frame[BASELINE_MEMORY_MB] = self.baseline_memory
         return frame
 
     def _stage_values(self, options: Sequence[str], *, offloaded_mb=None, copy_time=None,
@@ -230,7 +251,7 @@ class Pricing:
             overhead = once + peaks + transit - activation - working
         warm_up = frame[PARAM_MB].to_numpy() + activation + overhead + working + frame[CONST_MB].to_numpy()
         backward = frame[BACKWARD_FIXED_MB].to_numpy() + np.bincount(stage, back, p) + transit
-        time = np.bincount(stage, cost[TIME] + copies, p)
+        time = frame[FIXED_TIME].to_numpy() + np.bincount(stage, cost[TIME] + copies, p)
         return pd.DataFrame({
             STAGE: np.arange(p), PARAM_MB: frame[PARAM_MB], ACTIVATION_MB: activation,
             OVERHEAD_MB: overhead, WORKING_MB: working, CONST_MB: frame[CONST_MB],

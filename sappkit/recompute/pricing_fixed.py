@@ -1,5 +1,9 @@
 """Per-stage memory the recompute choice does not change: the fixed parts of :mod:`sappkit.recompute.pricing`'s peaks.
 
+Also the stage time the choice does not change: the head's and the tail's
+forward + backward on their stages (``fixed_time``), which every stage's
+``time`` includes (docs/design.md "Time and the objectives").
+
 ``F1`` (warm-up peak, one chunk): body and head/tail parameters, head/tail
 activations at their cells' in-flight counts, the tail's working set on the
 stage it ends and the constant (with more chunks the warm-up peak is the
@@ -15,14 +19,17 @@ import numpy as np
 import pandas as pd
 
 from ..columns import (
-    ACTIVATION_MB, CHUNK, CONST_MB, GRAD_MB, KIND, LIMIT_MB, MEMORY_ONCE_MB, OVERHEAD_MB, PARAM_MB, STAGE, WORKING_MB,
+    ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, GRAD_MB, KIND, LIMIT_MB, MEMORY_ONCE_MB, OVERHEAD_MB,
+    PARAM_MB, STAGE, WORKING_MB,
 )
 from .layer_prices import LayerPrices
 from .partition import Partition
 
-__all__ = ["fixed_memory", "steady_overhead", "FIXED_MB", "BACKWARD_FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB"]
+__all__ = ["fixed_memory", "steady_overhead", "FIXED_MB", "BACKWARD_FIXED_MB", "BUDGET_MB", "BACKWARD_BUDGET_MB",
+           "FIXED_TIME"]
 
 FIXED_MB = "fixed_mb"
+FIXED_TIME = "fixed_time"
 BACKWARD_FIXED_MB = "backward_fixed_mb"
 BUDGET_MB = "budget_mb"
 BACKWARD_BUDGET_MB = "backward_budget_mb"
@@ -30,7 +37,8 @@ BACKWARD_BUDGET_MB = "backward_budget_mb"
 
 def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, configured_mb: np.ndarray, *,
                  memory_mb: float, fsdp_holds_grads: bool) -> pd.DataFrame:
-    """Per stage what the choice does not change (``F1``, ``F2``) and the budgets it leaves.
+    """Per stage what the choice does not change (``F1``, ``F2``, the head's and tail's time) and the budgets it
+    leaves.
 
     ``body`` is the partition's per-layer frame and ``configured_mb`` each
     layer's activation per micro-batch under its configured option (the
@@ -39,7 +47,7 @@ def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, 
     p, v = partition.stages, partition.chunks
     counts = partition.in_flight_counts
     param = np.bincount(body[STAGE], [prices.param_mb[kind] for kind in body[KIND]], p)
-    activation, working, grads, shared = np.zeros(p), np.zeros(p), np.zeros(p), np.zeros(p)
+    activation, working, grads, shared, time = np.zeros(p), np.zeros(p), np.zeros(p), np.zeros(p), np.zeros(p)
     per_batch = np.zeros((v, p))
     np.add.at(per_batch, (body[CHUNK].to_numpy(), body[STAGE].to_numpy()), configured_mb)
     tail = prices.tail
@@ -52,6 +60,7 @@ def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, 
         activation[stage] += kept
         shared[stage] += kept * (n - 1) / n
         grads[stage] += row[GRAD_MB]
+        time[stage] += row[FORWARD_TIME] + row[BACKWARD_TIME]
         per_batch[chunk, stage] += row[ACTIVATION_MB]
         if row is tail:
             working[stage] += row[ACTIVATION_MB] + row[MEMORY_ONCE_MB] + row[WORKING_MB]
@@ -61,7 +70,8 @@ def fixed_memory(prices: LayerPrices, partition: Partition, body: pd.DataFrame, 
     backward = param + shared + grads + overhead + const if fsdp_holds_grads else np.full(p, np.nan)
     return pd.DataFrame({STAGE: np.arange(p), PARAM_MB: param, ACTIVATION_MB: activation, OVERHEAD_MB: overhead,
                          WORKING_MB: working, CONST_MB: const, FIXED_MB: fixed, BACKWARD_FIXED_MB: backward,
-                         LIMIT_MB: memory_mb, BUDGET_MB: memory_mb - fixed, BACKWARD_BUDGET_MB: memory_mb - backward})
+                         LIMIT_MB: memory_mb, BUDGET_MB: memory_mb - fixed, BACKWARD_BUDGET_MB: memory_mb - backward,
+                         FIXED_TIME: time})
 
 
 def steady_overhead(per_batch: np.ndarray, partition: Partition) -> np.ndarray:

@@ -197,6 +197,6 @@ def check_config(source, layers, *, memory_mb: float, trainer: str | None = None
     plan: Plan = config.plan
     findings = list(config.findings) + check_plan_findings(config, plan)
     frame = pd.DataFrame([(f.name, f.severity, f.message, f.fix) for f in findings], columns=list(FINDING_COLUMNS))
-    return ConfigCheck(config=config, plan=plan, findings=frame, step_time=float(plan.simulate().step_time))
+    return ConfigCheck(config=config, plan=plan, findings=frame, step_time=float(plan.step_time))
 
 

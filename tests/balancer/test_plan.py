@@ -14,6 +14,7 @@ from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup
 from sappkit.pipeline.costs import stage_memory
 
+from ..bundled import DATA, MODES
 from .test_optimise import reference_in_flight, reference_overhead_terms
 
 ROWS = [dict(kind="embed", role="head", count=1, param_mb=40, option="none", forward_time=1, backward_time=2,
@@ -111,16 +112,55 @@ def test_times_per_stage():
     plan = sappkit.balance(TABLE, stages=4, micro_batches=8, chunks=2, memory_mb=2500)
     stages = plan.stages
     rows = TABLE.frame.set_index(["kind", "option"])
-    forward = np.zeros((2, 4))
+    forward, backward = np.zeros((2, 4)), np.zeros((2, 4))
     for r in plan.assignment.itertuples():
         forward[r.chunk, r.stage] += r.layers * rows.loc[(r.kind, r.option), "forward_time"]
+        backward[r.chunk, r.stage] += r.layers * rows.loc[(r.kind, r.option), "backward_time"]
     forward[0, 0] += 1
+    backward[0, 0] += 2
     forward[1, 3] += 3
+    backward[1, 3] += 6
     np.testing.assert_allclose(stages.forward_time, forward.sum(axis=0))
     recompute = plan.assignment.assign(extra=plan.assignment.option.map({"none": 0, "selective": 1, "full": 3})
                                        * plan.assignment.layers).groupby("stage").extra.sum()
     np.testing.assert_allclose(stages.recompute_time, recompute.reindex(range(4), fill_value=0))
-    assert plan.objective == pytest.approx(stages.time.max())
+    # The stage time is the stage's work per micro-batch over both chunks; the sapp objective (level 1, m != p)
+    # is the largest of SAPP's stage terms, max_c F + max_c B, which is smaller with two chunks.
+    np.testing.assert_allclose(stages.time, forward.sum(axis=0) + backward.sum(axis=0))
+    assert plan.objective == pytest.approx((forward.max(axis=0) + backward.max(axis=0)).max())
+    assert plan.objective < stages.time.max()
+
+
+@pytest.mark.parametrize("case", ["two chunks, head and tail", "bundled Llama-2-70B"])
+def test_one_plan_reads_the_same_in_balance_offsets_the_chooser_alternatives_and_the_simulator(case):
+    # One stage time (forward + backward per micro-batch over the stage's chunks, head and tail included) and
+    # one stage memory, whichever way the plan is read back.
+    if case == "bundled Llama-2-70B":
+        layers = sappkit.read_layers_json(DATA / "llama2_70b.json")
+        shape, memory = dict(stages=16, micro_batches=32), 58000
+    else:
+        layers, shape, memory = TABLE, dict(stages=4, micro_batches=8, chunks=2), 2500
+    plan = sappkit.balance(layers, memory_mb=memory, **shape)
+    lists = plan.offsets()
+    configured = sappkit.plan_from_offsets(layers, memory_mb=memory, **shape, **lists)
+    partition = sappkit.Partition.from_offsets(layers, **shape, **lists)
+    choice = sappkit.choose_recompute(layers, partition, memory_mb=memory)
+    per_layer = sappkit.choose_recompute(layers, partition, memory_mb=memory, modes=MODES, per_layer=True)
+    found = sappkit.alternatives(per_layer)
+    simulated = plan.simulate()
+    assert choice.pricing.baseline.name == "configured"
+    time, held = plan.stages["time"].to_numpy(), plan.stages["memory_mb"].to_numpy()
+    np.testing.assert_allclose(time, plan.stages["forward_time"] + plan.stages["backward_time"])
+    for other in (configured.stages, simulated.stages, choice.baseline_stages()):
+        np.testing.assert_allclose(other["time"], time, rtol=1e-12)
+        np.testing.assert_allclose(other["memory_mb"], held, rtol=1e-12)
+    # The simulator's stage time is its busy time per micro-batch; the step is at least m of the slowest.
+    np.testing.assert_allclose(simulated.stages["busy_time"], time * shape["micro_batches"], rtol=1e-12)
+    # Every choice and alternative carries the baseline's memory (here the balancer's plan) beside its own, and
+    # its stage times differ from the plan's by exactly the time it saves.
+    for chosen in (choice, per_layer, *found.plans[:3]):
+        np.testing.assert_allclose(chosen.stages["baseline_memory_mb"], held, rtol=1e-12)
+        np.testing.assert_allclose(chosen.stages["time"] + chosen.stages["time_saved"], time, rtol=1e-12)
 
 
 @pytest.mark.parametrize("chunks", [1, 2])
@@ -235,3 +275,30 @@ def test_a_plan_without_placement_says_so():
         failed.offsets()
     assert str(error.value) == "this plan has no placement (status 'failed': no incumbent)"
 
+
+
+def test_the_step_time_is_simulated_when_first_read_and_kept_never_while_balancing(monkeypatch):
+    import dataclasses
+
+    import sappkit.balancer.plan as plan_module
+
+    timed = []
+    real = plan_module.step_timer
+    monkeypatch.setattr(plan_module, "step_timer", lambda setup: timed.append(setup) or real(setup))
+    plan = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=1900)
+    assert plan.objective_name == "sapp" and timed == []  # balance simulates nothing
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12) and len(timed) == 1
+    assert plan.step_time == pytest.approx(plan.simulate().step_time, rel=1e-12) and len(timed) == 1  # kept
+    # Frozen and hashed by identity, as before.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.step_time = 1.0
+    assert {plan: 1}[plan] == 1 and plan != dataclasses.replace(plan)
+    # The step objective's plan carries the balancer's own value; an infeasible solve's is its least-memory
+    # placement's, as its frames; a solve without a placement has none.
+    fast = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=1900, objective="step")
+    assert fast.step_time == fast.objective == pytest.approx(fast.simulate().step_time) and len(timed) == 1
+    short = sappkit.balance(TABLE, stages=4, micro_batches=8, memory_mb=100)
+    assert short.status == "infeasible" and short.step_time == pytest.approx(short.simulate().step_time)
+    failed = make_plan(short.setup, None, status="failed", gap=None, solve_seconds=1.0, method="x")
+    assert failed.step_time is None
+    assert plan.step_time == 309 and "</p><p>simulated step time 309 time units</p>" in plan._repr_html_()

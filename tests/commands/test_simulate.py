@@ -17,9 +17,9 @@ def test_cli_simulate_prints_the_stage_frame_and_saves_the_figure(tmp_path, caps
     sim = simulate_layers(read_layers_json(LLAMA), stages=4, micro_batches=8, schedule="interleaved", chunks=2,
                           option="full", limit_mb=60000)
     assert out[:4] == sim.describe().splitlines()
-    assert out[4] == "stage  memory_mb  busy (ms)  idle (ms)"
-    assert out[5].split() == ["0", f"{sim.stages.memory_mb[0]:,.0f}", f"{sim.stages.busy_time[0]:,.0f}",
-                              f"{sim.stages.idle_time[0]:,.0f}"]
+    assert out[4] == "stage  memory_mb  time per micro-batch (ms)  busy (ms)  idle (ms)"
+    assert out[5].split() == ["0", f"{sim.stages.memory_mb[0]:,.0f}", f"{sim.stages.time[0]:,.0f}",
+                              f"{sim.stages.busy_time[0]:,.0f}", f"{sim.stages.idle_time[0]:,.0f}"]
     assert len(out) == 4 + 1 + 4 + 1 and out[-1] == f"figure saved to {figure}"
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plt.get_fignums() == []

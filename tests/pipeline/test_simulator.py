@@ -267,6 +267,23 @@ def test_each_stage_runs_every_op_once_forward_before_backward(schedule, p, m, v
         assert {tuple(run) for run in phases.values()} <= {(0, 1), (0, 2, 3)}
 
 
+@pytest.mark.parametrize("schedule, p, m, v, less_memory, k", [
+    ("1f1b", 4, 6, 1, False, 1), ("interleaved", 4, 8, 3, False, 1), ("interleaved", 3, 7, 2, True, 1),
+    ("dualpipev", 3, 7, 2, False, 1), ("seqpipe", 4, 3, 2, True, 3), ("zbv", 4, 11, 2, False, 1),
+    ("dualpipev_split", 4, 9, 2, False, 1),
+])
+def test_the_stage_time_is_the_stages_forward_and_backward_per_micro_batch(rng, schedule, p, m, v, less_memory,
+                                                                         k):
+    # sappkit's one stage time (a plan's and a recompute choice's ``time``): each cell's forward + backward
+    # (recompute included) summed over the stage's chunks, which the stage runs once per unit of the step.
+    costs = random_costs(rng, p, v)
+    sim = simulate(costs, schedule=schedule, micro_batches=m, less_memory=less_memory, seq_split=k, p2p_time=0.3)
+    expected = (costs["forward_time"] + costs["backward_time"]).groupby(costs["stage"]).sum()
+    np.testing.assert_allclose(sim.stages["time"], expected.to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(sim.stages["busy_time"], expected.to_numpy() * m * k, rtol=1e-12)
+    assert (sim.stages["time"] * m * k <= sim.step_time * (1 + 1e-12)).all()
+
+
 # --- memory ------------------------------------------------------------------------------------
 
 def seed_two_chunk_overhead(p, m, s, a0, a1, less_memory):

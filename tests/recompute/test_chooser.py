@@ -126,8 +126,9 @@ def test_time_saved_is_against_the_configured_options_where_they_fit():
     choice = choose_recompute(table, configured, memory_mb=1000)
     assert choice.layer_options["option"].tolist() == ["none"] * 4
     assert choice.stages["time_saved"].tolist() == pytest.approx([1.0 + 0.2, 1.0])
-    assert choice.configured_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
-    assert choice.baseline_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0])
+    # Stage times include the tail (1 + 1) on stage 1, as a balancer plan's and the simulator's do.
+    assert choice.configured_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0 + 2.0])
+    assert choice.baseline_stages()["time"].tolist() == pytest.approx([4.0 + 3.2, 3.0 + 4.0 + 2.0])
     assert choice.baseline == "the configured recompute"
     default = choose_recompute(table, part, memory_mb=1000)
     assert default.time_saved == 0.0 and default.baseline == "the configured recompute, every layer none"
@@ -141,7 +142,7 @@ def test_time_saved_is_against_the_fastest_single_option_that_fits_where_the_con
     assert choice.configured_stages()["memory_mb"].max() > 120
     assert choice.baseline == ("every layer at selective, the fastest single option that fits (the configured "
                                "recompute, every layer none, does not fit)")
-    assert choice.baseline_stages()["time"].tolist() == pytest.approx([6.4, 6.4])
+    assert choice.baseline_stages()["time"].tolist() == pytest.approx([6.4, 6.4 + 2.0])  # the tail on stage 1
     # [none, selective] on stage 0 and [none, none] on stage 1 against four selective layers.
     assert choice.stages["time_saved"].tolist() == pytest.approx([6.4 - 6.2, 6.4 - 6.0])
     assert choice.baseline_step_time == pytest.approx(choose_recompute(table, part, memory_mb=1000,
@@ -151,6 +152,58 @@ def test_time_saved_is_against_the_fastest_single_option_that_fits_where_the_con
     # Where no single option fits, every layer at its most recomputed option (here full) is the baseline.
     tight = choose_recompute(table, part, memory_mb=1, modes=("off", "full"), per_layer=True)
     assert tight.pricing.baseline.name == "most recomputed"
+
+
+def test_a_faster_single_option_that_fits_beside_the_configured_is_stated_too():
+    # Configured full everywhere fits 1,000 MB; so does every layer plain, which runs faster: the configured stays
+    # the baseline, and the choice is stated against every layer plain as well.
+    table, part = _two_layer_case(0, 0, 0)
+    full = Partition(stages=2, micro_batches=2, cells=part.cells, configured="full")
+    choice = choose_recompute(table, full, memory_mb=1000)
+    assert choice.pricing.baseline.name == "configured" and choice.fastest_single == "none"
+    plain = choose_recompute(table, part, memory_mb=1000, modes=("off",))
+    assert choice.fastest_single_step_time == pytest.approx(plain.step_time)
+    assert choice.fastest_single_step_time_saved == pytest.approx(0.0, abs=1e-9)
+    assert choice.describe().splitlines()[1:3] == [
+        "baseline: the configured recompute, every layer full",
+        "against the fastest single option that fits, every layer none (22 time units): no faster"]
+    # Configured plain: the configured is the fastest single option. Configured full at 120 MB, where plain does
+    # not fit: selective does, and is faster. Nothing configured fits at 120 MB: the fastest single option is the
+    # baseline itself.
+    assert choose_recompute(table, part, memory_mb=1000).fastest_single is None
+    assert choose_recompute(table, full, memory_mb=120).fastest_single == "selective"
+    assert choose_recompute(table, part, memory_mb=120).fastest_single is None
+    assert np.isnan(choose_recompute(table, part, memory_mb=120).fastest_single_step_time)
+
+
+def test_the_fastest_single_option_equals_brute_force(rng):
+    # Independently: of the options every kind offers, those whose every-layer plan fits every stage; the one
+    # with the least summed stage time, named only where it beats the configured options that fit.
+    named = 0
+    for _ in range(16):
+        table, part = random_partition(rng, random_table(rng, kinds=int(rng.integers(1, 3)), once=True),
+                                       stages=int(rng.integers(2, 4)))
+        offered = {kind: table.front(kind) for kind in table.body_kinds}
+        limit = limit_between(table, part, offered, rng)
+        configured = Partition(stages=part.stages, micro_batches=part.micro_batches, cells=part.cells,
+                               configured=[offered[kind][-1] for kind in part.body["kind"]])
+        choice = choose_recompute(table, configured, memory_mb=limit)
+        if not choice.chosen:
+            continue
+        pricing = choice.pricing
+        count = len(pricing.body)
+        common = set.intersection(*(set(options) for options in offered.values()))
+        fits = {option: pricing.evaluate([option] * count) for option in common
+                if (pricing.evaluate([option] * count)["memory_mb"] <= limit).all()}
+        mine = pricing.evaluate(list(pricing.body["configured"]))
+        faster = {option: frame["time"].sum() for option, frame in fits.items()
+                  if frame["time"].sum() < mine["time"].sum() * (1 - 1e-12)}
+        if pricing.baseline.name != "configured" or not faster:
+            assert choice.fastest_single is None
+            continue
+        assert choice.fastest_single == min(faster, key=faster.get)
+        named += 1
+    assert named
 
 
 @pytest.mark.parametrize("options", [dict(), dict(modes=MODES, per_layer=True)])
@@ -188,7 +241,7 @@ def test_the_headline_is_the_simulated_step_against_the_baseline():
     assert lines[:4] == [
         "simulated step time 22.2 time units: 1.00 time units (4.3%) faster than the baseline's 23.2 time units",
         f"baseline: {choice.baseline}",
-        "peak 120 MB of 120 MB (stage 0)",
+        "peak 120 MB of 120 MB (stage 0; the baseline's: 100 MB on stage 0)",
         "forward + backward per micro-batch, summed over the stages: 0.60 time units saved"]
     assert choice.stages.attrs["time_unit"] == choice.time_unit == "time units"
 
@@ -286,11 +339,14 @@ def test_describe_and_records():
     assert choice.describe().splitlines() == [
         "simulated step time 22.2 time units: 1.00 time units (4.3%) faster than the baseline's 23.2 time units",
         f"baseline: {choice.baseline}",
-        "peak 130 MB of 159 MB (stage 0)",
+        "peak 130 MB of 159 MB (stage 0; the baseline's: 110 MB on stage 0)",
         "forward + backward per micro-batch, summed over the stages: 0.60 time units saved",
         "layer 0 (b): off (none)",
         "layer 1 (b): selective (selective)",
         "layers 2-3 (b): off (none)",
+        "against the baseline, 2 stages change:",
+        "  stage 0: 110 MB -> 130 MB (+20 MB): layer 0 selective -> none",
+        "  stage 1: 40 MB -> 60 MB (+20 MB): layers 2-3 selective -> none",
     ]
     assert choice.ranges.columns.tolist() == ["first", "count", "kind", "option", "mode", "offloaded_mb"]
 

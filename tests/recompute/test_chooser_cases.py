@@ -146,9 +146,11 @@ def one_stage(table, part, s, layers, options, *, fsdp=False, offloaded=None, tr
     param = sum(Fraction(prices.param[layer.kind]) for layer in layers) + Fraction(prices.const)
     steady = overhead(table, part, s, layers)  # SAPP's, in the second peak (one chunk: 0)
     warm = back = Fraction(0)
+    time = 0.0
     for row, (c, at) in ((head, (0, 0)), (tail, (v - 1, p - 1))):
         if row is None or at != s:
             continue
+        time += row["forward_time"] + row["backward_time"]  # the stage time includes the head and tail
         n = int(counts[c, s])
         kept = Fraction(row["activation_mb"]) * n + Fraction(row["memory_once_mb"])
         param += Fraction(row["param_mb"])
@@ -156,7 +158,6 @@ def one_stage(table, part, s, layers, options, *, fsdp=False, offloaded=None, tr
         back += kept * (n - 1) / n + Fraction(row["grad_mb"])
         if row is tail:
             warm += Fraction(row["activation_mb"]) + Fraction(row["memory_once_mb"]) + Fraction(row["working_mb"])
-    time = 0.0
     last_chunk = [layer for layer in layers if layer.chunk == v - 1]
     ending = last_chunk[-1].layer if last_chunk and not (s == p - 1 and tail is not None) else None
     for position, layer in enumerate(layers):
@@ -279,6 +280,7 @@ def test_independent_model_on_a_hand_case():
     # stage 0, 2 in flight: params 210, head 2*2, layers 3*2 + 30*2, ending layer (none): 30 + 7.
     assert warm0 == 210 + 4 + 6 + 60 + 37
     # second peak: head 4/2, layers 6/2 + 60/2, grads 10, first layer's (full) working set: plain 30 + 6.
-    assert back0 == 210 + 2 + 3 + 30 + 10 + 36 and time0 == 7.0
+    # time: the head (1 + 1) and the layers (1 + 3, 1 + 2), as a balancer plan's stage time.
+    assert back0 == 210 + 2 + 3 + 30 + 10 + 36 and time0 == 2.0 + 7.0
     # stage 1 (tail, 1 in flight): params 120, tail 4 + working 4 + 1, layer 3, no body working set.
     assert warm1 == 120 + 4 + 5 + 3 and back1 == 120 + 0 + 0 + 5 + 36
