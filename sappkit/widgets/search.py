@@ -131,8 +131,6 @@ def _plan_figure(plan):
     """The plan's simulated schedule (Gantt chart) beside its stage memory against the limit."""
     figure, (gantt, memory) = plt.subplots(1, 2, figsize=(14, 4), layout="constrained",
                                            gridspec_kw=dict(width_ratios=[2.2, 1]))
-    simulation = plan.simulate()
-    plot_schedule(simulation, ax=gantt)
+    plot_schedule(plan.simulate(), ax=gantt)  # its own title (schedule, step, bubble) sits above its legend
     plot_stage_memory(plan.stages, ax=memory)
-    gantt.set_title(f"the balanced plan, simulated: step {simulation.step_time:,.0f} ms")
     return figure
