@@ -26,7 +26,8 @@ _EXPORTS = {
     **dict.fromkeys(("RecomputeAnalysis", "alternatives"), "one_more"),
     **dict.fromkeys(("balance", "Plan", "SolverOptions", "plan_from_offsets", "sweep_memory", "compare_plans",
                      "even_plan"), "balancer"),
-    **dict.fromkeys(("Strategy", "evaluate_strategy", "StrategyEvaluation", "validate"), "strategy"),
+    **dict.fromkeys(("Strategy", "evaluate_strategy", "StrategyEvaluation", "validate", "search_strategies",
+                     "StrategySearch"), "strategy"),
     **dict.fromkeys(("read_trainer_config", "check_config", "export_config", "read_profile_times",
                      "TrainerConfig", "ConfigCheck", "TrainerExport", "torchtitan_config", "TorchtitanConfig"),
                     "trainers"),
@@ -37,6 +38,7 @@ _EXPORTS = {
     **dict.fromkeys(("plot_time_saved", "plot_before_after", "plot_layer_options"), "plots.recompute"),
     "plot_alternatives": "plots.alternatives",
     **dict.fromkeys(("plot_validation", "plot_step_breakdown"), "plots.strategy"),
+    "plot_strategy_pareto": "plots.search",
 }
 
 __all__ = ["InputError", *_EXPORTS]

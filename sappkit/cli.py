@@ -4,8 +4,10 @@ Each sub-command is defined in ``sappkit/commands/``; they are listed in the
 order of the work: fit memory from dry runs (or plan the dry runs), balance
 the layers over the stages, simulate a step, choose each layer's recompute,
 see what one more recomputed layer buys, check the performance model against
-published runs, then the shared report, the demo and the benchmarks. Default output fits 100 columns; ``--wide`` shows every
-column and ``--format csv|json`` prints for other programs.
+published runs, search for the parallel strategy to run, then the shared
+report, the demo and the benchmarks. Default output fits 100 columns;
+``--wide`` shows every column and ``--format csv|json`` prints for other
+programs.
 
 Whatever goes wrong with the input ends in one line on stderr, naming the fix
 by the command's flags (an InputError's ``cli`` wording): bad input and
@@ -37,6 +39,7 @@ _COMMANDS = (
     "check_config",
     "layers",
     "validate",
+    "search",
     "report",
     "demo",
     "bench",

@@ -120,13 +120,14 @@ RUNS = {
                       "58000"]],
     "layers": [["layers", "--from-trace", str(TRACE), "--layer-pattern", r"(\d+)-LlamaDecodeLayer"]],
     "validate": [["validate"]],
+    "search": [["search", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256", "--seq-length", "4096"]],
     "report": [["report"]],
     "demo": [["demo", "--no-report"]],
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "bench")
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "validate", "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "validate", "search",
+          "bench")
 
 
 @pytest.fixture

@@ -29,9 +29,10 @@ MODULES = (
     "balance",
     "step",
     "strategy",
+    "search",
 )
 #: Modules that take minutes however few their cases (every notebook executed): left out of a quick run.
-SLOW = ("notebooks",)
+SLOW = ("notebooks", "search")
 
 
 def median_seconds(function: Callable[[], object], *, repeats: int = 5) -> float:

@@ -95,11 +95,22 @@ def add_export_argument(parser) -> None:
                              "(TOML job config), mindformers (YAML) or hyperparallel (YAML)")
 
 
-def print_export(out, source, trainer: str | None) -> None:
-    """The ``--export`` text, as it is (not re-wrapped), with its notes; in JSON under ``export``."""
+def print_constraint_cost(out, plan) -> None:
+    """What planning within a trainer's grammar costs (``balance(..., trainer=...)``); in JSON too."""
+    if plan.constraint_cost is not None:
+        cost = plan.constraint_cost
+        out.line(f"trainer grammar: {cost.describe()}")
+        out.value("constraint_cost", {"trainer": cost.trainer, "policy": cost.policy, "time": cost.time,
+                                      "percent": cost.percent})
+
+
+def print_export(out, source, trainer: str | None, **options) -> None:
+    """The ``--export`` text, as it is (not re-wrapped), with its notes; in JSON under ``export``.
+
+    ``options`` go to :func:`~sappkit.trainers.exchange.export_config` (``strategy=``, ``global_batch=``)."""
     if trainer is None:
         return
-    exported = export_config(source, trainer)
+    exported = export_config(source, trainer, **options)
     out.line(f"{trainer} config ({exported.form}):")
     out.raw(exported.text)
     for note in exported.notes:

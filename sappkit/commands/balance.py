@@ -17,7 +17,8 @@ from ..balancer.optimise import balance
 from ..balancer.ilp.solver import SolverOptions
 from ..columns import CHUNK, LAYERS, MEMORY_MB, OPTION, STAGE, TIME
 from ..layers.units import format_mb, format_time
-from ._common import add_export_argument, add_pipeline_arguments, print_export, read_layers
+from ._common import (add_export_argument, add_pipeline_arguments, print_constraint_cost, print_export,
+                      read_layers)
 from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
 #: The stage table's key columns (``--wide`` shows all).
@@ -76,11 +77,7 @@ def _run(args) -> int:
         gap = "unknown" if plan.gap is None else f"{plan.gap:.1%}"
         out.line(f"{plan.objective_name} objective {objective}, gap {gap}, found by {plan.method} in "
                  f"{plan.solve_seconds:.2f} s")
-    if plan.constraint_cost is not None:
-        cost = plan.constraint_cost
-        out.line(f"trainer grammar: {cost.describe()}")
-        out.value("constraint_cost", {"trainer": cost.trainer, "policy": cost.policy, "time": cost.time,
-                                      "percent": cost.percent})
+    print_constraint_cost(out, plan)
     for note in plan.notes:
         out.line(f"note: {note}")
     if plan.counts is None:

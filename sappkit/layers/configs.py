@@ -103,7 +103,8 @@ class TransformerConfig:
             if self.dense_layers >= self.layers:
                 raise InputError(f"dense_layers must be < layers={self.layers} (a MoE stack needs a MoE layer); "
                                  f"got {self.dense_layers!r}")
-        elif self.top_k or self.shared_experts or self.dense_layers or self.expert_ffn_size is not None:
+        elif (self.top_k or self.shared_experts or self.dense_layers
+              or self.expert_ffn_size not in (None, self.ffn_size)):  # ffn_size: a resolved config, replaced
             raise InputError("top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set "
                              f"experts > 0 to use them (got top_k={self.top_k!r}, shared_experts="
                              f"{self.shared_experts!r}, dense_layers={self.dense_layers!r}, "

@@ -36,7 +36,8 @@ from .memory_events import NO_BACKWARD, memory_events
 from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
 from .simulator_inputs import STATIC_MB
 
-__all__ = ["even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT", "COSTS"]
+__all__ = ["even_counts", "even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT",
+           "COSTS"]
 
 #: Columns of an assignment frame.
 ASSIGNMENT = (KIND, CHUNK, STAGE, OPTION, LAYERS)
@@ -283,6 +284,18 @@ def stage_memory(layers, assignment: pd.DataFrame, *, stages: int, micro_batches
         WORKING_MB: working, CONST_MB: const, MEMORY_MB: param + activation + overhead + working + const,
         LIMIT_MB: limit,
     })
+
+
+def even_counts(total: int, *, schedule: str, stages: int, chunks: int = 1) -> np.ndarray:
+    """Body layers per cell, in model order, as :func:`even_assignment` places ``total`` of them.
+
+    Examples
+    --------
+    >>> even_counts(10, schedule="1f1b", stages=4).tolist()
+    [2, 3, 3, 2]
+    """
+    cells = model_order(schedule, stages, chunks)
+    return _even_counts(total, cells, stages, head_tail_stages=(0, cells[-1][1]))
 
 
 def _even_counts(total: int, cells: list[tuple[int, int]], p: int, head_tail_stages: tuple[int, int]) -> np.ndarray:

@@ -37,7 +37,7 @@ from ..pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from ..pipeline.schedules import tail_cell
 from .config import Strategy
 
-__all__ = ["Priced", "price_pipeline", "price_single_stage", "STEP_COLUMNS", "PP_COMM_MS", "DP_COMM_MS",
+__all__ = ["Priced", "price_pipeline", "price_plan", "price_single_stage", "STEP_COLUMNS", "PP_COMM_MS", "DP_COMM_MS",
            "OPTIMIZER_MS", "IDLE_MS", "STEP_MS", "DP_OVERLAPPED_MS"]
 
 PP_COMM_MS, DP_COMM_MS, OPTIMIZER_MS = "pp_comm_ms", "dp_comm_ms", "optimizer_ms"
@@ -67,6 +67,12 @@ def price_pipeline(layers: LayerTable, strategy: Strategy, cluster: Cluster, *, 
     else:
         plan = balance(layers, stages=p, micro_batches=micro_batches, memory_mb=memory_mb, chunks=v,
                        schedule=schedule, objective="step")
+    return price_plan(plan, layers, strategy, cluster, p2p_ms=p2p_ms)
+
+
+def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *, p2p_ms: float) -> Priced:
+    """Simulate and finish one step of a pipeline whose layers ``plan`` has placed (a plan with a placement)."""
+    p, micro_batches = strategy.pipeline_parallel, plan.setup.micro_batches
     setup = plan.setup
     timer = step_timer(setup)
     sending = _sending(setup)

@@ -20,7 +20,7 @@ from ..layers.table import as_layer_table
 from ..layers.units import format_time
 from ..plots.balance import plot_stage_times
 from ..plots.pipeline import plot_stage_memory
-from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
+from .offline import Shown, control_states, dashboard_box, display_shown
 
 __all__ = ["BalanceDashboard"]
 
@@ -93,11 +93,8 @@ class BalanceDashboard:
 
     def report_html(self) -> str:
         """The memory slider for a report: the plans at ``report_limits`` limits and the slider's value."""
-        settings, slider = self.settings(), self.controls["memory_mb"]
+        slider = self.controls["memory_mb"]
         limits = sorted({*np.linspace(slider.min, slider.max, self.report_limits).tolist(), slider.value})
-        states = record_states(lambda limit: self.show(**{**settings, "memory_mb": limit}), limits,
-                               label=lambda limit: f"{limit:,.0f} MB")
-        others = {self.controls[name].description: value for name, value in settings.items() if name != "memory_mb"}
-        note = (f"Precomputed for this report: the plans at {len(limits)} memory limits, with {written_out(others)}. "
-                f"Run the notebook to change the other controls.")
-        return states_html(states, control="memory limit", start=limits.index(slider.value), note=note)
+        return control_states(self.show, self.settings(), self.controls, "memory_mb", limits,
+                              label=lambda limit: f"{limit:,.0f} MB", control="memory limit",
+                              what=f"the plans at {len(limits)} memory limits")

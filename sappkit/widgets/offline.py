@@ -30,8 +30,8 @@ import matplotlib.pyplot as plt
 
 from ..errors import InputError
 
-__all__ = ["REPORT_ENV", "Shown", "State", "dashboard_box", "display_shown", "for_report", "record_states",
-           "states_html", "written_out"]
+__all__ = ["REPORT_ENV", "Shown", "State", "control_states", "dashboard_box", "display_shown", "for_report",
+           "record_states", "states_html", "written_out"]
 
 #: Set to ``"1"`` in the environment of a kernel that runs a notebook for a report (by ``sappkit report``).
 REPORT_ENV = "SAPPKIT_REPORT"
@@ -142,6 +142,31 @@ def states_html(states: Sequence[State], *, control: str, start: int = 0,
         lines.append(f'<p class="sappkit-note">{html.escape(note)}</p>')
     lines += [f'<label class="sappkit-picker">{name} {picker}</label>', blocks, _SCRIPT, "</div>"]
     return "\n".join(lines)
+
+
+def control_states(show: Callable[..., Shown], settings: Mapping[str, Any], controls: Mapping[str, Any],
+                   name: str, values: Sequence, *, label: Callable[[Any], str], control: str, what: str,
+                   kind: Literal["range", "select"] = "range") -> str:
+    """A dashboard's states for a report over one control: ``show(**settings)`` with ``name`` at each of
+    ``values`` and the other controls as ``settings`` has them (``controls``, the widgets by name, give each its
+    description), starting at the control's own value; the note says ``what`` was precomputed, with what else.
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace
+    >>> def show(limit, stages):
+    ...     return Shown(limit, text=f"limit {limit} on {stages} stages")
+    >>> widgets = {"limit": SimpleNamespace(description="limit"), "stages": SimpleNamespace(description="stages")}
+    >>> fragment = control_states(show, {"limit": 2, "stages": 4}, widgets, "limit", [1, 2], label=str,
+    ...                           control="limit", what="the plans at 2 limits")
+    >>> "Precomputed for this report: the plans at 2 limits, with stages 4." in fragment, 'value="1"' in fragment
+    (True, True)
+    """
+    states = record_states(lambda value: show(**{**settings, name: value}), values, label=label)
+    others = {controls[key].description: value for key, value in settings.items() if key != name}
+    note = f"Precomputed for this report: {what}, with {written_out(others)}. Run the notebook to change the other " \
+           f"controls."
+    return states_html(states, control=control, start=list(values).index(settings[name]), kind=kind, note=note)
 
 
 def written_out(settings: Mapping[str, Any]) -> str:

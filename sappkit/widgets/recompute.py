@@ -20,7 +20,7 @@ from ..layers.table import as_layer_table
 from ..layers.units import ms_per_unit
 from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
 from ..recompute.chooser import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
-from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
+from .offline import Shown, control_states, dashboard_box, display_shown
 
 __all__ = ["MODE_SETS", "RecomputeView", "recompute_view", "RecomputeDashboard"]
 
@@ -145,12 +145,9 @@ class RecomputeDashboard:
 
         Every state keeps the curve on show, as the live slider does.
         """
-        settings, slider = self.settings(), self.controls["memory_mb"]
+        slider = self.controls["memory_mb"]
         budgets = sorted({*np.linspace(slider.min, slider.max, self.report_budgets).tolist(), slider.value})
         curve = None if self.last is None else self.last.curve
-        states = record_states(lambda budget: self.show(curve=curve, **{**settings, "memory_mb": budget}), budgets,
-                               label=lambda budget: f"{budget:,.0f} MB")
-        others = {self.controls[name].description: value for name, value in settings.items() if name != "memory_mb"}
-        note = (f"Precomputed for this report: the choices at {len(budgets)} memory budgets, with "
-                f"{written_out(others)}. Run the notebook to change the other controls.")
-        return states_html(states, control="memory budget", start=budgets.index(slider.value), note=note)
+        return control_states(lambda **settings: self.show(curve=curve, **settings), self.settings(), self.controls,
+                              "memory_mb", budgets, label=lambda budget: f"{budget:,.0f} MB",
+                              control="memory budget", what=f"the choices at {len(budgets)} memory budgets")

@@ -13,7 +13,7 @@ from ..demo import tour_simulation
 from ..errors import InputError
 from ..layers.table import as_layer_table
 from ..plots.pipeline import plot_simulation, plot_stage_memory
-from .offline import Shown, dashboard_box, display_shown, record_states, states_html, written_out
+from .offline import Shown, control_states, dashboard_box, display_shown
 
 __all__ = ["TourDashboard"]
 
@@ -68,11 +68,5 @@ class TourDashboard:
 
     def report_html(self) -> str:
         """The schedule list for a report: the step simulated under every schedule, the other controls as set."""
-        settings, schedules = self.settings(), self.controls["schedule"].options
-        states = record_states(lambda schedule: self.show(**{**settings, "schedule": schedule}), schedules,
-                               label=str)
-        others = {self.controls[name].description: value for name, value in settings.items() if name != "schedule"}
-        note = (f"Precomputed for this report: the step under each schedule, with {written_out(others)}. "
-                f"Run the notebook to change the other controls.")
-        return states_html(states, control="schedule", start=schedules.index(settings["schedule"]), kind="select",
-                           note=note)
+        return control_states(self.show, self.settings(), self.controls, "schedule", self.controls["schedule"].options,
+                              label=str, control="schedule", what="the step under each schedule", kind="select")

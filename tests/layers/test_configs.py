@@ -32,6 +32,18 @@ def test_bad_transformer_config(settings, message):
                                     vocab_size=32), **settings})
 
 
+def test_a_config_replaced_keeps_what_it_resolved():
+    from dataclasses import replace
+    from sappkit.models import get
+
+    for name in ("llama3-8b", "deepseek-v3", "mixtral-8x7b"):
+        model = get(name)
+        longer = replace(model, seq_length=2 * model.seq_length)
+        assert replace(longer, seq_length=model.seq_length) == model
+    with pytest.raises(InputError, match="^top_k, shared_experts, dense_layers and expert_ffn_size are MoE"):
+        replace(get("llama3-8b"), expert_ffn_size=1024)
+
+
 @pytest.mark.parametrize("make, message", [
     (lambda: ParallelConfig(tensor_parallel=0), "tensor_parallel must be an int >= 1; got 0"),
     (lambda: ParallelConfig(zero=4), "zero must be one of 0, 1, 2, 3; got 4"),

@@ -150,7 +150,7 @@ def test_every_dashboard_is_a_control_over_precomputed_states(report, context, t
     index, notebooks, _ = report
     with_dashboards = [path for path in notebooks if _has_dashboard(path)]
     assert {path.stem for path in with_dashboards} >= {"00_tour", "01_memory_fit", "02_balance", "03_recompute",
-                                                       "04_alternatives"}
+                                                       "04_alternatives", "06_strategy"}
     for path in with_dashboards:
         page = _open(context, index.parent / f"{path.stem}.html")
         dashboards = page.locator(".sappkit-states")

@@ -1,0 +1,154 @@
+"""``sappkit search --model NAME|config.json --devices N --global-batch B``: which parallel strategy to run.
+
+Searches every strategy a trainer accepts (:func:`sappkit.search_strategies`) on the local cores, or on a Dask
+cluster with ``--scheduler ADDRESS`` (the ``[cluster]`` extra), and prints the fastest, then the best one's
+numbers and what the answer leaves out. Progress goes to stderr when it is a terminal. ``--export TRAINER``
+searches the schedules that trainer runs and prints the best strategy in its words: its plan balanced within
+the trainer's grammar (``StrategySearch.plan(trainer=...)``), with the trainer's degrees, micro-batch size and
+global batch taken from the strategy.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ..errors import InputError
+from ..models import PRESETS, read_model_config
+from ..balancer.grammar import TRAINER_SCHEDULES
+from ..strategy.search import search_strategies
+from ..strategy.search.space import SEARCHED_SCHEDULES
+from ._common import add_export_argument, print_constraint_cost, print_export
+from ._output import Output, add_output_arguments
+
+#: The table's key columns (``--wide`` adds every column of the search's frame).
+KEY_COLUMNS = ("label", "step_ms", "tokens_per_s_per_device", "tflops_per_device", "mfu", "peak_memory_mb")
+_HEADERS = {"label": "strategy", "step_ms": "step (ms)", "tokens_per_s_per_device": "tokens/s/dev",
+            "tflops_per_device": "TFLOP/s/dev", "mfu": "MFU", "peak_memory_mb": "peak (MB)"}
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "search", help="search every parallel strategy a trainer accepts for the fastest step",
+        description="Lay out every strategy a trainer accepts (tensor, pipeline, virtual, data, context and expert "
+                    "parallel degrees, micro-batch, ZeRO stage, schedule) for a model on --devices devices, prune "
+                    "with closed-form memory and time bounds, price the rest (the even placement, simulated), "
+                    "balance the most promising, and print the fastest: step in ms, tokens/s and model TFLOP/s "
+                    "per device, MFU, peak memory in MB. Runs on the local cores, or on a Dask cluster with "
+                    "--scheduler.")
+    parser.add_argument("--model", required=True, metavar="NAME|config.json",
+                        help=f"a preset ({', '.join(PRESETS)}) or a Hugging Face config.json")
+    parser.add_argument("--devices", required=True, type=int, metavar="N", help="devices to run on")
+    parser.add_argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step")
+    parser.add_argument("--seq-length", type=int, default=None, metavar="S",
+                        help="tokens per sequence (default the model's)")
+    parser.add_argument("--device", default=None, metavar="NAME", help="device preset, e.g. h100-sxm")
+    parser.add_argument("--cluster", default=None, metavar="NAME",
+                        help="cluster preset (nodes and links; default the one built of --device, else dgx-h100)")
+    parser.add_argument("--memory", type=float, default=None, metavar="MB",
+                        help="device memory every stage must fit (default the device's)")
+    parser.add_argument("--schedules", default=None, metavar="A,B",
+                        help=f"schedules to search (default all of {', '.join(SEARCHED_SCHEDULES)})")
+    parser.add_argument("--top", type=int, default=10, metavar="N", help="strategies to print (default 10)")
+    parser.add_argument("--balance-top", type=int, default=8, metavar="K",
+                        help="how many of the fastest even placements to balance (default 8)")
+    parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                        help="run on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; needs the "
+                             "[cluster] extra)")
+    add_export_argument(parser)
+    add_output_arguments(parser, main="strategies")
+    parser.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    model = _model(args.model, args.seq_length)
+    schedules = None if args.schedules is None else [name.strip() for name in args.schedules.split(",")]
+    if schedules is None and args.export is not None:  # only what the trainer runs can be exported
+        schedules = [name for name in SEARCHED_SCHEDULES if name in TRAINER_SCHEDULES[args.export]]
+    options = dict(devices=args.devices, global_batch=args.global_batch, seq_length=args.seq_length,
+                   cluster=args.cluster, device=args.device, memory_mb=args.memory, schedules=schedules,
+                   balance_top=args.balance_top, progress=sys.stderr.isatty())
+    if args.top < 1:
+        raise InputError(f"--top must be an int >= 1; got {args.top}")
+    if args.scheduler is None:
+        found = search_strategies(model, **options)
+    else:
+        with _dask_client(args.scheduler) as client:
+            found = search_strategies(model, executor=client.get_executor(), **options)
+    out = Output(args)
+    setting = found.setting
+    out.line(f"{Path(args.model).name} on {found.devices:,} x {setting.cluster.device.name} ({setting.cluster.name}), global "
+             f"batch {found.global_batch:,} x {setting.models[-1].seq_length:,} tokens, memory "
+             f"{found.memory_mb:,.0f} MB")
+    out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
+              machine=found.frame.head(args.top))
+    out.line("\n".join(found.describe().splitlines()[1:]))
+    _export(out, found, args.export)
+    out.line(f"searched in {found.seconds:.1f} s")
+    best = found.best
+    out.value("best", None if best is None else best["label"])
+    out.value("step_ms", None if best is None else float(best["step_ms"]))
+    out.value("searched", len(found.frame))
+    out.value("statuses", {key: int(value) for key, value in found.counts().items()})
+    out.value("limits", found.limits())
+    out.finish()
+    return 0
+
+
+def _export(out, found, trainer: str | None) -> None:
+    """``--export``: the best strategy in ``trainer``'s words (a strategy without a pipeline to Megatron-LM only)."""
+    if trainer is None:
+        return
+    best = found.best
+    if best is None:
+        raise InputError(f"--export {trainer}: no strategy fits the device memory, so there is none to export")
+    strategy = found.strategy()
+    if strategy.pipeline_parallel == 1:
+        if trainer != "megatron":
+            raise InputError(f"--export {trainer}: the best strategy {best['label']} runs no pipeline "
+                             "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; "
+                             "use --export megatron")
+        out.line(f"the best strategy {best['label']}, every layer recomputing {best['recompute']!r}:")
+        print_export(out, strategy, trainer, global_batch=found.global_batch)
+        if best["recompute"] != "none":  # the arguments of a strategy alone carry no recompute
+            out.line(f"note: recompute not set: add Megatron-LM's --recompute-* flags for {best['recompute']!r} "
+                     "(or export a strategy with a pipeline: its plan carries them)")
+        return
+    try:
+        plan = found.plan(trainer=trainer)
+    except InputError as error:
+        raise InputError(f"--export {trainer}: the best strategy {best['label']}: {error}") from None
+    out.line(f"the best strategy {best['label']}, its plan within {trainer}'s grammar: {plan.headline()}")
+    print_constraint_cost(out, plan)
+    if plan.message:
+        out.line(plan.message)
+    print_export(out, plan, trainer, strategy=strategy, global_batch=found.global_batch)
+
+
+def _model(name: str, seq_length: int | None):
+    """A preset name, or the path of a Hugging Face config.json."""
+    if name in PRESETS:
+        return name
+    path = Path(name)
+    if path.suffix != ".json":
+        raise InputError(f"--model must be a preset ({', '.join(PRESETS)}) or a config.json file; got {name!r}")
+    return read_model_config(path, seq_length=seq_length)
+
+
+def _dask_client(address: str):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise InputError("--scheduler needs Dask's distributed scheduler: pip install 'sappkit[cluster]'") from None
+    try:
+        return Client(address, timeout=10)
+    except (OSError, TimeoutError) as error:
+        raise InputError(f"--scheduler: no Dask scheduler answers at {address!r} ({error})") from None
+
+
+def _shown(table):
+    """The printed table: MFU as a percentage, numbers rounded as a terminal reads them."""
+    return table.assign(mfu=[f"{value:.1%}" for value in table["mfu"]], step_ms=table["step_ms"].round(0),
+                        tokens_per_s_per_device=table["tokens_per_s_per_device"].round(0),
+                        tflops_per_device=table["tflops_per_device"].round(1),
+                        peak_memory_mb=table["peak_memory_mb"].round(0))

@@ -1,0 +1,124 @@
+"""The search's shared work: one layer table per shape, priced once, and what the bounds read of it.
+
+A strategy's layer times and activations depend on its *shape*: the tensor,
+context and expert degrees, the micro-batch size and sequence parallelism
+(:func:`sappkit.strategy.compiled.compile_shape`; the sequence is the
+model's). The data-parallel degree and the ZeRO stage only change what each
+device holds of the parameters. So the search compiles one table per shape
+(:func:`price_shape`, run on the executor's workers), and ships it with the
+strategies of that shape. :class:`ShapeCosts` is the little the bounds need
+of a table: per body kind and recompute option its times and memory, the
+head's and the tail's, and the parameters of one layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...columns import ACTIVATION_MB, BACKWARD_TIME, BODY, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, SAPP_OPTIONS
+from ...hardware import Cluster
+from ...layers import KernelConfig, ParallelConfig, TransformerConfig
+from ...layers.timing import EXPERT_PARAMS, PARAMS
+from ..compiled import CompiledShape, compile_shape
+
+__all__ = ["SHAPE_DIMENSIONS", "ShapeCosts", "PricedShape", "price_shape", "shape_parallel"]
+
+#: The dimensions a layer table depends on (module docstring).
+SHAPE_DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
+                    "micro_batch_size", "sequence_parallel")
+
+
+def shape_parallel(shape: tuple, data_parallel: int | None = None, zero: int = 1,
+                   dtype: str = "bf16") -> ParallelConfig:
+    """The :class:`~sappkit.layers.ParallelConfig` of a shape (a tuple in :data:`SHAPE_DIMENSIONS` order) at
+    ``data_parallel`` (default ``ep · etp``, a degree every expert layout divides; the shape's table does not
+    depend on it)."""
+    t, cp, ep, etp, b, sp = shape
+    dp = int(ep) * int(etp) if data_parallel is None else int(data_parallel)
+    return ParallelConfig(tensor_parallel=int(t), context_parallel=int(cp), expert_parallel=int(ep),
+                          expert_tensor_parallel=int(etp), micro_batch_size=int(b), sequence_parallel=bool(sp),
+                          data_parallel=dp, zero=int(zero), dtype=dtype)
+
+
+@dataclass(frozen=True)
+class ShapeCosts:
+    """What the bounds read of one shape's layer table (times in ms, memory in MB, parameters as counts).
+
+    Per body kind (model order) and recompute option (:data:`~sappkit.columns.SAPP_OPTIONS` order) the
+    ``[kind, option]`` arrays hold the option's times and memory, ``inf`` where a kind lacks the option.
+    """
+
+    counts: np.ndarray
+    """Layers per body kind."""
+    forward: np.ndarray
+    """``[kind, option]``: forward time per micro-batch."""
+    backward: np.ndarray
+    """``[kind, option]``: backward time per micro-batch, recompute included."""
+    activation: np.ndarray
+    """``[kind, option]``: activation per micro-batch in flight."""
+    once: np.ndarray
+    """``[kind, option]``: memory kept once, whatever the micro-batches in flight."""
+    dense_params: np.ndarray
+    """Per body kind, the dense parameters of one layer on a device (after tensor splitting)."""
+    expert_params: np.ndarray
+    """Per body kind, the routed-expert parameters of one layer on a device (after expert splitting)."""
+    head: tuple[float, float, float, float, float]
+    """The head's (forward, backward, activation, memory kept once, dense parameters); zeros without one."""
+    tail: tuple[float, float, float, float, float]
+    """The tail's, as ``head``."""
+
+    @classmethod
+    def of(cls, compiled: CompiledShape) -> ShapeCosts:
+        """The summary of a compiled shape's table."""
+        table = compiled.layers
+        frame = table.frame
+        body = frame[frame["role"] == BODY].set_index([KIND, OPTION])
+        kinds = list(table.body_kinds)
+        grid = pd.MultiIndex.from_product([kinds, SAPP_OPTIONS])
+        columns = [FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB]
+        arrays = [body[column].reindex(grid).to_numpy(dtype=float).reshape(len(kinds), len(SAPP_OPTIONS))
+                  for column in columns]
+        arrays = [np.where(np.isnan(array), np.inf, array) for array in arrays]
+        params = compiled.params.loc[kinds]
+
+        def ends(row) -> tuple[float, float, float, float, float]:
+            if row is None:
+                return 0.0, 0.0, 0.0, 0.0, 0.0
+            return (*(float(row[column]) for column in columns), float(compiled.params.loc[row[KIND], PARAMS]))
+
+        return cls(counts=np.array([table.count(kind) for kind in kinds], dtype=float), forward=arrays[0],
+                   backward=arrays[1], activation=arrays[2], once=arrays[3],
+                   dense_params=params[PARAMS].to_numpy(dtype=float),
+                   expert_params=params[EXPERT_PARAMS].to_numpy(dtype=float), head=ends(table.head),
+                   tail=ends(table.tail))
+
+
+@dataclass(frozen=True)
+class PricedShape:
+    """A shape's compiled layer table and its summary, as shipped to the workers."""
+
+    shape: tuple
+    compiled: CompiledShape
+    costs: ShapeCosts
+
+
+def price_shape(models: tuple[TransformerConfig, ...], shape: tuple, cluster: Cluster, kernels: KernelConfig | None,
+                dtype: str) -> PricedShape:
+    """Compile one shape's layer table under every recompute option (the search's shared work; a worker runs it).
+
+    Examples
+    --------
+    >>> from sappkit import TransformerConfig
+    >>> from sappkit.hardware import Cluster
+    >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
+    ...                         vocab_size=32000)
+    >>> priced = price_shape((gpt,), (2, 1, 1, 1, 1, True), Cluster.preset("dgx-a100"), None, "bf16")
+    >>> priced.costs.counts.tolist(), priced.costs.backward.shape
+    ([8.0], (1, 5))
+    """
+    compiled = compile_shape(models, shape_parallel(shape, dtype=dtype), cluster, kernels=kernels,
+                             options=SAPP_OPTIONS)
+    return PricedShape(shape=shape, compiled=compiled, costs=ShapeCosts.of(compiled))

@@ -1,0 +1,302 @@
+"""The strategies a trainer accepts: every combination of the searched degrees, and the rule each other breaks.
+
+:func:`enumerate_strategies` lays out every way to run a model on exactly
+``devices`` devices (``t · cp · dp · p = devices``) over the values of each
+searched dimension (:func:`default_dims`, or the caller's), for every
+schedule and its chunk counts, and checks each against the rules below, in
+this order. A strategy that breaks one keeps the first it breaks (its name
+in ``rule``, the numbers in ``reason``) and is never ranked.
+
+- ``heads``: ``t`` divides the attention heads and the key/value heads of
+  every stack (Megatron-LM splits whole heads and whole query groups over
+  the tensor-parallel ranks).
+- ``node``: ``t`` divides the devices of a node, so a tensor-parallel group
+  (two collectives per layer, forward and backward) stays on the node's
+  links; ``tensor_across_nodes=True`` lifts it.
+- ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
+  (Megatron-LM's load-balanced causal ring attention), and with sequence
+  parallelism a rank's share splits again over ``t``.
+- ``experts``: a dense model runs ``ep = 1``; a MoE model's ``ep`` divides
+  its routed experts, and ``ep · etp`` divides ``t · cp · dp`` (Megatron-Core's
+  expert grid is carved out of those ranks).
+- ``batch``: ``dp · b`` divides the global batch (whole micro-batches).
+- ``cells``: every (chunk, stage) cell holds at least one body layer
+  (``p · v`` cells).
+- ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`: an interleaved
+  schedule with ``v > 1`` needs ``m >= p``, DualPipeV ``m >= 2p``, PyTorch's zero-bubble interleaved equal
+  rounds; the V schedules run ``v = 2``).
+- ``size``: the step stays within what sappkit simulates
+  (:data:`~sappkit.limits.MAX_SIMULATED_PASSES` forward passes).
+
+Strategies that differ only in a setting without effect are not laid out
+twice: without a pipeline (``p = 1``) only ``1f1b`` with ``v = 1``;
+``1f1b`` and ``gpipe`` run one chunk, the interleaved schedules two or more
+(one chunk is ``1f1b`` or ``gpipe`` again), ``zb_interleaved`` one or more.
+``seqpipe`` is not searched: :class:`~sappkit.Strategy` has no slice count,
+and with one slice per micro-batch it is the interleaved schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..._check import check_bool, check_choice, check_int, short
+from ...errors import InputError
+from ...layers import TransformerConfig
+from ...limits import MAX_SIMULATED_PASSES, MAX_STAGES
+from ...pipeline.schedules import SCHEDULES, V_SHAPED, check_pipeline
+
+__all__ = ["DIMENSIONS", "SEARCHED_SCHEDULES", "RULES", "default_dims", "check_dims", "enumerate_strategies",
+           "RULE", "REASON", "MICRO_BATCHES", "DEFAULT_CHUNKS",
+           "check_schedules"]
+
+#: The searched dimensions, :class:`~sappkit.Strategy`'s field names, in the order frames show them.
+DIMENSIONS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
+              "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel")
+#: The schedules the search lays out by default (module docstring: not ``seqpipe``).
+SEARCHED_SCHEDULES = tuple(name for name in SCHEDULES if name != "seqpipe")
+#: The rules, in the order they are checked (module docstring).
+RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
+RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
+#: The most chunks a stage runs by default: the balancer's exact search grows steeply with a stage's chunks (a
+#: 70B-class model on 4 stages balances in about a second at 4 chunks and a minute or more at 8); ``dims`` asks for
+#: more, up to :data:`~sappkit.limits.MAX_CHUNKS`.
+DEFAULT_CHUNKS = 4
+#: Schedules that run one chunk, two (the V), or any number from their least.
+_ONE_CHUNK, _LEAST_CHUNKS = ("1f1b", "gpipe"), {"interleaved": 2, "looped_bfs": 2, "zb_interleaved": 1}
+
+
+@dataclass(frozen=True)
+class _Model:
+    """What the rules read of a model: its stacks' heads, its body layers, its experts, its sequence."""
+
+    heads: tuple[tuple[int, int], ...]
+    layers: int
+    experts: int
+    seq_length: int
+
+    @classmethod
+    def of(cls, models: Sequence[TransformerConfig]) -> _Model:
+        return cls(heads=tuple((m.num_heads, m.num_kv_heads) for m in models),
+                   layers=sum(m.layers for m in models), experts=max(m.experts for m in models),
+                   seq_length=models[-1].seq_length)
+
+
+def _divisors(n: int, upto: int | None = None) -> tuple[int, ...]:
+    return tuple(d for d in range(1, (n if upto is None else min(n, upto)) + 1) if n % d == 0)
+
+
+def default_dims(models: Sequence[TransformerConfig], devices: int, devices_per_node: int, *,
+                 tensor_across_nodes: bool = False) -> dict[str, tuple]:
+    """The values each dimension takes unless the caller says otherwise.
+
+    ``t``: the divisors of a node's devices (with ``tensor_across_nodes``, of ``devices``, up to the most
+    attention heads of a stack); ``p``: the divisors of ``devices`` up to the body layers (and
+    :data:`~sappkit.limits.MAX_STAGES`); ``v``: 1 to :data:`DEFAULT_CHUNKS` chunks, as long as each cell gets
+    a body layer (``p v`` up to the body layers; each schedule takes those it runs); ``cp``: 1, 2, 4, 8, 16;
+    ``ep``: the divisors of the routed experts (1 for a dense model); ``etp``: 1; ``b``: 1, 2, 4, 8; ZeRO 0 to
+    3; sequence parallelism on. ``dp`` is what the devices leave (``devices / (t cp p)``).
+
+    Examples
+    --------
+    >>> from sappkit import TransformerConfig
+    >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
+    ...                         vocab_size=32000)
+    >>> dims = default_dims([gpt], 64, 8)
+    >>> dims["tensor_parallel"], dims["pipeline_parallel"], dims["expert_parallel"]
+    ((1, 2, 4, 8), (1, 2, 4, 8), (1,))
+    """
+    model = _Model.of(models)
+    tensor = _divisors(devices, max(h for h, _ in model.heads)) if tensor_across_nodes else _divisors(devices_per_node)
+    return {"tensor_parallel": tensor, "context_parallel": (1, 2, 4, 8, 16),
+            "pipeline_parallel": _divisors(devices, min(model.layers, MAX_STAGES)),
+            "virtual_stages": tuple(range(1, DEFAULT_CHUNKS + 1)), "data_parallel": _divisors(devices),
+            "expert_parallel": _divisors(model.experts) if model.experts else (1,),
+            "expert_tensor_parallel": (1,), "micro_batch_size": (1, 2, 4, 8), "zero": (0, 1, 2, 3),
+            "sequence_parallel": (True,)}
+
+
+def check_dims(dims, defaults: dict[str, tuple]) -> dict[str, tuple]:
+    """``defaults`` with the caller's ``dims`` (a mapping of dimension to its values) put in, each checked."""
+    if dims is None:
+        return dict(defaults)
+    if not isinstance(dims, Mapping):
+        raise InputError(f"dims must be a mapping of dimension to its values, e.g. {{'tensor_parallel': [4, 8]}}; "
+                         f"got {short(dims)}")
+    chosen = dict(defaults)
+    for key, values in dims.items():
+        if key not in DIMENSIONS:
+            raise InputError(f"dims has an unknown dimension {short(key)}; expected some of {', '.join(DIMENSIONS)}")
+        if isinstance(values, str | bytes | Mapping) or not isinstance(values, Sequence | set | frozenset | range):
+            raise InputError(f"dims[{key!r}] must be a sequence of values; got {short(values)}")
+        if not values:
+            raise InputError(f"dims[{key!r}] must list at least one value; got an empty sequence")
+        if key == "sequence_parallel":
+            checked = [check_bool(f"dims[{key!r}]", value) for value in values]
+        elif key == "zero":
+            checked = [check_choice(f"dims[{key!r}]", check_int(f"dims[{key!r}]", value), (0, 1, 2, 3))
+                       for value in values]
+        else:
+            checked = [check_int(f"dims[{key!r}]", value, minimum=1) for value in values]
+        chosen[key] = tuple(sorted(set(checked)))
+    return chosen
+
+
+def check_schedules(schedules) -> tuple[str, ...]:
+    """The schedules to search: :data:`SEARCHED_SCHEDULES` by default, else the caller's, each checked."""
+    if schedules is None:
+        return SEARCHED_SCHEDULES
+    if isinstance(schedules, str):
+        schedules = (schedules,)
+    if not isinstance(schedules, Sequence) or not schedules:
+        raise InputError(f"schedules must be a non-empty sequence of schedule names; got {short(schedules)}")
+    return tuple(dict.fromkeys(check_choice("schedules", name, SCHEDULES) for name in schedules))
+
+
+def _schedule_chunks(schedules: tuple[str, ...], chunks: tuple[int, ...]) -> list[tuple[str, int]]:
+    """(schedule, v) pairs: the V schedules at 2, one-chunk schedules at 1, the others at the chunks they take."""
+    pairs = []
+    for name in schedules:
+        if name in V_SHAPED:
+            pairs += [(name, 2)] if 2 in chunks else []
+        elif name in _ONE_CHUNK:
+            pairs += [(name, 1)] if 1 in chunks else []
+        else:
+            pairs += [(name, v) for v in chunks if v >= _LEAST_CHUNKS.get(name, 1)]
+    return pairs
+
+
+def _layouts(devices: int, dims: dict[str, tuple]) -> pd.DataFrame:
+    """Every (t, cp, p, dp) of the dims whose product is ``devices``."""
+    rows = [(t, cp, p, devices // (t * cp * p)) for t in dims["tensor_parallel"] for cp in dims["context_parallel"]
+            for p in dims["pipeline_parallel"] if devices % (t * cp * p) == 0]
+    frame = pd.DataFrame(rows, columns=["tensor_parallel", "context_parallel", "pipeline_parallel",
+                                        "data_parallel"])
+    return frame[frame["data_parallel"].isin(dims["data_parallel"])]
+
+
+def _grid(layouts: pd.DataFrame, dims: dict[str, tuple], pairs: list[tuple[str, int]]) -> pd.DataFrame:
+    """The layouts crossed with every other dimension and schedule; no pipeline runs only 1f1b on one chunk."""
+    others = [pd.DataFrame({key: dims[key]}) for key in ("expert_parallel", "expert_tensor_parallel",
+                                                         "micro_batch_size", "zero", "sequence_parallel")]
+    grid = layouts
+    for other in others:
+        grid = grid.merge(other, how="cross")
+    schedules = pd.DataFrame(pairs, columns=["schedule", "virtual_stages"])
+    piped = grid[grid["pipeline_parallel"] > 1].merge(schedules, how="cross")
+    single = grid[grid["pipeline_parallel"] == 1].assign(schedule="1f1b", virtual_stages=1)
+    frame = pd.concat([single, piped], ignore_index=True)
+    return frame[[*DIMENSIONS, "schedule"]]
+
+
+def enumerate_strategies(models: Sequence[TransformerConfig], *, devices: int, devices_per_node: int,
+                         global_batch: int, dims=None, schedules=None,
+                         tensor_across_nodes: bool = False) -> pd.DataFrame:
+    """Every strategy of the dims on ``devices`` devices, each with the first rule it breaks (module docstring).
+
+    Returns
+    -------
+    DataFrame
+        One row per strategy: the :data:`DIMENSIONS`, ``schedule``, ``micro_batches`` (``m``), ``rule`` (None
+        for a strategy a trainer accepts) and ``reason`` (the rule with the numbers, or "").
+
+    Examples
+    --------
+    >>> from sappkit import TransformerConfig
+    >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
+    ...                         vocab_size=32000)
+    >>> space = enumerate_strategies([gpt], devices=16, devices_per_node=8, global_batch=64,
+    ...                              dims={"tensor_parallel": [8, 16], "zero": [1]})
+    >>> space["rule"].value_counts(dropna=False).to_dict()
+    {None: 68, 'node': 4}
+    >>> space.loc[space["rule"] == "node", "reason"].iloc[0]
+    'tensor_parallel=16 does not divide devices_per_node=8 (a tensor-parallel group stays inside a node)'
+    """
+    check_bool("tensor_across_nodes", tensor_across_nodes)
+    model = _Model.of(models)
+    space = check_dims(dims, default_dims(models, devices, devices_per_node, tensor_across_nodes=tensor_across_nodes))
+    pairs = _schedule_chunks(check_schedules(schedules), space["virtual_stages"])
+    frame = _grid(_layouts(devices, space), space, pairs)
+    if dims is None or "virtual_stages" not in dims:  # the default chunk counts stop where cells run out of layers
+        frame = frame[frame["pipeline_parallel"] * frame["virtual_stages"] <= model.layers]
+    frame[MICRO_BATCHES] = global_batch // (frame["data_parallel"] * frame["micro_batch_size"])
+    frame[RULE], frame[REASON] = None, ""
+    _apply_rules(frame, model, devices_per_node, global_batch, tensor_across_nodes)
+    return frame.sort_values(list(DIMENSIONS) + ["schedule"], kind="stable").reset_index(drop=True)
+
+
+def _apply_rules(frame: pd.DataFrame, model: _Model, devices_per_node: int, global_batch: int,
+                 tensor_across_nodes: bool) -> None:
+    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
+    t, cp, p, v, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel",
+                                                         "pipeline_parallel", "virtual_stages", "data_parallel"))
+    ep, etp, b, m = (frame[key].to_numpy() for key in ("expert_parallel", "expert_tensor_parallel",
+                                                       "micro_batch_size", MICRO_BATCHES))
+    seq = model.seq_length
+
+    def reject(rule: str, broken: np.ndarray, reason) -> None:
+        rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
+        frame.loc[frame.index[rows], RULE] = rule
+        frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
+
+    for heads, kv in model.heads:
+        reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
+        reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
+                                               "(whole key/value heads per rank)")
+    if not tensor_across_nodes:
+        reject("node", devices_per_node % t != 0,
+               lambda i: f"tensor_parallel={t[i]} does not divide devices_per_node={devices_per_node} "
+                         "(a tensor-parallel group stays inside a node)")
+    reject("sequence", (cp > 1) & (seq % (2 * cp) != 0),
+           lambda i: f"seq_length={seq} does not split into 2 * context_parallel = {2 * cp[i]} equal chunks "
+                     "(Megatron-LM's load-balanced ring attention)")
+    shard = seq // cp
+    reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
+           lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
+                     "(sequence parallelism)")
+    _expert_rules(reject, model, t * cp * dp, ep, etp)
+    reject("batch", global_batch % (dp * b) != 0,
+           lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
+                     f"global_batch={global_batch}")
+    reject("cells", p * v > model.layers,
+           lambda i: f"pipeline_parallel * virtual_stages = {p[i]} * {v[i]} = {p[i] * v[i]} cells exceed the "
+                     f"{model.layers} body layers (each cell holds at least one)")
+    refusals = _schedule_refusals(frame)
+    reject("schedule", refusals.notna().to_numpy(), lambda i: refusals.iloc[i])
+    reject("size", p * v * m > MAX_SIMULATED_PASSES,
+           lambda i: f"p * v * m = {p[i]} * {v[i]} * {m[i]} = {p[i] * v[i] * m[i]:,} forward passes; sappkit "
+                     f"simulates at most {MAX_SIMULATED_PASSES.cited}")
+
+
+def _expert_rules(reject, model: _Model, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:
+    if not model.experts:
+        def dense(i):
+            set_ = [f"{name}={value}" for name, value in (("expert_parallel", ep[i]), ("expert_tensor_parallel",
+                                                                                       etp[i])) if value > 1]
+            return f"{' and '.join(set_)} {'needs' if len(set_) == 1 else 'need'} a MoE model (this one has no experts)"
+
+        reject("experts", (ep > 1) | (etp > 1), dense)
+        return
+    reject("experts", model.experts % ep != 0,
+           lambda i: f"expert_parallel={ep[i]} does not divide the {model.experts} routed experts")
+    reject("experts", ranks % (ep * etp) != 0,
+           lambda i: f"expert_parallel * expert_tensor_parallel = {ep[i] * etp[i]} does not divide tensor_parallel "
+                     f"* context_parallel * data_parallel = {ranks[i]}")
+
+
+def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
+    """Per row, what :func:`check_pipeline` refuses (None where it accepts, and without a pipeline)."""
+    keys = ["schedule", "pipeline_parallel", MICRO_BATCHES, "virtual_stages"]
+    shapes = frame.loc[frame["pipeline_parallel"] > 1, keys].drop_duplicates()
+    refused = {}
+    for schedule, p, m, v in shapes.itertuples(index=False):
+        try:
+            check_pipeline(schedule, int(p), max(int(m), 1), int(v))
+        except InputError as error:
+            refused[(schedule, p, m, v)] = str(error)
+    index = pd.MultiIndex.from_frame(frame[keys])
+    return pd.Series([refused.get(key) for key in index], index=frame.index, dtype=object)

@@ -1,0 +1,208 @@
+"""What the search's workers run: price a shape and bound its strategies, the cheap pass, the balanced pass.
+
+Every function here is a plain top-level function of picklable arguments, so
+any :class:`concurrent.futures.Executor` (a process pool, Dask's
+``Client.get_executor()``) can run it, and it returns the same numbers
+wherever it runs.
+
+- **Shapes** (:func:`price`): compile one shape's layer table, the shared
+  work shipped with its strategies.
+- **Bounds** (:func:`bound`): bound strategies from their shapes' summaries
+  (:mod:`~.bounds`, :mod:`~.even_bounds`), a pipeline's strategies together.
+- **The cheap pass** (:func:`even_pass`): the even placement a trainer makes
+  by default, every layer on one recompute option, simulated end to end
+  (:func:`sappkit.strategy.step.price_plan`): the fastest option whose
+  placement fits. Options are tried in the order of their bounds, and the
+  pass stops at the first bound no faster than the best step found.
+- **The balanced pass** (:func:`balanced_pass`): :func:`sappkit.balance` with
+  the step objective choosing the layers and the recompute of every stage
+  (so of every layer, among all five options), simulated end to end. Without
+  a pipeline there is nothing to place: the cheap pass is the answer.
+
+The balancer's solver runs without a time limit (a node limit instead) on one
+thread, so a result never depends on the machine's load.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ...balancer import SolverOptions, balance, even_plan
+from ...balancer.evaluate import ceiling
+from ...columns import LAYERS, MEMORY_MB, OPTION, SAPP_OPTIONS
+from ...hardware import Cluster
+from ...layers import KernelConfig, TransformerConfig
+from ...layers.comm import boundary_ms
+from ...layers.estimate import param_bytes
+from ..config import Strategy
+from ..step import IDLE_MS, price_plan, price_single_stage
+from .bounds import PerStrategy, bounds, stack_costs
+from .even_bounds import even_bounds
+from .shapes import PricedShape, price_shape, shape_parallel
+
+__all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
+           "strategy_of", "SOLVER", "STRATEGY_FIELDS"]
+
+_MB = 2**20
+#: The balancer's solver settings in the search: reproducible whatever the load (module docstring).
+SOLVER = SolverOptions(time_limit=None, node_limit=20_000, threads=1)
+#: The fields of a strategy row, in the order tasks receive them (after the row's index).
+STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
+                   "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
+                   "schedule")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What every task of one search shares."""
+
+    models: tuple[TransformerConfig, ...]
+    cluster: Cluster
+    global_batch: int
+    memory_mb: float
+    dtype: str
+    kernels: KernelConfig | None = None
+
+
+@dataclass(frozen=True)
+class Bounded:
+    """Per strategy (in the order given), its bounds."""
+
+    memory_mb: np.ndarray
+    """The least peak memory of any placement and recompute (:mod:`~.bounds`)."""
+    time_ms: np.ndarray
+    """The least step time of any placement and recompute that fits (:mod:`~.bounds`)."""
+    even_ms: np.ndarray
+    """``[strategy, option]``: the least step of the even placement under each option, ``inf`` where it cannot fit
+    (:mod:`~.even_bounds`)."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One strategy priced: its step (``inf`` when nothing fits) and what the frame shows of it."""
+
+    index: int
+    placement: str
+    """``"even"`` or ``"balanced"``."""
+    step_ms: float
+    peak_memory_mb: float
+    bubble: float
+    """The share of the step the stages spend idle (pipeline bubbles and waiting), averaged over the stages."""
+    recompute: str
+    """The option every layer runs (even), or the layers per option (balanced: ``"none 70, full 10"``)."""
+    message: str = ""
+    """Why nothing fits, where nothing does."""
+
+
+def price(setting: Setting, shape: tuple) -> PricedShape:
+    """Compile one shape's layer table: the search's shared work."""
+    return price_shape(setting.models, shape, setting.cluster, setting.kernels, setting.dtype)
+
+
+def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
+    """Bound strategies (``rows``: the strategy columns, ``micro_batches`` and ``shape``, an index into ``costs``,
+    a dict of shape index to the shape tuple and its :class:`~.shapes.ShapeCosts` and table constant)."""
+    n = len(rows)
+    shape_ids = sorted(set(rows["shape"]))
+    position = {shape: i for i, shape in enumerate(shape_ids)}
+    kinds = len(costs[shape_ids[0]][1].counts)
+    params, ends, p2p = np.empty((n, kinds)), np.empty((n, 2)), np.empty(n)
+    index = pd.Series(range(n))
+    shape, dp, zero, p = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero", "pipeline_parallel"))
+    for (k, d, z), at in index.groupby([shape, dp, zero]).groups.items():
+        parallel = shape_parallel(costs[k][0], d, z, setting.dtype)
+        summary = costs[k][1]
+        params[at] = [param_bytes(dense, expert, parallel)[0] / _MB
+                      for dense, expert in zip(summary.dense_params, summary.expert_params)]
+        ends[at] = [param_bytes(end[4], 0.0, parallel)[0] / _MB + end[3] for end in (summary.head, summary.tail)]
+    for (k, d, stages), at in index.groupby([shape, dp, p]).groups.items():
+        p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype), setting.cluster,
+                              int(stages))
+    const = np.array([costs[k][2] for k in shape])
+    memory, time, even = np.empty(n), np.empty(n), np.empty((n, len(SAPP_OPTIONS)))
+    stacked = stack_costs([costs[k][1] for k in shape_ids])
+    where = np.array([position[k] for k in shape])
+    keys = [rows[key].to_numpy() for key in ("schedule", "pipeline_parallel", "virtual_stages", "micro_batches")]
+    for (schedule, stages, chunks, m), at in index.groupby(keys).groups.items():
+        at = np.asarray(at)
+        values = PerStrategy.gather(stacked, where[at],
+                                    params=params[at], head_mb=ends[at, 0], tail_mb=ends[at, 1], const_mb=const[at],
+                                    p2p_ms=p2p[at])
+        found = bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
+        memory[at], time[at] = found.memory_mb, found.time_ms
+        even[at] = even_bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
+    return Bounded(memory, time, even)
+
+
+def strategy_of(row: tuple, dtype: str) -> Strategy:
+    """The :class:`~sappkit.Strategy` of a task's row (its index, then :data:`STRATEGY_FIELDS`)."""
+    values = dict(zip(STRATEGY_FIELDS, row[1:]))
+    return Strategy(**{key: (value if key == "schedule" else bool(value) if key == "sequence_parallel"
+                             else int(value)) for key, value in values.items()}, dtype=dtype)
+
+
+def even_pass(setting: Setting, priced: PricedShape, rows: list[tuple], even_ms: np.ndarray) -> list[Outcome]:
+    """The cheap pass (module docstring) on strategies of one shape: rows ``(index, *STRATEGY_FIELDS)`` and their
+    even bounds per option (``[row, option]``)."""
+    return [_even(setting, priced, row, bound) for row, bound in zip(rows, even_ms)]
+
+
+def _even(setting: Setting, priced: PricedShape, row: tuple, bound: np.ndarray) -> Outcome:
+    strategy = strategy_of(row, setting.dtype)
+    layers = priced.compiled.table(strategy.parallel, setting.cluster)
+    m = strategy.micro_batches(setting.global_batch)
+    best = None
+    for option in np.argsort(bound, kind="stable"):
+        # the option's step is at least its bound: once that bound is no faster than the best step, stop
+        if not np.isfinite(bound[option]) or (best is not None and bound[option] >= best[0].step_time):
+            break
+        name = SAPP_OPTIONS[option]
+        if strategy.pipeline_parallel == 1:
+            result = price_single_stage(layers, strategy, setting.cluster, micro_batches=m, option=name,
+                                        memory_mb=setting.memory_mb)
+            fits = bool((result.stages[MEMORY_MB] <= ceiling(setting.memory_mb)).all())
+        else:
+            plan = even_plan(layers, option=name, stages=strategy.pipeline_parallel, micro_batches=m,
+                             memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
+                             schedule=strategy.schedule)
+            fits = plan.fits
+            result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=_p2p(setting, strategy)) \
+                if fits else None
+        if fits and (best is None or result.step_time < best[0].step_time):
+            best = (result, name)
+    if best is None:
+        return Outcome(row[0], "even", np.inf, np.nan, np.nan, "", "no recompute option's even placement fits")
+    return _outcome(row[0], "even", *best)
+
+
+def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
+    """The balanced pass (module docstring) on one strategy with a pipeline, a row as :func:`even_pass` takes."""
+    strategy = strategy_of(row, setting.dtype)
+    layers = priced.compiled.table(strategy.parallel, setting.cluster)
+    plan = balanced_plan(setting, strategy, layers)
+    if not plan.has_plan:
+        return Outcome(row[0], "balanced", np.inf, np.nan, np.nan, "", plan.message or plan.describe())
+    result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=_p2p(setting, strategy))
+    per_option = plan.assignment.groupby(OPTION)[LAYERS].sum()
+    mix = ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
+    return _outcome(row[0], "balanced", result, mix)
+
+
+def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
+    """The balancer's plan for a strategy (step objective, every recompute option; only what ``trainer`` states)."""
+    return balance(layers, stages=strategy.pipeline_parallel, micro_batches=strategy.micro_batches(
+        setting.global_batch), memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
+        schedule=strategy.schedule, objective="step", trainer=trainer, solver=SOLVER)
+
+
+def _p2p(setting: Setting, strategy: Strategy) -> float:
+    return boundary_ms(setting.models[-1], strategy.parallel, setting.cluster, strategy.pipeline_parallel)
+
+
+def _outcome(index: int, placement: str, result, recompute: str) -> Outcome:
+    idle = result.breakdown[IDLE_MS].to_numpy()
+    return Outcome(index, placement, float(result.step_time), float(result.stages[MEMORY_MB].max()),
+                   float(idle.mean() / result.step_time), recompute)

@@ -1,0 +1,136 @@
+"""Dashboard of the strategy search in ``notebooks/06_strategy.ipynb``: device count, global batch, sequence length
+and device in; the search's summary, its Pareto plot, the ten fastest strategies and, for the one chosen among
+them, its balanced plan with its Gantt chart and stage memory out.
+
+Thin wiring of :func:`sappkit.search_strategies` (each setting searched once and kept, on one thread of this
+kernel), :meth:`sappkit.StrategySearch.plan` and the plots. A setting not searched yet takes a search (about a
+second or two on the notebook's space); the chosen row and every setting met before answer at once. For a
+report, the device counts' states are precomputed (:mod:`.offline`).
+"""
+
+from __future__ import annotations
+
+import html
+from concurrent.futures import ThreadPoolExecutor
+
+import matplotlib.pyplot as plt
+
+from ..plots.pipeline import plot_schedule, plot_stage_memory
+from ..plots.search import plot_strategy_pareto
+from ..strategy.search import search_strategies
+from .offline import Shown, control_states, dashboard_box, display_shown
+
+__all__ = ["StrategySearchDashboard"]
+
+#: Rows of the table of the fastest strategies (and the choices of the row control).
+TOP = 10
+
+
+class StrategySearchDashboard:
+    """Controls over a model's strategy search; ``.widget`` to display, ``.last`` the latest search.
+
+    ``model`` and ``search_options`` (``dims``, ``memory_mb``, ``balance_top``, ...) go to
+    :func:`sappkit.search_strategies`; the controls choose among ``devices``, ``global_batch``, ``seq_length`` and
+    ``device`` (their first value to start). ``.table`` (an ``ipywidgets.HTML``) shows the ten fastest strategies,
+    ``.output`` the summary and the figures.
+    """
+
+    def __init__(self, model, *, devices=(128, 256, 512), global_batch=(256, 512), seq_length=(4096, 8192),
+                 device=("h100-sxm", "a100-80g", "h200"), **search_options):
+        import ipywidgets as w
+
+        self.model, self.options = model, search_options
+        self.searches: dict = {}
+        self.executor = ThreadPoolExecutor(1)
+        self.controls = dict(
+            devices=w.Dropdown(options=list(devices), description="devices"),
+            global_batch=w.Dropdown(options=list(global_batch), description="global batch"),
+            seq_length=w.Dropdown(options=list(seq_length), description="sequence"),
+            device=w.Dropdown(options=list(device), description="device"),
+        )
+        self.row = w.Dropdown(description="strategy", layout=w.Layout(width="34em"))
+        self.status_html, self.table, self.output = w.HTML(), w.HTML(), w.Output()
+        self.last = None
+        for control in self.controls.values():
+            control.observe(lambda _change: self.update(), names="value")
+        self._filling = False
+        self.row.observe(lambda _change: None if self._filling else self.redraw(), names="value")
+        self.widget = dashboard_box([w.HBox(list(self.controls.values())), self.status_html, self.table, self.row,
+                                     self.output], report_html=self.report_html)
+        self.update()
+
+    def settings(self) -> dict:
+        """The controls' values, by :func:`sappkit.search_strategies`'s argument names."""
+        return {name: control.value for name, control in self.controls.items()}
+
+    def search(self, **settings):
+        """The search of ``settings`` (searched once, then kept)."""
+        key = tuple(sorted(settings.items()))
+        if key not in self.searches:
+            self.searches[key] = search_strategies(self.model, executor=self.executor, progress=False,
+                                                   **self.options, **settings)
+        return self.searches[key]
+
+    def show(self, row=None, **settings) -> Shown:
+        """The search of ``settings``: its summary and Pareto plot, and for ``row`` (default the best) its
+        balanced plan's Gantt chart and stage memory."""
+        found = self.search(**settings)
+        best = found.best
+        if best is None:
+            return Shown(found, found.describe(), (), alert=True)
+        row = best.name if row is None else row
+        figure, ax = plt.subplots(figsize=(10, 4.5), layout="constrained")
+        plot_strategy_pareto(found.frame, memory_mb=found.memory_mb, highlight=row, ax=ax)
+        ax.set_title(f"{len(found.frame):,} strategies on {found.devices:,} devices: the priced ones")
+        lines = [found.describe()]
+        figures = [figure]
+        if found.frame.at[row, "pipeline_parallel"] > 1:
+            plan = found.plan(row)
+            lines.append(f"\nbalanced plan of {found.frame.at[row, 'label']} (the pipeline alone, without the "
+                         f"data-parallel and optimizer tail):\n{plan.describe()}")
+            if plan.has_plan:
+                figures.append(_plan_figure(plan))
+        else:
+            lines.append(f"\n{found.frame.at[row, 'label']} runs no pipeline: there is no plan to balance")
+        return Shown(found, "\n".join(lines), tuple(figures))
+
+    def update(self) -> None:
+        """Search the controls' setting (or take it from those searched), then refill the table and the rows."""
+        self.status_html.value = "<i>searching...</i>"
+        found = self.search(**self.settings())
+        self.last = found
+        table = found.table(TOP)
+        self.table.value = table.round(1).to_html(classes="sappkit-top") if len(table) else ""
+        self._filling = True  # the first row (the best) is chosen anew: draw it once, below
+        self.row.options = [(label, index) for index, label in zip(table.index, table["label"])]
+        self.row.value = table.index[0] if len(table) else None
+        self._filling = False
+        self.redraw()
+
+    def redraw(self) -> None:
+        """Draw the chosen row of the latest search."""
+        if self.last is None:
+            return
+        shown = self.show(row=self.row.value, **self.settings())
+        best = shown.result.best
+        color = "red" if shown.alert else "green"
+        headline = "no strategy fits" if best is None else (f"best: {best['label']}, step {best['step_ms']:,.0f} "
+                                                            f"ms, MFU {best['mfu']:.1%}")
+        self.status_html.value = f'<b style="color:{color}">{html.escape(headline)}</b>'
+        display_shown(self.output, shown)
+
+    def report_html(self) -> str:
+        """The device-count control for a report: every device count's search, its best strategy drawn."""
+        values = list(self.controls["devices"].options)
+        return control_states(self.show, self.settings(), self.controls, "devices", values,
+                              label=lambda devices: f"{devices:,} devices", control="devices",
+                              what=f"the search at {len(values)} device counts, each showing its best strategy")
+
+
+def _plan_figure(plan):
+    """The plan's simulated schedule (Gantt chart) beside its stage memory against the limit."""
+    figure, (gantt, memory) = plt.subplots(1, 2, figsize=(14, 4), layout="constrained",
+                                           gridspec_kw=dict(width_ratios=[2.2, 1]))
+    plot_schedule(plan.simulate(), ax=gantt)  # its own title (schedule, step, bubble) sits above its legend
+    plot_stage_memory(plan.stages, ax=memory)
+    return figure

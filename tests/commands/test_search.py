@@ -1,0 +1,160 @@
+"""``sappkit search``: the fastest strategies in 100 columns with units, for people, CSV or JSON; a config.json
+model; a Dask scheduler that does not answer is refused in one line."""
+
+import json
+import shlex
+import sys
+
+import numpy as np
+import pytest
+
+from sappkit import read_trainer_config, search_strategies
+from sappkit.cli import main
+
+LLAMA = dict(model_type="llama", num_hidden_layers=8, hidden_size=1024, num_attention_heads=16,
+             num_key_value_heads=4, intermediate_size=4096, vocab_size=32000, max_position_embeddings=2048,
+             hidden_act="silu")
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA))
+    return path
+
+
+def _search(config, *extra):
+    return main(["search", "--model", str(config), "--devices", "16", "--global-batch", "64", "--device", "a100-80g",
+                 "--memory", "2000", "--top", "5", "--balance-top", "2", *extra])
+
+
+def test_cli_search_prints_the_fastest_strategies_with_units_and_the_limits(config, capsys):
+    assert _search(config) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "config.json on 16 x a100-80g (dgx-a100), global batch 64 x 2,048 tokens, memory 2,000 MB"
+    assert out[-1].startswith("searched in ") and out[-1].endswith(" s")
+    assert out[1].split() == ["strategy", "step", "(ms)", "tokens/s/dev", "TFLOP/s/dev", "MFU", "peak", "(MB)"]
+    assert len([line for line in out[2:] if line.startswith("t")]) == 5
+    assert out[7].endswith("rejected") and out[8].startswith("best: t")
+    assert sum(line.startswith("- ") for line in out) == 4
+    assert all(len(line) <= 100 for line in out)
+
+
+def test_cli_search_writes_json_and_csv(config, capsys):
+    assert _search(config, "--format", "json") == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["best"] == document["strategies"][0]["label"] and len(document["strategies"]) == 5
+    assert sum(document["statuses"].values()) == document["searched"] and len(document["limits"]) == 4
+    assert _search(config, "--format", "csv") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("tensor_parallel,pipeline_parallel,virtual_stages") and len(lines) == 6
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--scheduler", "tcp://127.0.0.1:9"], "sappkit search: --scheduler: no Dask scheduler answers at "
+                                           "'tcp://127.0.0.1:9'"),
+    (["--top", "0"], "sappkit search: --top must be an int >= 1; got 0"),
+])
+def test_cli_search_refuses_in_one_line(config, capsys, extra, message):
+    if "--scheduler" in extra:
+        pytest.importorskip("distributed")
+    assert _search(config, *extra) == 2
+    assert capsys.readouterr().err.startswith(message)
+
+
+def test_cli_search_refuses_a_model_it_cannot_read(capsys):
+    assert main(["search", "--model", "llama9", "--devices", "8", "--global-batch", "8"]) == 2
+    assert capsys.readouterr().err == ("sappkit search: --model must be a preset (gpt3-175b, megatron-22b, "
+                                       "megatron-530b, megatron-1t, llama2-70b, llama3-8b, llama3-70b, llama3-405b, "
+                                       "mixtral-8x7b, deepseek-v3) or a config.json file; got 'llama9'\n")
+
+
+def test_cli_search_names_the_extra_a_scheduler_needs(config, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as without the [cluster] extra
+    assert _search(config, "--scheduler", "tcp://127.0.0.1:9") == 2
+    assert capsys.readouterr().err == ("sappkit search: --scheduler needs Dask's distributed scheduler: pip install "
+                                       "'sappkit[cluster]'\n")
+
+
+#: A search whose best runs a pipeline (the memory limit forces one), quick enough for the fast lane.
+PIPELINED = ["search", "--model", "llama3-8b", "--devices", "16", "--global-batch", "32", "--seq-length", "2048",
+             "--memory", "12000", "--top", "3", "--balance-top", "2"]
+
+
+@pytest.fixture(scope="module")
+def pipelined():
+    """The library's answer to PIPELINED with Megatron-LM's schedules (what --export megatron searches)."""
+    return search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=12000,
+                             balance_top=2, schedules=["1f1b", "interleaved"], progress=False)
+
+
+def _exported(text: str, trainer: str) -> str:
+    return text.split(f"{trainer} config (")[1].split("\n", 1)[1].split("\nnote:")[0].split("\nsearched in")[0]
+
+
+def test_cli_search_exports_the_best_to_megatron_and_reads_back_to_its_plan(capsys, pipelined):
+    assert main([*PIPELINED, "--export", "megatron"]) == 0
+    text = capsys.readouterr().out
+    best, strategy, plan = pipelined.best, pipelined.strategy(), pipelined.plan(trainer="megatron")
+    assert f"the best strategy {best['label']}, its plan within megatron's grammar:" in text
+    assert "trainer grammar: megatron (" in text and strategy.pipeline_parallel > 1
+    back = read_trainer_config(shlex.split(_exported(text, "megatron").replace("\\\n", " ")), world_size=16,
+                               layers=pipelined.layers(), memory_mb=12000)
+    degrees = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
+               "expert_parallel", "micro_batch_size", "schedule")
+    assert [getattr(back.strategy, name) for name in degrees] == [getattr(strategy, name) for name in degrees]
+    assert back.global_batch == 32 and np.array_equal(back.plan.counts, plan.counts)
+    assert back.micro_batches == plan.setup.micro_batches
+    assert all(len(line) <= 100 for line in text.splitlines())
+
+
+def test_cli_search_exports_the_best_to_torchtitan_and_reads_back_to_its_plan(capsys, tmp_path):
+    assert main([*PIPELINED, "--schedules", "interleaved", "--export", "torchtitan", "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    found = search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=12000,
+                              balance_top=2, schedules=["interleaved"], progress=False)
+    assert document["best"] == found.best["label"] and document["export"]["form"] == "toml"
+    assert document["constraint_cost"]["trainer"] == "torchtitan"
+    path = tmp_path / "job.toml"
+    path.write_text(document["export"]["text"])
+    back = read_trainer_config(path, world_size=16, layers=found.layers(), memory_mb=12000)
+    strategy = found.strategy()
+    assert (back.strategy.pipeline_parallel, back.strategy.virtual_stages, back.strategy.schedule,
+            back.strategy.tensor_parallel, back.strategy.context_parallel, back.strategy.micro_batch_size) == (
+        strategy.pipeline_parallel, strategy.virtual_stages, strategy.schedule, strategy.tensor_parallel,
+        strategy.context_parallel, strategy.micro_batch_size)
+    assert back.strategy.data_parallel == strategy.data_parallel  # local_batch_size = m b, global = dp m b
+    assert back.strategy.data_parallel * back.micro_batches * back.strategy.micro_batch_size == 32
+    assert np.array_equal(back.plan.counts, found.plan(trainer="torchtitan").counts)
+
+
+def test_cli_search_exports_a_best_without_a_pipeline_as_megatrons_degrees(capsys):
+    assert main([*PIPELINED, "--memory", "16000", "--export", "megatron"]) == 0
+    text = capsys.readouterr().out
+    assert ("the best strategy t1 p1 v1 dp8 cp2 ep1 b1 1f1b zero3, every layer recomputing 'both':\n"
+            "megatron config (arguments):\n--pipeline-model-parallel-size 1 \\\n--context-parallel-size 2 \\\n"
+            "--micro-batch-size 1 \\\n--global-batch-size 32 \\\n") in text
+    assert ("note: recompute not set: add Megatron-LM's --recompute-* flags for 'both' (or export a strategy with\n"
+            "  a pipeline: its plan carries them)\n") in text
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--memory", "16000", "--export", "torchtitan"],
+     "sappkit search: --export torchtitan: the best strategy t1 p1 v1 dp8 cp2 ep1 b1 1f1b zero3 runs no pipeline "
+     "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; use --export megatron\n"),
+    (["--schedules", "interleaved", "--export", "hyperparallel"],
+     "sappkit search: --export hyperparallel: the best strategy t2 p2 v4 dp2 cp2 ep1 b1 interleaved zero3: "
+     "hyperparallel runs no 'interleaved' schedule; plan for one of '1f1b'\n"),
+])
+def test_cli_search_refuses_an_export_the_trainer_cannot_run(capsys, extra, message):
+    assert main([*PIPELINED, *extra]) == 2
+    assert capsys.readouterr().err == message
+
+
+def test_cli_search_names_the_trainers_it_exports_to(capsys):
+    with pytest.raises(SystemExit) as exit_code:
+        main([*PIPELINED, "--export", "deepspeed"])
+    assert exit_code.value.code == 2
+    err = capsys.readouterr().err.replace("'", "")  # argparse quotes the choices from Python 3.12.8 on
+    assert err == ("sappkit search: argument --export: invalid choice: deepspeed (choose from megatron, torchtitan, "
+                   "mindformers, hyperparallel) (see sappkit search --help)\n")
