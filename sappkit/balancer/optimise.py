@@ -15,10 +15,14 @@ balancer"). Two routes reach the same proven optimum:
 - the **integer program** (:mod:`sappkit.balancer.ilp`; HiGHS or CBC through PuLP) for
   everything else.
 
-Objective ``step`` is the simulated step time, which no closed form gives:
-the ``sapp`` optimum starts a local search on the exact step time
-(:mod:`sappkit.balancer.step.local_search`), and a linear relaxation over the
-schedule's paths proves a lower bound (:mod:`sappkit.balancer.step.bound`).
+Objective ``step`` is the simulated step time, the longest path through the
+schedule's graph (:mod:`sappkit.balancer.step`). With one chunk (1F1B,
+SeqPipe) an exact search over the stages' contents proves the optimum
+(:mod:`sappkit.balancer.step.proof`); with more, a local search on the exact
+step time runs from several starts (:mod:`sappkit.balancer.step.starts`: the
+``sapp`` optimum, the fastest even plan that fits, the least busiest-stage
+work), and a linear relaxation over the schedule's paths proves a lower bound
+(:mod:`sappkit.balancer.step.bound`).
 
 Infeasible instances come back as a :class:`~sappkit.Plan` with status
 ``"infeasible"``, the least ``memory_mb`` that would fit and the stage that
@@ -46,6 +50,9 @@ from .plan import Plan, make_plan
 from .setup import BalanceSetup, make_setup
 from .ilp.solver import SolverOptions, solve
 from .step.steptime import step_timer
+from .step import proof as exact_step
+from .step.contents import why_not_applicable as why_no_contents
+from .step.starts import start_placements
 
 __all__ = ["balance", "balance_reusing", "optimise", "least_memory", "Solved"]
 
@@ -190,10 +197,12 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         ``"sapp"``: SAPP's pipeline balancer's time model at ``optimization_level``
         (docs/design.md "Time and the objectives"). ``"step"``: the simulated step time itself
         (:meth:`Plan.simulate`'s ``step_time``, computed exactly as a longest
-        path through the schedule): a local search on it from the ``sapp``
-        optimum, so never slower than that; ``plan.lower_bound`` is a proven
-        bound, ``plan.gap`` the gap to it, ``plan.method`` how the plan was
-        reached.
+        path through the schedule): with one chunk the proven optimum (status
+        ``"optimal"``, gap 0, within the search's budgets), with more a local
+        search on it from the ``sapp`` optimum and other starts; never slower
+        than the ``sapp`` optimum or the even plan that fits;
+        ``plan.lower_bound`` is a proven bound, ``plan.gap`` the gap to it,
+        ``plan.method`` the start and the changes that reached the plan.
     optimization_level : int
         0, 1 (default) or >= 2, as in SAPP's pipeline balancer.
     consistent_recompute : bool
@@ -231,8 +240,8 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     >>> small.status, small.memory_needed_mb, small.binding_stage
     ('infeasible', 490.0, 0)
     >>> fast = balance(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=1000, objective="step")
-    >>> fast.objective == fast.simulate().step_time, fast.status, round(fast.lower_bound, 2)
-    (True, 'feasible', 57.88)
+    >>> fast.objective == fast.simulate().step_time, fast.status, fast.lower_bound
+    (True, 'optimal', 60.0)
     """
     return balance_reusing(None, **locals())
 
@@ -258,23 +267,28 @@ def _solve(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
 
 
 def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
-    """Objective ``step``: the ``sapp`` optimum improved by the local search on the simulated step time, with
-    a proven lower bound."""
+    """Objective ``step``: with one chunk the proven-fastest placement over the stages' contents
+    (:mod:`.step.proof`); otherwise the local search on the simulated step time from the ``sapp`` optimum and
+    the other starts (:mod:`.step.starts`), with the linear relaxation's lower bound."""
     start = time.perf_counter()
+    cache = exact.Cache() if cache is None else cache
     solved = optimise(setup, options, cache=cache)
     if solved.counts is None or solved.status == "infeasible":
         return _plan(setup, solved, options, cache)
-    starts = {"sapp optimum" if solved.status == "optimal" else "sapp incumbent": solved.counts}
+    label = "sapp optimum" if solved.status == "optimal" else "sapp incumbent"
     timer = step_timer(setup)
+    starts = start_placements(setup, timer, solved.counts, f"{label} ({solved.method})", cache)
+    proof = None if why_no_contents(setup) else exact_step.search(setup, timer, cache, starts)
+    if proof is not None:
+        gap = (proof.step_time - proof.lower) / proof.step_time
+        return make_plan(setup, proof.counts, status="optimal" if proof.proven else "feasible", gap=gap,
+                         lower_bound=proof.lower, objective=proof.step_time, _step_time=proof.step_time,
+                         solve_seconds=time.perf_counter() - start, method=proof.describe(), notes=setup.notes)
     found = improve(setup, timer, starts)
     bound = step_lower_bound(setup, timer, options)
     bound = None if bound is None else min(bound, found.step_time)
     gap = None if bound is None else (found.step_time - bound) / found.step_time
     proven = gap is not None and gap <= options.gap
-    origin = f"{found.start} ({solved.method})"
-    kicks = f", {found.kicks} after random kicks" if found.kicks else ""
-    method = (f"{origin} improved by {found.moves} local move{'s' * (found.moves != 1)}{kicks}" if found.moves
-              else f"{origin}; no local move improves it")
     return make_plan(setup, found.counts, status="optimal" if proven else "feasible", gap=gap,
                      lower_bound=bound, objective=found.step_time, _step_time=found.step_time,
-                     solve_seconds=time.perf_counter() - start, method=method, notes=setup.notes)
+                     solve_seconds=time.perf_counter() - start, method=found.describe(), notes=setup.notes)

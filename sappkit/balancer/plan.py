@@ -99,18 +99,21 @@ class Plan:
     status : {"optimal", "feasible", "time_limit", "infeasible", "failed", "evaluated"}
         How the plan was found: ``"optimal"`` proven; ``"feasible"`` a plan
         that fits from a search that proves no optimum (``objective="step"``'s
-        local search; ``gap`` to its ``lower_bound``); ``"time_limit"`` a
-        solver's incumbent; ``"evaluated"`` for :func:`plan_from_offsets`.
+        local search with several chunks, or its exact search past its budgets;
+        ``gap`` to its ``lower_bound``); ``"time_limit"`` a solver's incumbent;
+        ``"evaluated"`` for :func:`plan_from_offsets`.
     gap : float or None
         Relative gap to the proven bound (0 when optimal, None when unknown).
     lower_bound : float or None
         For ``objective="step"``: a proven lower bound on the simulated step
-        time of any placement that fits (:mod:`sappkit.balancer.step.bound`).
+        time of any placement that fits (:mod:`sappkit.balancer.step.proof`
+        with one chunk, :mod:`sappkit.balancer.step.bound` with more).
     solve_seconds : float
     method : str
         What found the plan (``"exact search"``, ``"ilp (highs)"``; for
-        ``objective="step"`` the start and the local moves, e.g. ``"sapp
-        optimum (exact search) improved by 12 local moves"``).
+        ``objective="step"`` the start and the changes, e.g. ``"even plan
+        (selective), then 12 moves and 3 swaps by local search; 2 random kicks
+        helped"``, or with one chunk the descent and the proof).
     step_time : float or None
         The simulated step time of the placement the frames show
         (:meth:`simulate`'s, without transfer time; for an infeasible solve
@@ -189,8 +192,9 @@ class Plan:
         return self.describe(stages=False)
 
     def describe(self, *, stages: bool = True) -> str:
-        """A header line, then (``stages``) one line per stage: layers per chunk and option, memory and time, and
-        the notes; wrapped at 100 columns."""
+        """A header line (for ``objective="step"`` with the gap to the proven lower bound), then (``stages``) how a
+        solved plan was found (the route; for ``step`` the start and the changes), one line per stage: layers
+        per chunk and option, memory and time, and the notes; wrapped at 100 columns."""
         setup = self.setup
         shape = (f"{setup.schedule}: p={setup.stages}, v={setup.chunks}, m={setup.micro_batches}"
                  + (f" x {setup.seq_split} slices" if setup.seq_split > 1 else ""))
@@ -206,6 +210,8 @@ class Plan:
         if not stages:
             return head
         lines = [head]
+        if self.method and self.status in ("optimal", "feasible", "time_limit"):
+            lines.append(f"found by: {self.method}")
         several = len(setup.kinds) > 1
         for stage in self.stages.itertuples(index=False):
             rows = self.assignment[self.assignment[STAGE] == stage.stage]

@@ -26,6 +26,7 @@ from sappkit.balancer.evaluate import counts_from_assignment, evaluate
 from sappkit.balancer.exact import search
 from sappkit.balancer.ilp.program import BalanceModel
 from sappkit.balancer.optimise import optimise
+from sappkit.balancer.views import even_plan
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.ilp.solver import SolverOptions, solve
 
@@ -494,7 +495,7 @@ def test_bad_arguments_name_themselves():
 
 @pytest.mark.parametrize("chunks, micro_batches", [(1, 8), (1, 16), (2, 8), (2, 16)])
 @pytest.mark.parametrize("scale", [0.7, 0.85, 1.0])
-def test_step_never_simulates_slower_than_sapp(rng, chunks, micro_batches, scale):
+def test_step_never_simulates_slower_than_sapp_or_an_even_plan_that_fits(rng, chunks, micro_batches, scale):
     frame = table(rng, counts=(16,))
     pipeline = dict(stages=4, micro_batches=micro_batches, chunks=chunks)
     limit = loose_limit(frame, **pipeline) * scale
@@ -507,7 +508,10 @@ def test_step_never_simulates_slower_than_sapp(rng, chunks, micro_batches, scale
     assert step.objective == step.step_time == pytest.approx(step.simulate().step_time, rel=1e-9)
     assert step.step_time <= sapp.simulate().step_time * (1 + 1e-12)
     assert step.lower_bound <= step.step_time and step.gap == pytest.approx(1 - step.lower_bound / step.step_time)
-    assert step.method.startswith("sapp optimum (exact search)")
+    for option in OPTIONS:
+        even = even_plan(frame, option=option, memory_mb=limit, **pipeline)
+        assert not even.fits or step.step_time <= even.simulate().step_time * (1 + 1e-12)
+    assert any(start in step.method for start in ("sapp optimum (exact search)", "even plan", "least busiest"))
 
 
 def test_optimise_uses_the_ilp_when_the_search_does_not_apply(rng):

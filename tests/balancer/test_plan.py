@@ -227,9 +227,10 @@ def test_exports(tmp_path):
     text = path.read_text()
     assert "memory_cap_3" in text and "stage_time" in text
     lines = plan.describe().splitlines()
-    assert len(lines) == 5
+    assert len(lines) == 6
     assert plan.objective == 18.0 and plan.time_unit == "time units"
     assert lines[0] == "interleaved: p=4, v=2, m=8, limit 2,500 MB: optimal, sapp objective 18 time units"
+    assert lines[1] == "found by: exact search"
     timed = sappkit.balance(sappkit.LayerTable(TABLE.frame, time_unit="ms"), stages=4, micro_batches=8, chunks=2,
                             memory_mb=2500)
     assert timed.describe().splitlines()[0].endswith("objective 18 ms")

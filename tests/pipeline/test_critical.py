@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 
 from sappkit import simulate
-from sappkit.pipeline.critical import critical_path, step_ends, step_graph, step_times
+from sappkit.pipeline.critical import critical_path, stage_critical_paths, step_ends, step_graph, step_times
 from sappkit.pipeline.events import step_plan
 
 #: (schedule, p, m, v, k, less_memory): every order the simulator runs; interleaved with m a multiple of p and
@@ -83,3 +83,34 @@ def test_one_f_one_b_round_trip_is_the_textbook_bound():
     assert trip.tolist() == expected
     # Through stage s: the forwards before it, all its ops, the backwards before it.
     assert through.tolist() == [m * (forward[s] + backward[s]) + (forward + backward)[:s].sum() for s in range(p)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("p2p_time", [0.0, 1e-4, 0.37])
+def test_the_paths_through_every_stage_are_paths_of_the_graph(rng, shape, p2p_time):
+    """Each path's ops add up to at most the step (their own durations and any others: a cut), the path
+    through the stage that sets the step is a longest path, and every path crosses its stage."""
+    graph = step_graph(*shape)
+    durations = rng.uniform(0.0, 5.0, (6, graph.durations)) * (rng.random((6, graph.durations)) < 0.9)
+    times, paths = stage_critical_paths(graph, durations, p2p_time)
+    np.testing.assert_allclose(times, step_times(graph, durations, p2p_time), rtol=1e-12)
+    lengths = np.einsum("rsd,rd->rs", paths, durations)
+    assert (lengths <= times[:, None] * (1 + 1e-12)).all()
+    if p2p_time < 1e-3:  # a longest path: its ops and at most one transfer per op on it
+        np.testing.assert_allclose(lengths.max(axis=1), times, rtol=1e-12, atol=p2p_time * graph.ops)
+    others = rng.uniform(0.0, 5.0, (50, graph.durations))
+    assert ((others @ paths.reshape(-1, graph.durations).T).max(axis=1)
+            <= step_times(graph, others) * (1 + 1e-12)).all()
+    stage = np.concatenate([np.full(len(ops), s) for s, ops in enumerate(step_plan(*shape).stage_ops)])
+    for s in range(shape[1]):
+        on_stage = np.zeros(graph.durations, dtype=bool)
+        on_stage[graph.duration[stage == s]] = True
+        assert (paths[:, s][:, on_stage].sum(axis=1) >= 1).all()
+
+
+def test_a_one_f_one_b_path_through_the_last_stage_crosses_every_stage():
+    # Uniform cells, p = 3, m = 4: the last stage's longest path is the textbook (m + p - 1)(F + B).
+    graph = step_graph("1f1b", 3, 4, 1, 1, False)
+    durations = np.concatenate([np.ones(3), 2 * np.ones(3), np.zeros(6)])
+    times, paths = stage_critical_paths(graph, durations)
+    assert times.tolist() == [18.0] and paths[0, 2] @ durations == 18.0

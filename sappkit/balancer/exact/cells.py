@@ -280,8 +280,8 @@ def _cell_choices(setup, fronts, s, c, cap_layers, cap_backward, only_lightest):
 
 
 def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, time_cap=None,
-               overhead=True) -> Combos | None:
-    """Products of the cells' choices with at most ``max_total`` layers; None past :data:`COMBO_BUDGET`.
+               overhead=True, budget=COMBO_BUDGET) -> Combos | None:
+    """Products of the cells' choices with at most ``max_total`` layers; None past ``budget`` products.
 
     ``time_cap`` prunes partial products as soon as their stage time (max
     forward + max backward) exceeds it; it only grows as cells are added.
@@ -304,7 +304,7 @@ def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, 
         if time_cap is not None:
             keep &= new_forward + new_backward <= time_cap + EPS * max(1.0, abs(time_cap))
         left, right = left[keep], right[keep]
-        if len(left) > COMBO_BUDGET:
+        if len(left) > budget:
             return None
         rows = np.column_stack([rows[left], right])
         totals = totals[left] + part[right, 0].astype(int)

@@ -28,7 +28,7 @@ from .cells import EPS, Cache, Front, _subset_fronts, _undominated, working_fron
 from ..setup import BalanceSetup
 from .stage_bounds import fixed_memory
 
-__all__ = ["why_not_applicable", "search", "least_memory", "run_front", "per_kind", "within"]
+__all__ = ["why_not_applicable", "uneven_options", "search", "least_memory", "run_front", "run_times", "per_kind", "within"]
 
 #: How the cap on a stage's value grows when no placement lies under it.
 _GROWTH = 1.06
@@ -41,6 +41,13 @@ def why_not_applicable(setup: BalanceSetup) -> str:
         return "optimization_level >= 2"
     if setup.consistency is not None:
         return "recompute consistency between body kinds"
+    return uneven_options(setup)
+
+
+def uneven_options(setup: BalanceSetup) -> str:
+    """The first body kind whose options differ in forward time or memory kept once, said as a reason a
+    search over runs does not apply ('' when there is none): a run's forward and memory kept once must
+    follow from its layers alone."""
     for kind in setup.kinds:
         index = setup.item_indices(kind)
         if np.ptp(setup.forward[index]) > 0 or np.ptp(setup.once[index]) > 0:
@@ -248,6 +255,14 @@ def _table(setup: BalanceSetup, cache: Cache, cap: float, measure: str) -> _Tabl
         if (0, s) not in setup.reserved:
             value[s, empty] = np.inf
     return _Table(runs, value, point, complete=longest >= total and bool(listed.all()))
+
+
+def run_times(setup: BalanceSetup, cache: Cache, cap: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every run of the model a stage may hold with its time ``F + B`` within ``cap``: ``(start, length,
+    time, point)``, ``time`` and ``point`` indexed ``[stage, run]`` (inf and -1 where no content of the run
+    fits the memory limit or the cap excludes it; ``point`` indexes :func:`run_front`)."""
+    table = _table(setup, cache, cap, "time")
+    return table.runs.start, table.runs.length, table.value, table.point
 
 
 # ------------------------------------------------------------------ DPs over stages on the model position

@@ -44,16 +44,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..evaluate import ceiling, placement_memory
-from .exchange import exchanged, stage_exchanges
 from ..setup import BalanceSetup
+from .exchange import exchanged, stage_exchanges
+from .resplit import stage_resplits
 from .steptime import StepTimer
 
-__all__ = ["Improved", "improve", "valid", "WORK_BUDGET"]
+__all__ = ["Changes", "Improved", "improve", "valid", "WORK_BUDGET", "MOST_PLACEMENTS"]
 
-#: Op times computed per start (placements simulated x ops in the step) before the search stops there: a
-#: deterministic budget that buys as many placements as the schedule's size allows (about 1,600 for p = 16,
-#: v = 3, m = 64; 20,000 for p = 8, v = 2, m = 16). Twice as much found the same plans on the bench's cases.
-WORK_BUDGET = 10_000_000
+#: Op times computed over all starts (placements simulated x ops in the step) before the search stops: a
+#: deterministic budget that buys as many placements as the schedule's size allows (about 1,900 for p = 16,
+#: v = 3, m = 64; 23,000 for p = 8, v = 2, m = 16), but never more than :data:`MOST_PLACEMENTS`, for the
+#: search's own work per placement (validity, candidate changes, paths) outweighs short steps' op times.
+WORK_BUDGET = 12_000_000
+MOST_PLACEMENTS = 35_000
 #: The first batch of candidates simulated together in a round; each later one is twice as large.
 _FIRST_BATCH = 24
 _LARGEST_BATCH = 384
@@ -72,6 +75,31 @@ _SEED = 0
 
 
 @dataclass(frozen=True)
+class Changes:
+    """How many changes of each kind a search made."""
+
+    moves: int = 0
+    swaps: int = 0
+    exchanges: int = 0
+    resplits: int = 0
+
+    def __add__(self, other: Changes) -> Changes:
+        return Changes(self.moves + other.moves, self.swaps + other.swaps, self.exchanges + other.exchanges,
+                       self.resplits + other.resplits)
+
+    @property
+    def total(self) -> int:
+        return self.moves + self.swaps + self.exchanges + self.resplits
+
+    def describe(self) -> str:
+        """E.g. ``"12 moves, 3 swaps and 1 stage exchange"``."""
+        parts = [f"{n} {word}{'s' * (n != 1)}" for n, word in ((self.moves, "move"), (self.swaps, "swap"),
+                                                              (self.exchanges, "stage exchange"),
+                                                              (self.resplits, "stage re-split")) if n]
+        return " and ".join(parts) if len(parts) < 3 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+@dataclass(frozen=True)
 class Improved:
     """The best placement found, its simulated step time, and how it was reached."""
 
@@ -79,12 +107,18 @@ class Improved:
     step_time: float
     start: str
     """The label of the start it came from."""
-    moves: int
-    """Changes between the start and the placement (those of the kicks that helped included)."""
+    changes: Changes
+    """The changes the descents made on the way from the start (the kicks' own random changes aside)."""
     kicks: int
     """Kicks after which the search found a better placement."""
     evaluated: int
     """Placements simulated over all starts."""
+
+    def describe(self) -> str:
+        """Which start and which changes reached the placement, in words (a plan's ``method``)."""
+        kicks = f"; {self.kicks} random kick{'s' * (self.kicks != 1)} helped" if self.kicks else ""
+        return (f"{self.start}, then {self.changes.describe()} by local search{kicks}" if self.changes.total
+                else f"{self.start}; no change shortens its step")
 
 
 def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
@@ -173,7 +207,7 @@ class _Reached:
     time: float
     ends: float
     """Sum of the ops' end times: the tie-break between placements of one step time."""
-    moves: int
+    changes: Changes
     evaluated: int
 
     def beats(self, other: _Reached) -> bool:
@@ -184,10 +218,10 @@ class _Reached:
 
 
 def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
-                 ends: float) -> tuple[tuple[np.ndarray, float, float] | None, np.ndarray]:
+                 ends: float) -> tuple[tuple[np.ndarray, float, float, int] | None, np.ndarray]:
     """The best of ``candidates`` that beats a placement of step ``time`` and end sum ``ends`` (faster, or as
-    fast with ops ending earlier elsewhere: another longest path got shorter), as ``(counts, time, ends)`` or
-    None; and which of them beat it."""
+    fast with ops ending earlier elsewhere: another longest path got shorter), as ``(counts, time, ends,
+    index)`` or None; and which of them beat it."""
     if not len(candidates):
         return None, np.zeros(0, dtype=bool)
     times, sums = timer.times_and_ends(candidates)
@@ -196,14 +230,14 @@ def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
     if not better.any():
         return None, better
     best = int(np.lexsort((sums, np.where(same, time, times)))[0])
-    return (candidates[best], float(times[best]), float(sums[best])), better
+    return (candidates[best], float(times[best]), float(sums[best]), best), better
 
 
 def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
     """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated."""
     times, sums = timer.times_and_ends(counts[None])
     time, ends = float(times[0]), float(sums[0])
-    moves = evaluated = 0
+    made, evaluated = Changes(), 0
     accepted = []
     helped = np.zeros((0, 8), dtype=int)
     while evaluated < budget:
@@ -231,16 +265,21 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
             found, better = _best_better(timer, _apply(counts, tried), time, ends)
             helped = tried[better]
             size = min(2 * size, _LARGEST_BATCH)
+            if found is not None:
+                row = tried[found[3]]
+                made += Changes(moves=1) if (row[4:] == row[[0, 1, 0, 1]]).all() else Changes(swaps=1)
         if found is None and evaluated < budget:
-            traded = stage_exchanges(setup, counts)
-            traded = traded[valid(setup, traded)][:budget - evaluated]
-            evaluated += len(traded)
-            found, _ = _best_better(timer, traded, time, ends)
+            traded, resplit = stage_exchanges(setup, counts), stage_resplits(setup, counts)
+            traded, resplit = traded[valid(setup, traded)], resplit[valid(setup, resplit)]
+            whole = np.concatenate([traded, resplit])[:budget - evaluated]
+            evaluated += len(whole)
+            found, _ = _best_better(timer, whole, time, ends)
+            if found is not None:
+                made += Changes(exchanges=1) if found[3] < len(traded) else Changes(resplits=1)
         if found is None:
             break
-        counts, time, ends = found
-        moves += 1
-    return _Reached(counts, time, ends, moves, evaluated)
+        counts, time, ends, _ = found
+    return _Reached(counts, time, ends, made, evaluated)
 
 
 def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
@@ -271,45 +310,50 @@ def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> 
     return None
 
 
-def _search(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> tuple[_Reached, int]:
-    """Descend from ``counts``; then kick the best placement and descend again, keeping what beats it
-    (iterated local search), until the budget is spent or :data:`_PATIENCE` kicks in a row found nothing.
-    Returns the best and the kicks that improved it."""
-    best = _descend(setup, timer, counts, budget)
-    evaluated, kicks, failed = best.evaluated, 0, 0
+def _search(setup: BalanceSetup, timer: StepTimer, states: list[_Reached], budget: int) -> tuple[list[_Reached],
+                                                                                                list[int]]:
+    """Kick each placement of ``states`` in turn and descend again, keeping what beats it (iterated local
+    search from several places at once), until the budget is spent or every one has had :data:`_PATIENCE`
+    kicks in a row find nothing. Returns the placements reached and the kicks that improved each."""
+    evaluated, kicks, failed = 0, [0] * len(states), [0] * len(states)
     rng = np.random.default_rng(_SEED)
-    while evaluated < budget and failed < _PATIENCE:
-        kicked = _kick(setup, best.counts, rng)
-        evaluated += 1  # the kicked placement is simulated too
-        if kicked is None:
-            break
-        reached = _descend(setup, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
-        evaluated += reached.evaluated
-        failed += 1
-        if reached.beats(best):
-            best = _Reached(reached.counts, reached.time, reached.ends, best.moves + _KICK + reached.moves, 0)
-            kicks, failed = kicks + 1, 0
-    return replace(best, evaluated=evaluated), kicks
+    while evaluated < budget and min(failed) < _PATIENCE:
+        for i, best in enumerate(states):
+            if failed[i] >= _PATIENCE or evaluated >= budget:
+                continue
+            kicked = _kick(setup, best.counts, rng)
+            evaluated += 1  # the kicked placement is simulated too
+            if kicked is None:
+                failed[i] = _PATIENCE
+                continue
+            reached = _descend(setup, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
+            evaluated += reached.evaluated
+            failed[i] += 1
+            if reached.beats(best):
+                states[i] = _Reached(reached.counts, reached.time, reached.ends, best.changes + reached.changes, 0)
+                kicks[i], failed[i] = kicks[i] + 1, 0
+    return states, kicks
 
 
 def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray], *,
             budget: int | None = None) -> Improved:
     """The fastest placement the search reaches from any of ``starts`` (labelled valid placements).
 
-    Starts are searched in order, each with its own ``budget`` of simulated
-    placements (default :data:`WORK_BUDGET` op times); a start equal to one
-    searched before is skipped; ties go to the earlier start.
+    Each start descends (a start equal to one before is skipped) with at most an equal share of the
+    ``budget`` of simulated placements (default :data:`WORK_BUDGET` op times); then the kicks take turns over
+    the placements reached with what is left. Ties go to the earlier start.
     """
-    budget = WORK_BUDGET // timer.graph.ops if budget is None else budget
-    best, seen, evaluated = None, [], 0
+    budget = min(WORK_BUDGET // timer.graph.ops, MOST_PLACEMENTS) if budget is None else budget
+    seen, labels, states, evaluated = [], [], [], 0
     for label, counts in starts.items():
         counts = np.asarray(counts, dtype=int)
         if any(np.array_equal(counts, other) for other in seen):
             continue
         seen.append(counts)
-        reached, kicks = _search(setup, timer, counts, budget)
-        evaluated += reached.evaluated
-        if best is None or reached.time < best.step_time:
-            best = Improved(counts=reached.counts, step_time=reached.time, start=label, moves=reached.moves,
-                            kicks=kicks, evaluated=0)
-    return replace(best, evaluated=evaluated)
+        labels.append(label)
+        states.append(_descend(setup, timer, counts, max(budget // (len(starts) + 1), 1)))
+        evaluated += states[-1].evaluated
+    states, kicks = _search(setup, timer, states, budget - evaluated)
+    i = min(range(len(states)), key=lambda k: (states[k].time, k))
+    return Improved(counts=states[i].counts, step_time=states[i].time, start=labels[i], changes=states[i].changes,
+                    kicks=kicks[i], evaluated=evaluated + sum(state.evaluated for state in states))

@@ -77,8 +77,8 @@ def test_stage_exchanges_trade_every_pair_of_stages(rng):
 
 
 def test_the_step_search_ends_where_no_stage_exchange_helps(rng, monkeypatch):
-    """Interleaved 8-stage instances: the descent's end beats every stage exchange; without exchanges it
-    stops short on some, so the check has teeth."""
+    """Interleaved 8-stage instances: the descent's end beats every stage exchange; without exchanges (and
+    re-splits) it stops short on some, so the check has teeth."""
     pipeline = dict(stages=8, micro_batches=16, chunks=2)
     short = 0
     for _ in range(3):
@@ -93,6 +93,7 @@ def test_the_step_search_ends_where_no_stage_exchange_helps(rng, monkeypatch):
                                           reached.ends)[0] is None
         with monkeypatch.context() as patch:
             patch.setattr(local_search, "stage_exchanges", lambda setup, counts: counts[None][:0])
+            patch.setattr(local_search, "stage_resplits", lambda setup, counts: counts[None][:0])
             plain = local_search._descend(setup, timer, sapp.counts, 10**6)
         exchanged = stage_exchanges(setup, plain.counts)
         short += local_search._best_better(timer, exchanged[local_search.valid(setup, exchanged)], plain.time,

@@ -17,7 +17,7 @@ import pytest
 
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
-from sappkit.balancer.step.local_search import _kick, improve, valid
+from sappkit.balancer.step.local_search import Changes, _kick, improve, valid
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.step.steptime import step_timer
 
@@ -167,6 +167,24 @@ def test_improve_starts_and_kicks(rng):
     assert valid(setup, found.counts[None])[0]
     kicked = _kick(setup, found.counts, np.random.default_rng(1))
     assert valid(setup, kicked[None])[0] and np.abs(kicked - found.counts).sum() <= 8
+
+
+def test_the_plan_says_which_start_and_changes_reached_it(rng):
+    frame = table(rng, counts=(14,))
+    pipeline = dict(stages=3, micro_batches=6, chunks=2)
+    limit = loose_limit(frame, **pipeline) * 0.85
+    plan = sappkit.balance(frame, memory_mb=limit, objective="step", **pipeline)
+    setup, timer = plan.setup, step_timer(plan.setup)
+    sapp = sappkit.balance(frame, memory_mb=limit, **pipeline)
+    found = improve(setup, timer, {"sapp optimum (exact search)": sapp.counts})
+    if found.changes.total:
+        assert found.describe().startswith(f"sapp optimum (exact search), then {found.changes.describe()} by local "
+                                           "search")
+    text = " ".join(plan.describe().split())  # describe() wraps at 100 columns
+    assert "(simulated step time; proven lower bound" in text and f"gap {plan.gap:.1%}) found by: {plan.method}" in text
+    assert Changes(moves=12, swaps=3, exchanges=1).describe() == "12 moves, 3 swaps and 1 stage exchange"
+    assert Changes(moves=1, resplits=2).describe() == "1 move and 2 stage re-splits"
+    assert Changes().total == 0
 
 
 def test_kicks_keep_every_kinds_layers():
