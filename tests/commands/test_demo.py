@@ -87,7 +87,9 @@ def test_cli_demo_refuses_a_report_folder_in_the_way_before_the_demo(monkeypatch
                                        "--force to replace the report there, or choose another folder (--out DIR)\n")
 
 
-def test_cli_demo_reports_a_refused_report_folder(demo, monkeypatch, capsys):
+def test_cli_demo_reports_a_refused_report_folder(demo, monkeypatch, tmp_path, capsys):
+    monkeypatch.chdir(tmp_path)  # a clean folder: the Quickstart's own `sappkit demo` leaves reports/ in the clone
+
     def refuse(notebooks, out, **options):
         raise InputError(f"out: {str(out)!r} already exists and is not empty")
 
