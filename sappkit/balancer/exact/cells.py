@@ -32,6 +32,8 @@ __all__ = ["Cache", "Combos", "Front", "COMBO_BUDGET", "EPS", "best_per_total", 
 
 #: Stage enumerations larger than this hand the instance to the integer program.
 COMBO_BUDGET = 400_000
+#: (row, choice) pairs a stage enumeration forms at once: a cell of many choices meets its rows a block at a time.
+_PAIRS = 1 << 20
 #: Relative tolerance of comparisons between sums of floats.
 EPS = 1e-9
 
@@ -68,8 +70,6 @@ class Cache:
 
 
 # ------------------------------------------------------------------ fronts
-
-
 @dataclass(frozen=True)
 class Front:
     """Pareto-optimal mixes of ``n`` layers: backward ascending, activation descending."""
@@ -239,8 +239,6 @@ def cell_fronts(setup: BalanceSetup, s: int, n_max, cache: Cache, monotone=None)
 
 
 # ------------------------------------------------------------------ stage enumeration
-
-
 @dataclass(frozen=True)
 class Combos:
     """Every enumerated content of one stage: per combo its cells' layers, backward, activation, point."""
@@ -292,23 +290,26 @@ def enumerate_stage(setup, cache, s, cell_caps, max_total, only_lightest=False, 
     cells = cell_fronts(setup, s, [min(cap, max_total) for cap, _ in caps], cache, monotone)
     parts = [_cell_choices(setup, cells[c], s, c, *caps[c], only_lightest and monotone[c])
              for c in range(setup.chunks)]
-    rows = np.zeros((1, 0), dtype=int)
-    totals = np.zeros(1, dtype=int)
+    rows, totals = np.zeros((1, 0), dtype=int), np.zeros(1, dtype=int)
     most_forward, most_backward = np.zeros(1), np.zeros(1)
-    for c, part in enumerate(parts):
-        left, right = np.repeat(np.arange(len(rows)), len(part)), np.tile(np.arange(len(part)), len(rows))
-        forward = setup.forward[0] * part[right, 0] + setup.fixed_forward[c, s]
-        new_forward = np.maximum(most_forward[left], forward)
-        new_backward = np.maximum(most_backward[left], part[right, 1])
-        keep = totals[left] + part[right, 0].astype(int) <= max_total
-        if time_cap is not None:
-            keep &= new_forward + new_backward <= time_cap + EPS * max(1.0, abs(time_cap))
-        left, right = left[keep], right[keep]
-        if len(left) > budget:
-            return None
-        rows = np.column_stack([rows[left], right])
-        totals = totals[left] + part[right, 0].astype(int)
-        most_forward, most_backward = new_forward[keep], new_backward[keep]
+    for c, part in enumerate(parts):  # the kept (row, choice) pairs, a block of rows at a time (never the product)
+        forward, block, kept, pairs = setup.forward[0] * part[:, 0] + setup.fixed_forward[c, s], \
+            max(1, _PAIRS // max(len(part), 1)), 0, [(np.zeros(0, dtype=int), np.zeros(0, dtype=int))]
+        for start in range(0, len(rows), block):
+            left = np.repeat(np.arange(start, min(start + block, len(rows))), len(part))
+            right = np.tile(np.arange(len(part)), min(block, len(rows) - start))
+            keep = totals[left] + part[right, 0].astype(int) <= max_total
+            if time_cap is not None:
+                keep &= (np.maximum(most_forward[left], forward[right]) + np.maximum(most_backward[left],
+                         part[right, 1]) <= time_cap + EPS * max(1.0, abs(time_cap)))
+            pairs.append((left[keep], right[keep]))
+            kept += int(keep.sum())
+            if kept > budget:
+                return None
+        left, right = (np.concatenate(side) for side in zip(*pairs))
+        most_forward, most_backward = np.maximum(most_forward[left], forward[right]), \
+            np.maximum(most_backward[left], part[right, 1])
+        rows, totals = np.column_stack([rows[left], right]), totals[left] + part[right, 0].astype(int)
     picked = [part[rows[:, c]] for c, part in enumerate(parts)] if len(rows) else [np.zeros((0, 5))] * len(parts)
     layers, backward, activation, point, working = (np.stack([p[:, k] for p in picked], axis=1) for k in range(5))
     relaxed, exact = memory_bounds(setup, s, layers, activation, working, overhead)
@@ -339,8 +340,6 @@ def stage_time(setup: BalanceSetup, s: int, combos: Combos) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ dynamic programs over stages
-
-
 def best_per_total(totals, values, feasible, width):
     """Per stage total ``n``: the least value among feasible combos and its combo index."""
     best = np.full(width, np.inf)

@@ -12,8 +12,6 @@ layers moved), so the neighbourhood stays a fraction of a search round.
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from ..setup import BalanceSetup
@@ -28,22 +26,18 @@ def _nearest_compositions(row: np.ndarray, most: int) -> list[tuple[int, tuple[i
     """The ``most`` splits of ``row.sum()`` layers over ``len(row)`` chunks nearest ``row``, as (layers
     moved, split), ordered by layers moved, then by the split itself.
 
-    A split ``m`` layers away differs from ``row`` by at most ``m`` in each chunk, so the splits within a
-    radius come from a small grid of differences; the radius grows until ``most`` of them are in."""
-    row = np.asarray(row, dtype=int)
-    if len(row) == 1:
-        return [(0, tuple(int(n) for n in row))]
-    radius, total = 0, int(row.sum())
-    while True:
-        radius += 1
-        steps = np.array(list(itertools.product(range(-radius, radius + 1), repeat=len(row) - 1)), dtype=int)
-        deltas = np.column_stack([steps, -steps.sum(axis=1)])
-        moved = np.abs(deltas).sum(axis=1) // 2
-        keep = (moved <= radius) & ((row + deltas) >= 0).all(axis=1)
-        if keep.sum() > most or radius >= total:
-            break
-    near = sorted((int(m), tuple(int(n) for n in split)) for m, split in zip(moved[keep], row + deltas[keep]))
-    return near[:most]
+    The splits ``m`` layers away are those one layer's move from the splits ``m - 1`` away, so they come
+    ring by ring until ``most`` are in: at most ``most`` times ``len(row)**2`` moves, however many
+    chunks or layers (listing every split grows as layers to the power chunks)."""
+    start = tuple(int(n) for n in row)
+    found, ring, moved = {start: 0}, {start}, 0
+    while ring and len(found) <= most:
+        moved += 1
+        less = {split[:a] + (split[a] - 1,) + split[a + 1:] for split in ring for a in range(len(split)) if split[a]}
+        ring = {split[:b] + (split[b] + 1,) + split[b + 1:] for split in less for b in range(len(split))}
+        ring -= found.keys()
+        found.update(dict.fromkeys(ring, moved))
+    return sorted((layers, split) for split, layers in found.items())[:most]
 
 
 def stage_resplits(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:

@@ -54,13 +54,18 @@ def test_the_re_splits_are_the_nearest_of_every_split_in_order(rng):
 
 
 def test_a_stage_of_many_layers_over_many_chunks_re_splits_without_listing_every_split():
-    # 40 layers of three options on each of 2 stages of 4 chunks: about 10^11 splits a stage, 64 kept.
+    # 40 layers of three options on each of 2 stages of 4 chunks: about 10^11 splits a stage; over 20 chunks,
+    # about 10^25. Listing them hung (4 chunks) or ran out of memory (more) inside sappkit search.
     rows = [dict(kind="b", role="body", count=80, param_mb=1, option=option, forward_time=1, backward_time=2,
                  activation_mb=1) for option in ("none", "selective", "full")]
-    setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=8, chunks=4, memory_mb=1e6)
-    counts = np.zeros((3, 4, 2), dtype=int)
-    counts[0], counts[1, :2], counts[2, 2:] = 5, 2, 3  # 20 + 8 + 12 layers a stage
-    splits = stage_resplits(setup, counts)
-    assert splits.shape == (2 * MOST_SPLITS, 3, 4, 2)
-    moved = np.abs(splits - counts[None]).sum(axis=(1, 2, 3)) // 2
-    assert moved.min() == 1 and moved.max() <= 2
+    for chunks, per_cell in ((4, (5, 2, 3)), (20, (1, 1, 0))):
+        setup = make_setup(pd.DataFrame(rows), stages=2, micro_batches=8, chunks=chunks, memory_mb=1e6)
+        counts = np.zeros((3, chunks, 2), dtype=int)
+        half = chunks // 2
+        counts[0], counts[1, :half], counts[2, half:] = per_cell
+        counts[2, 0] += 40 - counts.sum(axis=(0, 1))[0]  # 40 layers a stage
+        splits = stage_resplits(setup, counts)
+        assert splits.shape == (2 * MOST_SPLITS, 3, chunks, 2)
+        assert (splits.sum(axis=2) == counts.sum(axis=1)[None]).all()
+        moved = np.abs(splits - counts[None]).sum(axis=(1, 2, 3)) // 2
+        assert moved.min() == 1 and moved.max() <= 2
