@@ -142,7 +142,8 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     frame = _frame(space, accepted, found, setting, devices, top)
     return StrategySearch(frame=frame, devices=devices, global_batch=batch, memory_mb=limit, top=top,
                           seconds=time.perf_counter() - started, threshold_ms=found.threshold_ms, setting=setting,
-                          shapes=found.shapes, shape_of=accepted["shape"])
+                          shapes=found.shapes, shape_of=accepted["shape"],
+                          _plans={(index, None): outcome.plan for index, outcome in found.balanced.items()})
 
 
 def cluster_for(cluster=None, device=None) -> Cluster:

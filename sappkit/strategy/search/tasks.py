@@ -25,7 +25,7 @@ thread, so a result never depends on the machine's load.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -95,6 +95,9 @@ class Outcome:
     """The option every layer runs (even), or the layers per option (balanced: ``"none 70, full 10"``)."""
     message: str = ""
     """Why nothing fits, where nothing does."""
+    plan: object = None
+    """The balanced pass's :class:`~sappkit.Plan` (balanced outcomes only): shipped back with the outcome, so
+    that the result's ``plan(row)`` is this one rather than a second solve."""
 
 
 def price(setting: Setting, shape: tuple) -> PricedShape:
@@ -184,11 +187,11 @@ def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
     layers = priced.compiled.table(strategy.parallel, setting.cluster)
     plan = balanced_plan(setting, strategy, layers)
     if not plan.has_plan:
-        return Outcome(row[0], "balanced", np.inf, np.nan, np.nan, "", plan.message or plan.describe())
+        return Outcome(row[0], "balanced", np.inf, np.nan, np.nan, "", plan.message or plan.describe(), plan)
     result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=_p2p(setting, strategy))
     per_option = plan.assignment.groupby(OPTION)[LAYERS].sum()
     mix = ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
-    return _outcome(row[0], "balanced", result, mix)
+    return replace(_outcome(row[0], "balanced", result, mix), plan=plan)
 
 
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):

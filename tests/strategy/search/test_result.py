@@ -10,6 +10,7 @@ from sappkit import InputError, TransformerConfig
 from sappkit.layers.comm import boundary_ms
 from sappkit.strategy.search import search_strategies
 from sappkit.strategy.search.result import COLUMNS, STATUSES
+from sappkit.strategy.search.tasks import balanced_plan
 from sappkit.strategy.step import price_plan
 
 GPT = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048, vocab_size=32000)
@@ -55,6 +56,16 @@ def test_the_best_plan_prices_to_the_best_step(found):
     assert best["step_ms"] == pytest.approx(min(priced.step_time, best["even_step_ms"])) == expected
     with pytest.raises(InputError, match=r"^row must be an index label of the search's frame; got -1$"):
         found.plan(-1)
+
+
+def test_a_balanced_row_s_plan_is_the_balanced_pass_s_not_a_second_solve(found, monkeypatch):
+    balanced = found.frame.index[found.frame["status"] == "balanced"]
+    fresh = {index: balanced_plan(found.setting, found.strategy(index), found.layers(index)) for index in balanced}
+    monkeypatch.setattr("sappkit.strategy.search.result.balanced_plan",
+                        lambda *args: pytest.fail("plan(row) solved again"))
+    for index in balanced:
+        plan = found.plan(index)
+        assert np.array_equal(plan.counts, fresh[index].counts) and plan.step_time == fresh[index].step_time
 
 
 def test_each_status_says_why(found):
