@@ -15,15 +15,28 @@ PACKAGE = Path(sappkit.__file__).parent
 ROOT = PACKAGE.parent
 #: A module of one job fits in this many lines; a function's code (its docstring aside) in this many.
 MODULE_LINES, FUNCTION_LINES = 400, 80
-#: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
-#: tuple), and from the shared top-level helpers.
-MODEL_ORDER = (("hardware",), ("layers",), ("models", "pipeline"), ("memfit", "recompute"), ("one_more", "balancer"),
-               ("strategy",), ("trainers",), ("torch",))
+#: The house's rooms (top-level folders and modules), bottom to top: a room imports only rooms before it (or
+#: beside it in a tuple), counting imports inside functions, which hide a circle from Python but not from a reader.
+#: The face (``sappkit/__init__.py``, "sappkit" here) sits at the bottom: when imported it imports only errors and
+#: reaches every room by name on first use; a room may read ``__version__`` from it. The models run from
+#: ``hardware`` to ``strategy``; nothing in them imports ``trainers`` or anything above.
+HOUSE = (("errors",), ("sappkit", "limits", "columns"), ("_check",), ("_files", "_frames"),
+         ("hardware",), ("layers",), ("models", "pipeline"), ("memfit", "recompute"), ("one_more", "balancer"),
+         ("strategy",), ("trainers", "torch", "plots", "loop"), ("demo",), ("widgets",), ("report",), ("bench",),
+         ("commands",), ("cli",), ("__main__",))
+#: The model folders, in the order data flows.
+MODELS = ("hardware", "layers", "models", "pipeline", "memfit", "recompute", "one_more", "balancer", "strategy")
+#: Imports inside functions allowed for now, each an edge of a circle another issue removes. TEMPORARY (issue
+#: 38): ``hardware/``'s presets become data files read by one loader that device.py and cluster.py do not import;
+#: until that merges, ``DeviceConfig.preset`` and ``Cluster.preset`` import presets.py, which imports them. Remove
+#: these two edges when it merges (test_every_allowed_circle_edge_still_exists then fails, as a reminder).
+ALLOWED_CIRCLE_EDGES = {("sappkit.hardware.device", "sappkit.hardware.presets"),
+                        ("sappkit.hardware.cluster", "sappkit.hardware.presets")}
 #: Inside a folder with rooms (sub-packages), the order data flows among its members (modules and rooms): a
 #: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
 #: folder that has rooms is listed here with every member, so a new module or room states where it stands.
 ROOM_ORDER = {
-    "sappkit.balancer": (("setup", "peaks", "evaluate"), ("exact", "ilp"), ("step",),
+    "sappkit.balancer": (("setup", "peaks", "evaluate", "mindformers_yaml"), ("exact", "ilp"), ("step",),
                          ("plan", "grammar", "optimise", "views")),
     "sappkit.balancer.exact": (("stage_bounds", "cells", "result"), ("enumeration", "segments"), ("boundary",),
                                ("route",)),
@@ -41,23 +54,37 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    """The sappkit modules ``path`` imports at module level (what runs when it is imported)."""
-    name = _module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found = set()
-    for node in ast.parse(path.read_text()).body:
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package.split(".")[: len(package.split(".")) - node.level + 1]
-            target = ".".join(base + ([node.module] if node.module else []))
-            found |= {target} if node.module else {f"{target}.{alias.name}" for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sappkit"):
-            found.add(node.module)
+    """The sappkit modules ``path`` imports, at module level or inside a function."""
     modules = {_module_name(p) for p in PACKAGE.rglob("*.py")}
-    return {target for target in found if target in modules}
+    return _imports_in(path.read_text(), _module_name(path), package=path.name == "__init__.py", modules=modules)
+
+
+def _imports_in(source: str, name: str, *, package: bool, modules: set[str]) -> set[str]:
+    """The ``modules`` that module ``name``'s ``source`` imports anywhere in its body: ``from X import a`` imports
+    the module ``X.a`` where there is one, else ``X``."""
+    parent = name if package else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = parent.split(".")[: len(parent.split(".")) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            found |= {f"{target}.{alias.name}" if f"{target}.{alias.name}" in modules else target
+                      for alias in node.names}
+    return {target for target in found if target in modules and target != name}
 
 
 def _graph() -> dict[str, set[str]]:
     return {_module_name(path): _imports(path) for path in PACKAGE.rglob("*.py")}
+
+
+def _room(module: str) -> str:
+    """The room of the house (a top-level folder or module, or "sappkit", the face) that holds ``module``."""
+    return module.split(".")[1] if module.count(".") else module
 
 
 def _member(folder: str, module: str) -> str | None:
@@ -72,41 +99,72 @@ def _members(folder: str) -> set[str]:
             | {p.parent.name for p in path.glob("*/__init__.py")})
 
 
-def test_the_top_level_holds_few_modules_and_every_model_has_a_folder():
-    assert len(list(PACKAGE.glob("*.py"))) <= 12
-    for group in MODEL_ORDER:
-        for folder in group:
-            assert (PACKAGE / folder / "__init__.py").is_file()
-
-
-def test_no_import_cycles():
-    graph = _graph()
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` (its modules in order, the first again at the end), or None."""
     state = {}
 
     def visit(module, trail):
         if state.get(module) == "open":
-            raise AssertionError("import cycle: " + " -> ".join(trail[trail.index(module):] + [module]))
+            return trail[trail.index(module):] + [module]
         if state.get(module) == "done":
-            return
+            return None
         state[module] = "open"
         for target in sorted(graph.get(module, ())):
-            visit(target, trail + [module])
+            found = visit(target, trail + [module])
+            if found:
+                return found
         state[module] = "done"
+        return None
 
-    for module in sorted(graph):
-        visit(module, [])
+    return next(filter(None, (visit(module, []) for module in sorted(graph))), None)
 
 
-def test_model_folders_import_only_the_folders_before_them():
-    rank = {folder: i for i, group in enumerate(MODEL_ORDER) for folder in group}
-    for module, targets in _graph().items():
-        folder = module.split(".")[1] if module.count(".") else None
-        if folder not in rank:
-            continue
-        for target in targets:
-            other = target.split(".")[1] if target.count(".") else None
-            if other in rank and other != folder:
-                assert rank[other] < rank[folder], f"{module} imports {target}, a model after it"
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import of ``graph`` from a room of the house to a room above it."""
+    rank = {room: i for i, group in enumerate(HOUSE) for room in group}
+    return sorted(f"{module} imports {target}, in {_room(target)}/, a room above {_room(module)}/"
+                  for module, targets in graph.items() for target in targets
+                  if rank[_room(target)] > rank[_room(module)])
+
+
+def test_every_room_of_the_house_is_placed_and_every_model_has_a_folder():
+    assert len(list(PACKAGE.glob("*.py"))) <= 12
+    rooms = {"sappkit"} | {p.stem for p in PACKAGE.glob("*.py") if p.stem != "__init__"}
+    rooms |= {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    listed = {room for group in HOUSE for room in group}
+    assert listed == rooms, f"HOUSE leaves out {sorted(rooms - listed)} and lists {sorted(listed - rooms)}"
+    assert all((PACKAGE / folder / "__init__.py").is_file() for folder in MODELS)
+
+
+def test_no_import_cycles_counting_imports_inside_functions():
+    graph = {module: {target for target in targets if (module, target) not in ALLOWED_CIRCLE_EDGES}
+             for module, targets in _graph().items()}
+    cycle = _cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_every_allowed_circle_edge_still_exists():
+    graph = _graph()
+    gone = sorted(f"{a} -> {b}" for a, b in ALLOWED_CIRCLE_EDGES if b not in graph.get(a, ()))
+    assert not gone, f"remove these from ALLOWED_CIRCLE_EDGES, their circle is gone: {', '.join(gone)}"
+
+
+def test_no_room_imports_a_room_above_it_even_inside_a_function():
+    upward = _upward(_graph())
+    assert not upward, "imports running up the house: " + "; ".join(upward)
+
+
+def test_the_house_checks_see_an_import_inside_a_function_and_a_circle():
+    modules = {"sappkit.balancer.plan", "sappkit.trainers.mindformers", "sappkit.trainers", "sappkit.errors"}
+    lazy = "from ..errors import InputError\n\ndef to_yaml(plan):\n    from ..trainers.mindformers import x\n"
+    found = _imports_in(lazy, "sappkit.balancer.plan", package=False, modules=modules)
+    assert found == {"sappkit.errors", "sappkit.trainers.mindformers"}
+    assert _imports_in("from .. import trainers", "sappkit.balancer.plan", package=False,
+                       modules=modules) == {"sappkit.trainers"}
+    graph = {"sappkit.balancer.plan": found, "sappkit.trainers.mindformers": {"sappkit.balancer.plan"}}
+    assert _upward(graph) == ["sappkit.balancer.plan imports sappkit.trainers.mindformers, in trainers/, a room "
+                              "above balancer/"]
+    assert _cycle(graph) == ["sappkit.balancer.plan", "sappkit.trainers.mindformers", "sappkit.balancer.plan"]
 
 
 def test_every_public_name_resolves_even_after_every_module_is_imported():

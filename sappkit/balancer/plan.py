@@ -28,6 +28,7 @@ from ..errors import InputError
 from ..layers.units import chunks_text, format_mb, format_time, html_summary, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
+from .mindformers_yaml import check_scheduler, pipeline_sections, sections_yaml
 from .setup import BalanceSetup, make_setup
 from .ilp.solver import Status
 from .step.steptime import step_timer
@@ -277,16 +278,18 @@ class Plan:
                              "for the nearest config")
 
     def to_yaml(self, *, strict: bool = True) -> str:
-        """The plan as a MindFormers YAML fragment (:func:`sappkit.trainers.mindformers.mindformers_config`:
-        parallel, pipeline, model and recompute config)."""
-        from ..trainers.mindformers import mindformers_config  # the trainers' words live below this folder
-
-        return mindformers_config(self, strict=strict).to_yaml()
+        """The plan as MindFormers' parallel, pipeline, model and recompute sections (YAML) from :meth:`offsets`
+        (``strict`` as there); :func:`sappkit.export_config` adds a strategy's degrees."""
+        setup = self.setup
+        check_scheduler(setup.schedule)
+        parallel = {"pipeline_stage": setup.stages, "micro_batch_num": setup.micro_batches}
+        parallel |= {"seq_split_num": setup.seq_split} if setup.seq_split > 1 else {}
+        return sections_yaml(pipeline_sections(schedule=setup.schedule, chunks=setup.chunks, parallel=parallel,
+                                               num_layers=setup.layers.body_layers, lists=self.offsets(strict=strict)))
 
     def write_yaml(self, path, *, strict: bool = True) -> None:
         """Write :meth:`to_yaml` to ``path`` (whole or not at all; a bad path is an :class:`InputError`)."""
-        text = self.to_yaml(strict=strict)
-        write_text(path, text)
+        write_text(path, self.to_yaml(strict=strict))
 
     def write_lp(self, path) -> None:
         """Write the plan's integer program (objective ``sapp``; for a ``step`` plan the model whose optimum its

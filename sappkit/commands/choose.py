@@ -18,6 +18,7 @@ from ..columns import MEMORY_MB, STAGE, TIME
 from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
 from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED
+from ..trainers.recompute import megatron_setting, torchtitan_setting
 from . import _common
 from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
 
@@ -84,7 +85,7 @@ def _run(args) -> int:
         mode, overrides = choice.trainer_plan()
         out.line(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")
         out.value("trainer_plan", {"mode": mode, "layers": overrides})
-    for setting in (choice.megatron(), choice.torchtitan()):
+    for setting in (megatron_setting(choice), torchtitan_setting(choice)):
         out.line(f"{setting.runtime}: {setting.settings if setting.expressible else 'not expressible'} "
                  f"({setting.note})")
     _common.print_export(out, choice, args.export)

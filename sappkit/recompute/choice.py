@@ -1,10 +1,12 @@
 """The result of the recompute chooser: each body layer's option, as ranges, with every stage's memory and time.
 
 :class:`RecomputeChoice` holds frames (``ranges``, ``stages``,
-``layer_options``) and states the choice for runtimes: HyperParallel's
-trainer (:meth:`RecomputeChoice.trainer_plan`), Megatron-LM
-(:meth:`RecomputeChoice.megatron`) and torchtitan
-(:meth:`RecomputeChoice.torchtitan`), as :mod:`sappkit.trainers.recompute` states them.
+``layer_options``) and states the choice in trainer-neutral terms: the
+seed's trainer plan (:meth:`RecomputeChoice.trainer_plan`) and per-layer
+lists (:meth:`RecomputeChoice.recompute_lists`), from
+:mod:`sappkit.recompute.trainer_plan`. The runtimes' own settings are the
+trainers' (:mod:`sappkit.trainers.recompute`, :func:`sappkit.export_config`),
+which import this folder, never the other way round.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from ..pipeline.costs import cell_costs
 from ..pipeline.simulator import Simulation, simulate
 from .changes import CHANGE_COLUMNS, change_lines, layout_changes
 from .pricing import BASELINE_MEMORY_MB, TIME_SAVED, Pricing
+from .trainer_plan import recompute_lists, trainer_plan
 
 __all__ = ["RecomputeChoice", "build_choice", "refused_choice", "RANGE_COLUMNS", "MODE", "OFFLOADED_MB"]
 
@@ -273,34 +276,18 @@ class RecomputeChoice:
             records.append(record)
         return records
 
-    # The trainers' words live in sappkit.trainers, below this folder: these methods import it when called.
-
     def trainer_plan(self) -> tuple[str, dict[str, str]]:
         """``(mode, layers)`` as HyperParallel's trainer reads ``activation_checkpoint.mode`` / ``.layers``.
 
-        See :func:`sappkit.trainers.recompute.trainer_plan`.
+        See :func:`sappkit.recompute.trainer_plan.trainer_plan`; Megatron-LM's and torchtitan's settings:
+        :func:`sappkit.trainers.recompute.megatron_setting`, :func:`~sappkit.trainers.recompute.torchtitan_setting`
+        and :func:`sappkit.export_config`.
         """
-        from ..trainers.recompute import trainer_plan
-
         return trainer_plan(self)
 
     def recompute_lists(self) -> dict[str, list[int]]:
         """Per option (or mode), the body layer indices that run it: per-layer recompute lists."""
-        from ..trainers.recompute import recompute_lists
-
         return recompute_lists(self)
-
-    def megatron(self):
-        """The choice as Megatron-LM recompute arguments, where they can express it (a ``RuntimeSetting``)."""
-        from ..trainers.recompute import megatron_setting
-
-        return megatron_setting(self)
-
-    def torchtitan(self):
-        """The choice as torchtitan's ``[activation_checkpoint]`` section, where it can express it."""
-        from ..trainers.recompute import torchtitan_setting
-
-        return torchtitan_setting(self)
 
 
 def _simulate_options(pricing: Pricing, options, **settings) -> Simulation:

@@ -19,7 +19,6 @@ in the notes) and ``hyper_parallel/trainer/config/trainer.py``
 from __future__ import annotations
 
 import re
-from collections import Counter
 from dataclasses import dataclass
 
 import yaml
@@ -28,13 +27,12 @@ from .._check import short
 from .._files import as_path, load_yaml
 from ..errors import InputError
 from ..limits import MAX_STAGES
+from ..recompute.trainer_plan import TRAINER_MODES, layer_plan
 from ..strategy import Strategy
 from .config import Finding, TrainerConfig, pipeline_of, section, whole
 
-__all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel", "layer_plan", "TRAINER_MODES"]
+__all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel"]
 
-#: The modes HyperParallel's trainer runs, in the order it breaks a tie between the recomputing ones.
-TRAINER_MODES = ("full", "selective", "off")
 _MODE_OPTION = {"off": "none", "selective": "selective", "full": "full"}
 _OPTION_MODE = {option: mode for mode, option in _MODE_OPTION.items()}
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
@@ -51,39 +49,6 @@ class HyperParallelConfig:
     def to_yaml(self) -> str:
         """The sections as YAML."""
         return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=False)
-
-
-def layer_plan(modes: list[str]) -> tuple[str, dict[str, str]]:
-    """``(mode, layers)`` for per-layer modes: the mode of the most layers that recompute, the others named.
-
-    The mode is whichever of ``full`` / ``selective`` the most layers run
-    (``full`` on a tie, even when ``off`` is the majority), or ``off`` when
-    none recomputes; ``layers`` names every other layer by index or inclusive
-    range, consecutive layers of one mode merged.
-
-    Examples
-    --------
-    >>> layer_plan(["full", "full", "off", "off", "selective"])
-    ('full', {'2-3': 'off', '4': 'selective'})
-    """
-    unknown = sorted(set(modes) - set(TRAINER_MODES))
-    if unknown:
-        raise InputError(f"the trainer runs modes {', '.join(map(repr, TRAINER_MODES))}; the plan runs "
-                         f"{', '.join(map(repr, unknown))}")
-    counts = Counter(modes)
-    recomputing = [mode for mode in TRAINER_MODES[:2] if counts[mode]]
-    if not recomputing:
-        return "off", {}
-    mode = max(recomputing, key=lambda name: counts[name])
-    plan: dict[str, str] = {}
-    first = 0
-    for index in range(1, len(modes) + 1):
-        if index == len(modes) or modes[index] != modes[first]:
-            if modes[first] != mode:
-                last = index - 1
-                plan[str(first) if first == last else f"{first}-{last}"] = modes[first]
-            first = index
-    return mode, plan
 
 
 def hyperparallel_config(source, *, strategy: Strategy | None = None) -> HyperParallelConfig:

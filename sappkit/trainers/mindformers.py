@@ -33,26 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import yaml
 
 from .._check import check_bool, short
 from .._files import as_path, load_yaml
-from ..balancer.grammar import TRAINER_SCHEDULES
+from ..balancer.mindformers_yaml import check_scheduler, pipeline_sections, sections_yaml
 from ..errors import InputError
 from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_SEQ_SPLIT, MAX_STAGES
 from ..pipeline.schedules import model_order
 from ..strategy import Strategy
 from .config import Finding, TrainerConfig, layer_options, pipeline_of, section, whole
 
-__all__ = ["MindFormersConfig", "mindformers_config", "read_mindformers", "RECOMPUTE_FIELDS", "SCHEDULERS"]
+__all__ = ["MindFormersConfig", "mindformers_config", "read_mindformers"]
 
-#: ``recompute_config`` fields and the defaults MindFormers' template gives them.
-RECOMPUTE_FIELDS = {"recompute": False, "select_recompute": False, "parallel_optimizer_comm_recompute": False,
-                    "select_comm_recompute": False, "mp_comm_recompute": True, "recompute_slice_activation": False,
-                    "select_recompute_exclude": False, "select_comm_recompute_exclude": False}
-#: sappkit schedule -> ``pipeline_scheduler`` (one chunk, more chunks).
-SCHEDULERS = {"1f1b": ("1f1b", "1f1b"), "interleaved": ("1f1b", "1f1b"), "seqpipe": ("seqpipe", "seqvpp"),
-              "zbv": ("zero_bubble_v", "zero_bubble_v")}
 _WHAT = "MindFormers config"
 
 
@@ -65,7 +57,7 @@ class MindFormersConfig:
 
     def to_yaml(self) -> str:
         """The sections as YAML, ready to merge into a MindFormers config."""
-        return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=None)
+        return sections_yaml(self.document)
 
 
 def mindformers_config(source, *, strategy: Strategy | None = None, strict: bool = True) -> MindFormersConfig:
@@ -87,27 +79,18 @@ def mindformers_config(source, *, strategy: Strategy | None = None, strict: bool
     ([1, -1], [2, 0])
     """
     pipe = pipeline_of(source)
-    if pipe.schedule not in TRAINER_SCHEDULES["mindformers"]:
-        raise InputError(f"MindFormers runs no {pipe.schedule!r} schedule; plan for one of "
-                         f"{', '.join(map(repr, TRAINER_SCHEDULES['mindformers']))}")
+    check_scheduler(pipe.schedule)
     notes = [] if pipe.fits else [f"the plan does not fit memory_mb={pipe.memory_mb:g}"]
     lists = _lists(pipe, strict, notes)
-    v, p = pipe.chunks, pipe.stages
-    parallel = {"pipeline_stage": p, "micro_batch_num": pipe.micro_batches}
+    parallel = {"pipeline_stage": pipe.stages, "micro_batch_num": pipe.micro_batches}
     if pipe.seq_split > 1:
         parallel["seq_split_num"] = pipe.seq_split
     if strategy is not None:
         parallel = {"data_parallel": strategy.data_parallel, "model_parallel": strategy.tensor_parallel,
                     "context_parallel": strategy.context_parallel, "expert_parallel": strategy.expert_parallel,
                     **parallel, "use_seq_parallel": strategy.sequence_parallel}
-    document = {"parallel_config": parallel,
-                "parallel": {"pipeline_config": {"pipeline_interleave": v > 1,
-                                                 "pipeline_scheduler": SCHEDULERS[pipe.schedule][v > 1]}},
-                "model": {"model_config": {"num_layers": int(np.sum(pipe.layer_counts)), "pp_interleave_num": v,
-                                           "offset": lists["offset"]}},
-                "recompute_config": {**RECOMPUTE_FIELDS, **{key: lists[key] for key in
-                                                            ("recompute", "select_recompute",
-                                                             "select_comm_recompute")}}}
+    document = pipeline_sections(schedule=pipe.schedule, chunks=pipe.chunks,
+                                 num_layers=int(np.sum(pipe.layer_counts)), lists=lists, parallel=parallel)
     if strategy is not None:
         document["runner_config"] = {"batch_size": strategy.micro_batch_size}
     if pipe.less_memory:

@@ -1,7 +1,9 @@
-"""A recompute choice stated for runtimes: HyperParallel's trainer plan, Megatron-LM, torchtitan, per-layer lists.
+"""A recompute choice stated for runtimes: Megatron-LM's recompute arguments and torchtitan's checkpointing.
 
-What :class:`~sappkit.RecomputeChoice`'s ``trainer_plan()``, ``megatron()``,
-``torchtitan()`` and ``recompute_lists()`` return. A runtime runs a choice
+:func:`megatron_setting` and :func:`torchtitan_setting` take a
+:class:`~sappkit.RecomputeChoice` (its trainer-neutral statements, the
+seed's ``trainer_plan()`` and ``recompute_lists()``, live beside it in
+:mod:`sappkit.recompute.trainer_plan`). A runtime runs a choice
 when its grammar (:mod:`sappkit.balancer.grammar`) has a policy giving each
 cell the choice's count of fully recomputed layers: one option everywhere;
 Megatron-LM's ``block N`` (the first ``N`` layers of every chunk);
@@ -19,10 +21,10 @@ from ..balancer.grammar import matching_policy
 from ..columns import OPTION
 from ..errors import InputError
 from ..pipeline.schedules import model_order
+from ..recompute.trainer_plan import chosen_layers
 from .config import pipeline_of
-from .hyperparallel import TRAINER_MODES, layer_plan
 
-__all__ = ["RuntimeSetting", "trainer_plan", "recompute_lists", "megatron_setting", "torchtitan_setting"]
+__all__ = ["RuntimeSetting", "megatron_setting", "torchtitan_setting"]
 
 _RUNTIME_OPTIONS = ("none", "selective", "full")
 
@@ -49,41 +51,6 @@ class RuntimeSetting:
     note: str = ""
 
 
-def _require_choice(choice, what: str):
-    if not choice.chosen:
-        raise InputError(f"{what} needs a choice, and none was made: {choice.reason}")
-    return choice.layer_options
-
-
-def trainer_plan(choice) -> tuple[str, dict[str, str]]:
-    """``(mode, layers)`` as HyperParallel's trainer reads ``activation_checkpoint.mode`` / ``.layers``.
-
-    A one-mode choice gives its mode and no overrides; otherwise
-    :func:`sappkit.trainers.hyperparallel.layer_plan` (offloaded layers are
-    named by their mode: the trainer does not offload).
-    """
-    layers = _require_choice(choice, "trainer_plan")
-    if choice.mode is not None:
-        return choice.mode, {}
-    modes = layers["mode"].tolist()
-    if any(mode is None for mode in modes):
-        raise InputError("trainer_plan needs a choice among modes: this choice gives layers options from their "
-                         "kinds' fronts, which the trainer cannot name; choose with "
-                         "modes=('off', 'selective', 'full') and per_layer=True")
-    unknown = sorted(set(modes) - set(TRAINER_MODES))
-    if unknown:
-        raise InputError(f"trainer_plan: the trainer runs modes {', '.join(map(repr, TRAINER_MODES))}; "
-                         f"this choice runs {', '.join(map(repr, unknown))}")
-    return layer_plan(modes)
-
-
-def recompute_lists(choice) -> dict[str, list[int]]:
-    """Per mode (for a choice among modes) or option, the body layer indices that run it, in order."""
-    layers = _require_choice(choice, "recompute_lists")
-    key = "mode" if layers["mode"].notna().all() and len(layers) else OPTION
-    return {str(name): rows["layer"].astype(int).tolist() for name, rows in layers.groupby(key, sort=False)}
-
-
 def _unsupported(layers, runtime: str) -> str | None:
     """Why ``runtime`` cannot run these options at all, or None."""
     other = sorted(set(layers[OPTION]) - set(_RUNTIME_OPTIONS))
@@ -104,7 +71,7 @@ def _fulls(pipe) -> list[int]:
 
 def _matched(choice, runtime: str, name: str, mixed: str, unmatched: str):
     """``(policy, None)`` when the runtime's grammar runs the choice, else ``(None, RuntimeSetting)`` saying why."""
-    why = _unsupported(_require_choice(choice, runtime), name)
+    why = _unsupported(chosen_layers(choice, runtime), name)
     if why:
         return None, RuntimeSetting(runtime, False, note=why)
     pipe = pipeline_of(choice)

@@ -8,8 +8,10 @@ import pytest
 
 from sappkit.errors import InputError
 from sappkit.layers.table import LayerTable
+from sappkit.recompute.choice import RecomputeChoice
 from sappkit.recompute.chooser import HostLink, choose_recompute, sweep_recompute
 from sappkit.recompute.partition import Partition
+from sappkit.trainers.recompute import megatron_setting, torchtitan_setting
 
 from .test_chooser_cases import (
     brute_force_stages, check_reported_memory, limit_between, random_partition, random_table, stage_memory,
@@ -449,10 +451,11 @@ def test_one_mode_refusal_names_the_lightest_mode():
     assert choice.reason == ("no mode fits every stage: the lightest, 'full', needs 38.0 MB on stage 0 against a "
                              "limit of 30.0 MB")
     assert choice.stages["memory_mb"].tolist() == [38.0, 4.0]
-    for export in (choice.megatron, choice.torchtitan, choice.recompute_lists):
+    for what, export in (("megatron", megatron_setting), ("torchtitan", torchtitan_setting),
+                         ("recompute_lists", RecomputeChoice.recompute_lists)):
         with pytest.raises(InputError) as error:
-            export()
-        assert str(error.value).endswith(f"needs a choice, and none was made: {choice.reason}")
+            export(choice)
+        assert str(error.value) == f"{what} needs a choice, and none was made: {choice.reason}"
 
 
 @pytest.mark.parametrize("call, message", [

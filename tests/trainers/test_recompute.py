@@ -12,6 +12,7 @@ from sappkit.layers.table import LayerTable
 from sappkit.recompute.choice import build_choice
 from sappkit.recompute.partition import Partition
 from sappkit.recompute.pricing import price
+from sappkit.trainers.recompute import megatron_setting, torchtitan_setting
 
 OPTIONS = (("none", 30, 2.0), ("selective", 20, 2.2), ("comm", 25, 2.1), ("full", 2, 3.0))
 
@@ -92,13 +93,13 @@ def test_recompute_lists():
 ])
 def test_megatron_where_expressible(options, chunks, settings):
     per_cell = (3, 3) if chunks == 1 else (2, 1, 2, 1)
-    setting = _choice(options, chunks=chunks, per_cell=per_cell).megatron()
+    setting = megatron_setting(_choice(options, chunks=chunks, per_cell=per_cell))
     assert setting.expressible and setting.settings == settings and setting.runtime == "megatron"
 
 
 def test_megatron_block_over_chunks():
     choice = _choice(["full", "none", "full", "full", "none", "full"], chunks=2, per_cell=(2, 1, 2, 1))
-    setting = choice.megatron()
+    setting = megatron_setting(choice)
     assert setting.expressible
     assert setting.settings == {"recompute_granularity": "full", "recompute_method": "block",
                                 "recompute_num_layers": 1}
@@ -119,7 +120,7 @@ def test_megatron_block_over_chunks():
      "Megatron-LM's recompute settings do not offload activations to the host"),
 ])
 def test_megatron_says_why_not(options, modes, offloaded, note):
-    setting = _choice(options, modes=modes, offloaded=offloaded).megatron()
+    setting = megatron_setting(_choice(options, modes=modes, offloaded=offloaded))
     assert not setting.expressible and setting.settings == {} and setting.note == note
 
 
@@ -132,7 +133,7 @@ def test_megatron_says_why_not(options, modes, offloaded, note):
     (["none", "none", "full", "none", "none", "full"], {"mode": "selective", "selective_ac_option": "2"}),
 ])
 def test_torchtitan_where_expressible(options, settings):
-    setting = _choice(options).torchtitan()
+    setting = torchtitan_setting(_choice(options))
     assert setting.expressible and setting.settings == settings
 
 
@@ -147,5 +148,5 @@ def test_torchtitan_where_expressible(options, settings):
      "torchtitan runs op-level selective checkpointing on every block or none; this choice mixes it with others"),
 ])
 def test_torchtitan_says_why_not(options, note):
-    setting = _choice(options).torchtitan()
+    setting = torchtitan_setting(_choice(options))
     assert not setting.expressible and setting.note == note
