@@ -265,7 +265,8 @@ def _cited_texts() -> dict[str, str]:
     """Every text the repository writes for a reader: code and tests, notebooks (cells and outputs), the docs."""
     texts = {}
     for path in [*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"), ROOT / "conftest.py",
-                 ROOT / "README.md", ROOT / "data" / "README.md", *(ROOT / "docs").glob("*.md")]:
+                 ROOT / "README.md", ROOT / "data" / "README.md", ROOT / "mkdocs.yml",
+                 *(ROOT / "docs").rglob("*.md"), *(ROOT / "docs").rglob("*.py")]:
         texts[str(path.relative_to(ROOT))] = path.read_text()
     for path in (ROOT / "notebooks").glob("*.ipynb"):
         cells = json.loads(path.read_text())["cells"]

@@ -174,6 +174,8 @@ class MemoryFit:
             Layers per body kind, when ``times`` has no ``count``; by default
             the layers of a run that observed every stage.
 
+        Notes
+        -----
         The head's and tail's ``param_mb`` are ``head_mb`` and ``tail_mb``
         with no activation (as SAPP writes them): right for the pipeline
         shape the dry runs had. ``const_mb`` is the table's constant; the
