@@ -119,3 +119,11 @@ def test_a_row_says_when_its_stored_reference_no_longer_simulates_to_its_stored_
     assert re.search(r"; 0.2 s search [\d.]+ \(stored, [+-][\d.]+%\);", fresh["detail"])
     stale = _case_row(case, dict(stored, step_time_ms=stored["step_time_ms"] * 1.01))
     assert "(stored, STALE: rewrite it, " in stale["detail"] and stale["passed"] is False
+
+
+def test_case_rows_name_their_set_and_memory_in_a_benchmark_short_enough_for_100_columns():
+    from sappkit.bench.step import _shown
+
+    shown = {_shown(case.benchmark) for case in step_cases()}
+    assert shown == {"balance step vs search", "balance step held-out tight", "balance step held-out loose",
+                     "balance step stress tight", "balance step stress loose"}
