@@ -1,8 +1,8 @@
 """Write the step bench's stored reference plans (``python data/make_step_references.py``; see data/README.md).
 
-Runs :func:`sappkit.bench.step_reference.search_case` on every case of the step bench (the 40 held-out ones
-first, then the 17 bench cases): a seeded randomised search for 60 or 30 CPU seconds per case, about 50
-minutes in all, writing ``data/step_references.json`` after each case. Cases already in the file are kept,
+Runs :func:`sappkit.bench.step_reference.search_case` on every case of the step bench (the 40 held-out and
+30 stress ones first, then the 17 bench cases): a seeded randomised search for its case's CPU seconds (30, 60
+or 120), about 70 minutes in all, writing ``data/step_references.json`` after each case. Cases already in the file are kept,
 so an interrupted run resumes; delete the file to search every case again.
 """
 

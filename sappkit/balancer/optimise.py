@@ -285,7 +285,7 @@ def _fastest(setup: BalanceSetup, options: SolverOptions, cache) -> Plan:
                          lower_bound=proof.lower, objective=proof.step_time, _step_time=proof.step_time,
                          solve_seconds=time.perf_counter() - start, method=proof.describe(), notes=setup.notes)
     found = improve(setup, timer, starts)
-    bound = step_lower_bound(setup, timer, options)
+    bound = step_lower_bound(setup, timer, found.counts)
     bound = None if bound is None else min(bound, found.step_time)
     gap = None if bound is None else (found.step_time - bound) / found.step_time
     proven = gap is not None and gap <= options.gap

@@ -3,8 +3,8 @@
 :func:`reference_search` is a simulator-driven local search written apart from the balancer's own: from
 several starts (:func:`reference_starts`: the ``sapp`` optimum, every even plan that fits, the least-memory
 placement), random single and double changes, sideways moves accepted, a seeded generator. Each case of
-:func:`sappkit.bench.step_cases.step_cases` runs it for the case's CPU seconds (30 or 60) from the generator
-``np.random.default_rng((SEARCH_SEED, index))``. That takes about 50 minutes of CPU for all 57 cases, so
+:func:`sappkit.bench.step_cases.step_cases` runs it for the case's CPU seconds (30, 60 or 120) from the generator
+``np.random.default_rng((SEARCH_SEED, index))``. That takes about 70 minutes of CPU for all 87 cases, so
 ``python data/make_step_references.py`` runs it once and writes :data:`REFERENCE_FILE` (bundled data): per
 case the best placement, its step time and how many rounds the search ran. Given the rounds, the search is
 deterministic: :func:`search_case` with ``rounds=`` re-runs it exactly, whatever the machine's speed, and

@@ -14,7 +14,8 @@ from sappkit.balancer.setup import make_setup
 from sappkit.balancer.ilp.solver import SolverOptions
 from sappkit._files import bundled
 from sappkit.bench.step import _case_row
-from sappkit.bench.step_cases import BENCH_CASES, FAMILIES, HELD_OUT_CASES, family_instance, random_instance, step_cases
+from sappkit.bench.step_cases import (BENCH_CASES, FAMILIES, HELD_OUT_CASES, ISSUE_SHAPES, STRESS_CASES, STRESS_FAMILIES,
+                                      family_instance, random_instance, step_cases, stress_instance)
 from sappkit.bench.step_reference import (CHECKPOINT_ROUNDS, REFERENCE_FILE, reference_search, search_case,
                                           stored_references)
 from sappkit.pipeline.costs import even_assignment, stage_memory
@@ -63,6 +64,21 @@ def test_the_held_out_families_cover_every_combination_in_turn():
         assert pipeline["memory_mb"] == round(full + share * (none - full))
 
 
+def test_the_stress_families_fix_their_shape_and_take_turns():
+    cases = [case for case in step_cases() if case.index >= BENCH_CASES + HELD_OUT_CASES]
+    assert len(cases) == STRESS_CASES == 5 * len(STRESS_FAMILIES)
+    rng = np.random.default_rng(37)
+    for k, case in enumerate(cases):
+        memory, layers, options, p, m, v = STRESS_FAMILIES[k % len(STRESS_FAMILIES)]
+        body = case.table[case.table.role == "body"]
+        assert (body["count"].iloc[0], len(body)) == (layers, options)
+        assert (case.pipeline["stages"], case.pipeline["micro_batches"], case.pipeline["chunks"]) == (p, m, v)
+        assert case.benchmark.endswith(f"stress {memory} {layers}L {options} options p{p} m{m} v{v}")
+        assert case.seconds == (120.0 if k < ISSUE_SHAPES else 30.0)
+        table, pipeline = stress_instance(rng, STRESS_FAMILIES[k % len(STRESS_FAMILIES)])
+        assert table.equals(case.table) and pipeline == case.pipeline
+
+
 def test_a_search_re_run_for_its_rounds_finds_the_same_placement():
     case = next(step_cases())._replace(seconds=0.3)
     timed = search_case(case)
@@ -75,7 +91,7 @@ def test_a_search_re_run_for_its_rounds_finds_the_same_placement():
 
 def test_every_case_has_a_stored_reference_that_fits_and_simulates_to_its_stored_time():
     stored = stored_references()
-    assert sorted(stored) == list(range(BENCH_CASES + HELD_OUT_CASES))
+    assert sorted(stored) == list(range(BENCH_CASES + HELD_OUT_CASES + STRESS_CASES))
     assert json.loads(bundled(REFERENCE_FILE).read_text())["command"] == "python data/make_step_references.py"
     for case in step_cases():
         reference = stored[case.index]
@@ -103,3 +119,11 @@ def test_a_row_says_when_its_stored_reference_no_longer_simulates_to_its_stored_
     assert re.search(r"; 0.2 s search [\d.]+ \(stored, [+-][\d.]+%\);", fresh["detail"])
     stale = _case_row(case, dict(stored, step_time_ms=stored["step_time_ms"] * 1.01))
     assert "(stored, STALE: rewrite it, " in stale["detail"] and stale["passed"] is False
+
+
+def test_case_rows_name_their_set_and_memory_in_a_benchmark_short_enough_for_100_columns():
+    from sappkit.bench.step import _shown
+
+    shown = {_shown(case.benchmark) for case in step_cases()}
+    assert shown == {"balance step vs search", "balance step held-out tight", "balance step held-out loose",
+                     "balance step stress tight", "balance step stress loose"}

@@ -32,7 +32,7 @@ import pulp
 from ..._check import check_bool, check_choice, check_int, check_number
 from ...limits import MAX_THREADS
 
-__all__ = ["SolverOptions", "SolveResult", "Status", "STATUSES", "solve"]
+__all__ = ["SolverOptions", "SolveResult", "Status", "STATUSES", "quiet_highs", "solve"]
 
 Status = Literal["optimal", "time_limit", "infeasible", "failed"]
 STATUSES: tuple[str, ...] = ("optimal", "time_limit", "infeasible", "failed")
@@ -165,6 +165,19 @@ def _quiet_highs_banner() -> None:
 
 
 _BANNER_DONE = False
+
+
+def quiet_highs():
+    """A new ``highspy.Highs`` that prints nothing (the process's banner swallowed, its log off)."""
+    import highspy
+
+    global _BANNER_DONE
+    if not _BANNER_DONE:
+        _quiet_highs_banner()
+        _BANNER_DONE = True
+    model = highspy.Highs()
+    model.setOptionValue("output_flag", False)
+    return model
 
 
 class _HiGHS(pulp.HiGHS):

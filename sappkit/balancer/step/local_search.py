@@ -53,10 +53,12 @@ __all__ = ["Changes", "Improved", "improve", "valid", "WORK_BUDGET", "MOST_PLACE
 
 #: Op times computed over all starts (placements simulated x ops in the step) before the search stops: a
 #: deterministic budget that buys as many placements as the schedule's size allows (about 1,900 for p = 16,
-#: v = 3, m = 64; 23,000 for p = 8, v = 2, m = 16), but never more than :data:`MOST_PLACEMENTS`, for the
-#: search's own work per placement (validity, candidate changes, paths) outweighs short steps' op times.
+#: v = 3, m = 64; 2,900 for p = 16, v = 2, m = 64), but never more than :data:`MOST_PLACEMENTS`, for the
+#: search's own work per placement (validity, candidate changes, paths) outweighs short steps' op times
+#: (p = 4 with 180 layers: 16,000 placements take ~1-2 CPU s and reach what 35,000 did on the step bench's
+#: stress families but one case, 0.3 % slower and still under its reference).
 WORK_BUDGET = 12_000_000
-MOST_PLACEMENTS = 35_000
+MOST_PLACEMENTS = 16_000
 #: The first batch of candidates simulated together in a round; each later one is twice as large.
 _FIRST_BATCH = 24
 _LARGEST_BATCH = 384
