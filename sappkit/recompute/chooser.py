@@ -36,6 +36,7 @@ from ..errors import InputError
 from ..layers.units import with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from .choice import RecomputeChoice, build_choice, refused_choice
+from .submodules import submodule_note
 from .events import EventStageSolver
 from .knapsack import budget_buckets, build_front, canonical
 from .offload import HostLink, offload_stage
@@ -177,6 +178,8 @@ def _one_mode(pricing: Pricing, notes) -> RecomputeChoice:
         return refused_choice(pricing, f"no mode fits every stage: the lightest, {mode!r}, needs "
                                        f"{stages.at[stage, MEMORY_MB]:,.1f} MB on stage {stage} against a limit of "
                                        f"{pricing.memory_mb:,.1f} MB", notes=notes, stages=stages)
+    if pricing.whole_only:
+        notes = [*notes, submodule_note(pricing.layers, best[0])]
     return build_choice(pricing, [best[1]] * len(pricing.body), mode=best[0], notes=notes)
 
 
@@ -204,10 +207,10 @@ def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink |
         raise InputError("per_layer=True chooses a mode per layer, so it needs modes; pass e.g. "
                          "modes=('off', 'selective', 'full')")
     offload, notes = _offload_notes(pricing, per_layer, link)
+    if pricing.modes is not None and not per_layer and (pricing.reason is None or pricing.whole_only):
+        return _one_mode(pricing, notes)
     if pricing.reason is not None:
         return refused_choice(pricing, pricing.reason, notes=notes)
-    if pricing.modes is not None and not per_layer:
-        return _one_mode(pricing, notes)
     count, p = len(pricing.body), pricing.partition.stages
     options, offloaded, copies, transit = [""] * count, np.zeros(count), np.zeros(count), np.zeros(p)
     failed = []
@@ -335,7 +338,7 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
                     fsdp_holds_grads=fsdp_holds_grads, bucket_mb=bucket_mb)
     offload, _ = _offload_notes(pricing, per_layer, link)
     frame = pd.DataFrame({"memory_mb": limits, "feasible": False, "mode": None, "time": np.nan, "baseline": None})
-    if pricing.reason is None:
+    if pricing.reason is None or (pricing.whole_only and pricing.modes is not None and not per_layer):
         _sweep_times(pricing, frame, limits, per_layer, link if offload else None)
         at = [pricing.with_memory(limit) for limit in limits]
         frame["baseline"] = [priced.baseline.name for priced in at]

@@ -126,8 +126,10 @@ class Pricing:
     groups : tuple of tuple of LayerGroup
         Per stage, its groups in order of their first layer.
     reason : str or None
-        Why no choice can be made (unsupported schedule, multimodal); then
-        ``body``, ``stages`` and ``groups`` are empty.
+        Why no choice of each layer's option can be made: an unsupported
+        schedule (then ``body``, ``stages`` and ``groups`` are empty) or a
+        multimodal model, which is priced whole for a one-mode choice
+        (:attr:`whole_only`).
     """
 
     layers: LayerTable
@@ -143,6 +145,12 @@ class Pricing:
     groups: tuple[tuple[LayerGroup, ...], ...]
     reason: str | None = None
     prices: LayerPrices | None = field(default=None, repr=False)
+
+    @property
+    def whole_only(self) -> bool:
+        """A multimodal model priced whole: a one-mode choice only, since per-layer budgets would be built from
+        one submodule's layers."""
+        return self.reason is not None and not self.body.empty
 
     @cached_property
     def baseline(self) -> Baseline:
@@ -278,13 +286,11 @@ class Pricing:
         return {column: values[:, i] for i, column in enumerate(columns)}
 
 
-def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:
-    if partition.schedule not in SUPPORTED_SCHEDULES:
-        return (f"schedule {partition.schedule!r} is not supported by the recompute chooser: it prices the "
-                f"in-flight counts and end-of-warm-up working set of {' and '.join(SUPPORTED_SCHEDULES)} only")
+def _multimodal(prices: LayerPrices) -> str | None:
     if len(prices.modules) > 1:
         return (f"the model is multimodal (modules {', '.join(map(repr, prices.modules))}): per-layer budgets "
-                "would be built from one module's layers, so no choice is made")
+                "would be built from one module's layers, so no choice per layer is made (a one-mode choice "
+                "is: pass modes)")
     return None
 
 
@@ -347,9 +353,10 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     offered = {kind: (prices.front[kind] if mapping is None else tuple(mapping.values())) for kind in prices.kinds}
     empty = Pricing(table, partition, memory_mb, bucket_mb, bool(fsdp_holds_grads), mapping, offered, prices.plain,
                     pd.DataFrame(), pd.DataFrame(), (), prices=prices)
-    reason = _unsupported(prices, partition)
-    if reason is not None:
-        return replace(empty, reason=reason)
+    if partition.schedule not in SUPPORTED_SCHEDULES:
+        return replace(empty, reason=f"schedule {partition.schedule!r} is not supported by the recompute chooser: "
+                                     f"it prices the in-flight counts and end-of-warm-up working set of "
+                                     f"{' and '.join(SUPPORTED_SCHEDULES)} only")
     if fsdp_holds_grads:
         for kind in prices.kinds:
             grads = list(dict.fromkeys(prices.costs[kind, option][GRAD_MB] for option in offered[kind]))
@@ -367,7 +374,8 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
                           fsdp_holds_grads=bool(fsdp_holds_grads))
     group_of, groups = layer_groups(body, offered, pricing.cost, stages=partition.stages,
                                     fsdp_holds_grads=bool(fsdp_holds_grads), bucket_mb=bucket_mb)
-    return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups)
+    return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups,
+                   reason=_multimodal(prices))
 
 
 def _check_memory(memory_mb, bucket_mb: float) -> float:
