@@ -61,8 +61,15 @@ training). ZeRO stage 1 (Megatron's distributed optimizer) shards ``o``,
 stage 2 also ``g``, stage 3 (FSDP) also ``w``, over ``D`` = ``dp·c`` ranks
 (experts: ``dp·c·t/(ep·etp)``). Dense parameters are split over ``t``
 (norms, router and MLA down-projections too: < 10% of a layer), routed
-experts over ``ep·etp``. Under stage 3 a layer gathers its weights and
-gradients for compute: ``working_mb = (w + g)·P·(1 − 1/D)``.
+experts over ``ep·etp``. Under stage 3 (FSDP that reshards) a layer's
+backward holds, beyond its shards, its gathered weights and whole gradient,
+``(w + g)·P·(1 − 1/D)``, and the next layer's weights, prefetched:
+``working_mb = (2w + g)·P·(1 − 1/D)`` at the end of warm-up. The stage's first
+layer runs the last backward, with no layer left to prefetch; as FSDP
+reduces a layer's gradients while the next layer's backward runs, it also
+holds the second layer's whole gradient, still being reduced, and its own
+reduce-scatter output: ``first_working_mb = (w + 2g)·P·(1 − 1/D) + g·P/D``
+(:func:`fsdp_working_bytes`; SAPP's estimator counts these terms).
 
 **Time** (``time_model="roofline"``, the default): each op of the layer,
 forward and backward, priced on the device by the compute or memory roofline
@@ -115,7 +122,7 @@ from .timing import (
 )
 from .units import MS
 
-__all__ = ["estimate_layers", "param_bytes", "TIME_MODELS"]
+__all__ = ["estimate_layers", "param_bytes", "fsdp_working_bytes", "TIME_MODELS"]
 
 #: How :func:`estimate_layers` prices time (its ``time_model``).
 TIME_MODELS = ("roofline", "flops")
@@ -244,7 +251,8 @@ class _Pricing:
         t, experts = parallel.tensor_parallel, parallel.expert_parallel * parallel.expert_tensor_parallel
         dense = sum(p.dense_params for p in parts) / t
         routed = sum(p.expert_params for p in parts) / experts
-        held, working = param_bytes(dense, routed, parallel)
+        held, _ = param_bytes(dense, routed, parallel)
+        working, first_working = fsdp_working_bytes(dense, routed, parallel)
         kept, flops = _kept(parts, parallel)
         step = {DP_COMM_MS: grad_sync_ms(dense, routed, parallel, self.cluster),
                 OPTIMIZER_MS: optimizer_ms(dense, routed, parallel, self.cluster), PARAMS: dense,
@@ -265,7 +273,7 @@ class _Pricing:
         return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
                   FORWARD_TIME: priced.times[option][0], BACKWARD_TIME: priced.times[option][1],
                   ACTIVATION_MB: kept[option] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
-                  FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
+                  FIRST_WORKING_MB: first_working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
                 for option in options]
 
 
@@ -310,16 +318,52 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple
     >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
     (9000.0, 0.0)
     """
-    w = _BYTES[parallel.dtype]
-    g, o = 4, (12 if w == 2 else 8)
-    ranks = parallel.data_parallel * parallel.context_parallel
-    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
-    held = working = 0.0
-    for params, shard in ((dense, ranks), (experts, expert_ranks)):
+    w, g, o = _state_bytes(parallel)
+    held = 0.0
+    for params, shard in _shards(dense, experts, parallel):
         kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
         held += params * kept
-        working += params * (w + g) * (1 - 1 / shard) if parallel.zero == 3 else 0.0
-    return held, working
+    return held, fsdp_working_bytes(dense, experts, parallel)[0]
+
+
+def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+    """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
+    and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
+
+    The module docstring's "Parameters": at the end of warm-up the layer's
+    gathered weights and whole gradient and the next layer's prefetched
+    weights, ``(2w + g)·P·(1 − 1/D)``; on the first layer its own gathered
+    weights and whole gradient, the second layer's whole gradient under
+    reduction and its own reduce-scatter output, ``(w + 2g)·P·(1 − 1/D) +
+    g·P/D``. Zero below stage 3. Counts already split over tensor and expert
+    parallelism; ``D`` per part as :func:`param_bytes` has it.
+
+    Examples
+    --------
+    >>> fsdp_working_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=3))  # bf16 w = 2, fp32 g = 4
+    (6000.0, 8500.0)
+    """
+    if parallel.zero != 3:
+        return 0.0, 0.0
+    w, g, _ = _state_bytes(parallel)
+    working = first = 0.0
+    for params, shard in _shards(dense, experts, parallel):
+        working += params * (2 * w + g) * (1 - 1 / shard)
+        first += params * ((w + 2 * g) * (1 - 1 / shard) + g / shard)
+    return working, first
+
+
+def _state_bytes(parallel: ParallelConfig) -> tuple[int, int, int]:
+    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters")."""
+    w = _BYTES[parallel.dtype]
+    return w, 4, (12 if w == 2 else 8)
+
+
+def _shards(dense: float, experts: float, parallel: ParallelConfig) -> tuple[tuple[float, int], ...]:
+    """``(parameters, D)`` of the dense and the routed-expert parts."""
+    ranks = parallel.data_parallel * parallel.context_parallel
+    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
+    return (dense, ranks), (experts, expert_ranks)
 
 
 def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ...]:

@@ -234,7 +234,7 @@ def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink |
 
 
 def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_layer: bool = False,
-                     link: HostLink | None = None, fsdp_holds_grads: bool = False,
+                     link: HostLink | None = None, fsdp_holds_grads: bool | None = None,
                      bucket_mb: float = 1.0) -> RecomputeChoice:
     """The fastest recompute option of every body layer that fits every stage.
 
@@ -253,9 +253,11 @@ def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_lay
         Let each stage's first layers offload (one chunk per stage; with
         ``per_layer``, only when ``off`` is among the modes). Otherwise a
         note says why it was left aside.
-    fsdp_holds_grads : bool
+    fsdp_holds_grads : bool, optional
         FSDP holds gradient outputs until the backward ends: stages fit at
-        the second peak too.
+        the second peak too. Default: where FSDP holds gradients (a body
+        ``grad_mb`` above 0) over several micro-batches (``m > 1``), as
+        SAPP charges it; True or False overrides.
     bucket_mb : float
         Knapsack granularity: memory rounded up, budgets down.
 
@@ -297,7 +299,7 @@ def _full_time(pricing: Pricing) -> float:
 
 
 def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None, per_layer: bool = False,
-                    link: HostLink | None = None, fsdp_holds_grads: bool = False,
+                    link: HostLink | None = None, fsdp_holds_grads: bool | None = None,
                     bucket_mb: float = 1.0) -> pd.DataFrame:
     """Time saved against the device capacity: the time-saved curve.
 

@@ -72,3 +72,20 @@ def test_the_bundled_vlm_gets_one_mode_on_both_submodules():
     assert choice.mode == "selective" and (choice.stages["memory_mb"] <= 60_000).all()
     assert submodule_modes(choice)["module"].tolist() == ["vision", "language"]
     assert choose_recompute(vlm, part, memory_mb=200_000, modes=MODES).mode == "off"
+
+
+def test_the_second_peak_charges_the_main_modules_first_layer_where_a_tower_shares_the_stage():
+    # Stage 0 runs vit, vit, b; stage 1 b, b, b. The language model (the tail's module) is the main one: as its
+    # first layer on stage 0 runs its backward every tower activation is still held, so that layer's working
+    # set counts, 30 + 100, not the tower's first layer's 30 + 10. Stage 0 holds 2 micro-batches in flight and
+    # keeps half of each layer's 2 x 30 then: 3 x 30 + 130 = 220; stage 1 holds one, keeps none of it: 130.
+    rows = [dict(kind=kind, role="body", count=count, param_mb=0.0, option="none", forward_time=1.0,
+                 backward_time=2.0, activation_mb=30.0, module=module, first_working_mb=first)
+            for kind, module, count, first in (("vit", "vision", 2, 10.0), ("b", "language", 4, 100.0))]
+    rows.append(dict(kind="out", role="tail", count=1, param_mb=0.0, option="none", forward_time=1.0,
+                     backward_time=1.0, activation_mb=0.0, module="language"))
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 0, 1], "kind": ["vit", "b", "b"], "layers": [2, 1, 3]})
+    table, part = LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=2, cells=cells)
+    choice = choose_recompute(table, part, memory_mb=1e4, modes={"off": "none"}, fsdp_holds_grads=True)
+    assert choice.pricing.body["first"].tolist() == [False, False, True, True, False, False]
+    assert choice.stages["backward_mb"].tolist() == [220.0, 130.0]
