@@ -114,6 +114,7 @@ from ..hardware import Cluster, DeviceConfig
 from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms, tail_comm
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 from .ops import BACKWARD, FORWARD, head_ops, layer_ops, patch_ops, tail_ops
+from .param_memory import fsdp_working_bytes, param_bytes
 from .shapes import Shape, head_shape, kinds, layer_shape, tail_shape
 from .table import LayerTable
 from .timing import (
@@ -306,64 +307,6 @@ def _flops_times(parts, parallel, device, options, step) -> KindTimes:
     breakdown = {option: {COMPUTE_MS: 3 * forward + extra[option], RECOMPUTE_MS: extra[option], TP_COMM_MS: 0.0,
                           CP_COMM_MS: 0.0, EP_COMM_MS: 0.0, PP_COMM_MS: 0.0, **step} for option in options}
     return KindTimes(times, breakdown)
-
-
-def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
-    """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
-
-    The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
-
-    Examples
-    --------
-    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
-    (9000.0, 0.0)
-    """
-    w, g, o = _state_bytes(parallel)
-    held = 0.0
-    for params, shard in _shards(dense, experts, parallel):
-        kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
-        held += params * kept
-    return held, fsdp_working_bytes(dense, experts, parallel)[0]
-
-
-def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
-    """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
-    and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
-
-    The module docstring's "Parameters": at the end of warm-up the layer's
-    gathered weights and whole gradient and the next layer's prefetched
-    weights, ``(2w + g)·P·(1 − 1/D)``; on the first layer its own gathered
-    weights and whole gradient, the second layer's whole gradient under
-    reduction and its own reduce-scatter output, ``(w + 2g)·P·(1 − 1/D) +
-    g·P/D``. Zero below stage 3. Counts already split over tensor and expert
-    parallelism; ``D`` per part as :func:`param_bytes` has it.
-
-    Examples
-    --------
-    >>> fsdp_working_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=3))  # bf16 w = 2, fp32 g = 4
-    (6000.0, 8500.0)
-    """
-    if parallel.zero != 3:
-        return 0.0, 0.0
-    w, g, _ = _state_bytes(parallel)
-    working = first = 0.0
-    for params, shard in _shards(dense, experts, parallel):
-        working += params * (2 * w + g) * (1 - 1 / shard)
-        first += params * ((w + 2 * g) * (1 - 1 / shard) + g / shard)
-    return working, first
-
-
-def _state_bytes(parallel: ParallelConfig) -> tuple[int, int, int]:
-    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters")."""
-    w = _BYTES[parallel.dtype]
-    return w, 4, (12 if w == 2 else 8)
-
-
-def _shards(dense: float, experts: float, parallel: ParallelConfig) -> tuple[tuple[float, int], ...]:
-    """``(parameters, D)`` of the dense and the routed-expert parts."""
-    ranks = parallel.data_parallel * parallel.context_parallel
-    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
-    return (dense, ranks), (experts, expert_ranks)
 
 
 def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ...]:

@@ -23,7 +23,7 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
   ``W`` with ``first_working_mb``. By default charged where FSDP holds
   gradients (a body ``grad_mb`` above 0) and they accumulate over several
   micro-batches (``m > 1``), as SAPP's chooser charges it
-  (:func:`holds_grads`); ``fsdp_holds_grads=True`` / ``False`` overrides.
+  (:func:`~sappkit.recompute.layer_prices.holds_grads`); ``fsdp_holds_grads=True`` / ``False`` overrides.
 - fixed parts ``F1`` = body and head/tail parameters + head/tail
   activations at their cells' in-flight counts + the tail's working set
   (kept at one micro-batch + ``working_mb``) on the stage it ends +
@@ -71,7 +71,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .._check import check_bool, check_number
+from .._check import check_number
 from ..columns import (
     ACTIVATION_MB, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
     OVERHEAD_MB, PARAM_MB, STAGE, TIME, WORKING_MB,
@@ -82,7 +82,7 @@ from ..layers.table import LayerTable, as_layer_table
 from .events import event_peaks
 from .baseline import Baseline, baseline_of
 from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, first_layers, layer_groups
-from .layer_prices import LayerPrices, layer_prices, resolve_modes
+from .layer_prices import LayerPrices, holds_grads, layer_prices, resolve_modes
 from .partition import CONFIGURED, Partition
 from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, FIXED_TIME, fixed_memory
 
@@ -332,7 +332,7 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     fsdp_holds_grads : bool, optional
         Price the second peak as a later micro-batch's backward ends;
         default where FSDP holds gradients over several micro-batches
-        (:func:`holds_grads`).
+        (:func:`~sappkit.recompute.layer_prices.holds_grads`).
     bucket_mb : float
         Knapsack granularity (MB).
 
@@ -354,7 +354,7 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     memory_mb = _check_memory(memory_mb, bucket_mb)
     prices = layer_prices(table)
     _check_partition(prices, partition)
-    fsdp_holds_grads = holds_grads(prices, partition, fsdp_holds_grads)
+    fsdp_holds_grads = holds_grads(prices, partition.micro_batches, fsdp_holds_grads)
     mapping = resolve_modes(modes, prices)
     offered = {kind: (prices.front[kind] if mapping is None else tuple(mapping.values())) for kind in prices.kinds}
     empty = Pricing(table, partition, memory_mb, bucket_mb, bool(fsdp_holds_grads), mapping, offered, prices.plain,
@@ -382,15 +382,6 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
                                     fsdp_holds_grads=bool(fsdp_holds_grads), bucket_mb=bucket_mb)
     return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups,
                    reason=_multimodal(prices))
-
-
-def holds_grads(prices: LayerPrices, partition: Partition, fsdp_holds_grads: bool | None) -> bool:
-    """Whether stages have the second peak: ``fsdp_holds_grads`` where given, else FSDP holds gradients (some
-    body ``grad_mb`` above 0) and accumulates them over several micro-batches (``m > 1``)."""
-    if fsdp_holds_grads is not None:
-        return check_bool("fsdp_holds_grads", fsdp_holds_grads)
-    held = any(cost[GRAD_MB] > 0 for (kind, _), cost in prices.costs.items() if kind in prices.kinds)
-    return held and partition.micro_batches > 1
 
 
 def _check_memory(memory_mb, bucket_mb: float) -> float:
