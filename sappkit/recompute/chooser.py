@@ -248,7 +248,11 @@ def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_lay
         Choose among runtime modes (default names ``off``, ``selective``,
         ``full`` or a mapping mode -> option) instead of each kind's front.
     per_layer : bool
-        With ``modes``: a mode per layer rather than one for all.
+        With ``modes``: a mode per layer rather than one for all, among
+        exactly the modes given. SAPP's chooser always adds ``off`` and
+        ``full``; sappkit does not, because ``modes`` states what the runtime
+        runs (a mapping may name another runtime's modes, and a kind may have
+        no ``none`` or ``full`` row): pass them to offer them.
     link : HostLink, optional
         Let each stage's first layers offload (one chunk per stage; with
         ``per_layer``, only when ``off`` is among the modes). Otherwise a

@@ -89,3 +89,17 @@ def test_the_second_peak_charges_the_main_modules_first_layer_where_a_tower_shar
     choice = choose_recompute(table, part, memory_mb=1e4, modes={"off": "none"}, fsdp_holds_grads=True)
     assert choice.pricing.body["first"].tolist() == [False, False, True, True, False, False]
     assert choice.stages["backward_mb"].tolist() == [220.0, 130.0]
+
+
+def test_a_choice_per_layer_offers_exactly_the_modes_given():
+    # SAPP's chooser adds off and full to any per-layer choice; sappkit offers what the caller's runtime runs.
+    # One language model, the p = 2, m = 2 case above at 300 MB: among selective alone every layer is selective
+    # (300 | 260); with off and full too, stage 1 has room for a layer off (200 + 40 + 20 + 20 = 280).
+    rows = [dict(kind="b", role="body", count=4, param_mb=100.0, option=option, forward_time=1.0,
+                 backward_time=backward, activation_mb=activation) for option, activation, backward in OPTIONS]
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
+    table, part = LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=2, cells=cells)
+    alone = choose_recompute(table, part, memory_mb=300, modes=("selective",), per_layer=True)
+    assert alone.layer_options["mode"].tolist() == ["selective"] * 4
+    seeds = choose_recompute(table, part, memory_mb=300, modes=MODES, per_layer=True)
+    assert seeds.layer_options["mode"].tolist() == ["selective", "selective", "off", "selective"]
