@@ -123,7 +123,7 @@ class RecomputeDashboard:
             return Shown(None, str(exc), alert=True)
         figure = plt.figure(figsize=(12, 7), layout="constrained")
         top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
-        if view.choice.pricing.reason is None:
+        if not view.choice.pricing.stages.empty:
             plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
         plot_layer_options(view.choice, ax=middle.subplots())
         plot_time_saved(view.curve, current_mb=settings["memory_mb"], against="both", ax=bottom.subplots())

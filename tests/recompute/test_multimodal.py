@@ -103,3 +103,26 @@ def test_a_choice_per_layer_offers_exactly_the_modes_given():
     assert alone.layer_options["mode"].tolist() == ["selective"] * 4
     seeds = choose_recompute(table, part, memory_mb=300, modes=MODES, per_layer=True)
     assert seeds.layer_options["mode"].tolist() == ["selective", "selective", "off", "selective"]
+
+
+def test_the_one_mode_choice_plots_before_and_after(vlm):
+    import matplotlib.pyplot as plt
+
+    choice = choose_recompute(*vlm, memory_mb=399, modes=MODES)
+    before, after = sappkit.plot_before_after(choice)
+    # The stacked bars reach each stage's memory: 300 and 260 MB with every layer selective.
+    tops = {}
+    for bar in after.patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+    assert [tops[x] for x in sorted(tops)] == pytest.approx([300.0, 260.0])
+    plt.close("all")
+    cells = pd.DataFrame({"chunk": [0, 0, 1, 1], "stage": [0, 1, 1, 0], "kind": ["vit", "vit", "b", "b"],
+                          "layers": 1})
+    dual = Partition(stages=2, micro_batches=4, chunks=2, schedule="dualpipev", cells=cells)
+    refused = choose_recompute(vlm[0], dual, memory_mb=399, modes=MODES)
+    with pytest.raises(sappkit.InputError) as error:
+        sappkit.plot_before_after(refused)
+    assert str(error.value) == ("there is no stage memory to plot: schedule 'dualpipev' is not supported by the "
+                                "recompute chooser: it prices the in-flight counts and end-of-warm-up working set of "
+                                "1f1b and interleaved only")
