@@ -300,6 +300,9 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
                   "Σ activation × in-flight (each cell's peak, a bound on the stage's)")
         notes.append(f"{schedule}: memory = {memory}; time: the sapp objective's closed form stands in for the "
                      "schedule, the step objective is its simulated step")
+    if sapp_compat:
+        notes.append("sapp_compat: SAPP's pipeline balancer's counts (1F1B and one-chunk SeqPipe in flight uncapped "
+                     "at m, DualPipeV's tail time on its last stage); the simulator runs the schedule as it runs")
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "

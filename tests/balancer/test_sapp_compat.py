@@ -37,6 +37,9 @@ def test_at_m_below_p_sapps_counts_leave_no_plan_where_sappkits_fit():
                    sapp_compat=True)
     ours = balance(pd.DataFrame(BODY), stages=4, micro_batches=2, memory_mb=270, working_set=False)
     assert (sapp.status, sapp.memory_needed_mb, sapp.binding_stage) == ("infeasible", 280.0, 0)
+    assert sapp.notes == ("sapp_compat: SAPP's pipeline balancer's counts (1F1B and one-chunk SeqPipe in flight "
+                          "uncapped at m, DualPipeV's tail time on its last stage); the simulator runs the schedule "
+                          "as it runs",)
     assert ours.status == "optimal" and ours.stages["layers"].tolist() == [2, 2, 2, 2]
 
 
