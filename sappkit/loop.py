@@ -191,9 +191,12 @@ class Loop:
 
     def _recompute_line(self) -> str:
         per_layer, one = (self.choices.set_index("choice").loc[label] for label in ("a mode per layer", "one mode"))
-        if per_layer["reason"] is not None:
-            return f"no choice: {per_layer['reason']}"
         unit = self.layers.time_unit
+        if per_layer["reason"] is not None:
+            if pd.isna(one["reason"]):  # a multimodal model: one mode for the whole model only
+                return (f"no choice per layer: {per_layer['reason']}; one mode for every layer: {one['mode']}, "
+                        f"simulated step time {format_time(one['step_time'], unit)}")
+            return f"no choice: {per_layer['reason']}"
         modes = ", ".join(self.choice.pricing.modes or ())
         text = f"a mode per layer ({modes}): simulated step time {format_time(per_layer['step_time'], unit)}"
         if one["reason"] is not None:

@@ -10,6 +10,7 @@ from sappkit import (
     read_dryrun_csv, read_layers_json, simulate, stage_memory, synthetic_dryruns,
 )
 from sappkit.demo import simulate_layers
+from sappkit.layers.units import format_time
 from sappkit.loop import MODES, compare_tables, run_loop, simulate_choice
 
 PIPELINE = dict(stages=16, micro_batches=32)
@@ -93,7 +94,10 @@ def test_a_multimodal_loop_balances_but_makes_no_recompute_choice():
     assert loop.plan.status == "optimal"
     assert loop.agreement["difference_mb"].abs().max() < 3 * loop.fit.loo_error_mb
     assert loop.choice.reason.startswith("the model is multimodal")
-    assert loop.describe().splitlines()[-1] == f"3. recompute, no choice: {loop.choice.reason}"
+    assert loop.one_mode.mode == "selective"
+    assert loop.describe().splitlines()[-1] == (f"3. recompute, no choice per layer: {loop.choice.reason}; one mode "
+                                                f"for every layer: selective, simulated step time "
+                                                f"{format_time(loop.choices['step_time'].iloc[1], 'ms')}")
 
 
 def test_run_loop_refuses_dry_runs_of_several_pipelines(llama, observed):

@@ -167,7 +167,8 @@ def _plan(setup: BalanceSetup, solved: Solved, options: SolverOptions, cache) ->
 
 def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
             seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-            consistent_recompute=True, working_set=True, trainer=None, solver: SolverOptions | None = None) -> Plan:
+            consistent_recompute=True, working_set=True, sapp_compat=False, trainer=None,
+            solver: SolverOptions | None = None) -> Plan:
     """Place the body layers and their recompute on the pipeline cells: fit the device, minimise time.
 
     Parameters
@@ -211,7 +212,16 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         Charge every stage the end-of-warm-up working set of the layer that
         ends its warm-up (default), as the recompute chooser and the
         simulator do, so a plan that fits here fits there. ``False`` drops
-        it: SAPP's pipeline balancer's memory model, for the original tool's numbers.
+        it: SAPP's pipeline balancer's memory model.
+    sapp_compat : bool
+        With ``working_set=False`` and the ``sapp`` objective on SAPP's four
+        schedules: SAPP's pipeline balancer's own numbers exactly, where they
+        differ from sappkit's physical ones: 1F1B and one-chunk SeqPipe
+        charge ``p - s`` (``p - s + k - 1``) micro-batches in flight even
+        when the step has fewer (:func:`sappkit.balancer.setup.sapp_in_flight`), and
+        DualPipeV's tail time counts on cell ``(1, p - 1)``, its memory on
+        stage 0 (docs/design.md "Where sappkit differs from SAPP, and why").
+        Default False: sappkit's counts, capped at ``m``, and the tail on ``(1, 0)``.
     trainer : {"megatron", "torchtitan", "mindformers"}, optional
         Plan only what that trainer's config can state
         (:mod:`sappkit.balancer.grammar`): Megatron-LM one recompute policy

@@ -363,7 +363,7 @@ def make_plan(setup: BalanceSetup, counts: np.ndarray | None, **fields) -> Plan:
 def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, recompute=None,
                       select_recompute=None, select_comm_recompute=None, chunks=1, schedule=None,
                       less_memory=False, seq_split=1, seq_params=None, const_mb=None, objective="sapp",
-                      optimization_level=1, working_set=True) -> Plan:
+                      optimization_level=1, working_set=True, sapp_compat=False) -> Plan:
     """Evaluate a hand-written MindFormers config as a :class:`Plan` (status ``"evaluated"``).
 
     ``offset`` and the recompute lists as :meth:`Plan.offsets` writes them (an
@@ -384,7 +384,7 @@ def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, rec
     setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
                        schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
                        const_mb=const_mb, objective=objective, optimization_level=optimization_level,
-                       working_set=working_set)
+                       working_set=working_set, sapp_compat=sapp_compat)
     return plan_from_lists(setup, {"offset": offset, "recompute": recompute, "select_recompute": select_recompute,
                                    "select_comm_recompute": select_comm_recompute})
 

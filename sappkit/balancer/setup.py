@@ -27,7 +27,7 @@ from ..pipeline.schedules import (
 )
 from ..pipeline.seqpipe import rescale_for_seqpipe
 
-__all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup"]
+__all__ = ["BalanceSetup", "Fixed", "OBJECTIVES", "make_setup", "sapp_in_flight", "sapp_tail_time_cell"]
 
 OBJECTIVES = ("sapp", "step")
 
@@ -46,6 +46,14 @@ class Fixed:
     memory_once_mb: float
     working_mb: float
     """Its end-of-warm-up working set (:meth:`~sappkit.LayerTable.working_set_mb`)."""
+    time_cell: tuple[int, int] | None = None
+    """The cell its time is charged to where it is not (chunk, stage): SAPP's DualPipeV tail (see
+    :func:`sapp_tail_time_cell`)."""
+
+    @property
+    def timed_at(self) -> tuple[int, int]:
+        """The cell (chunk, stage) its forward and backward time count on."""
+        return self.time_cell if self.time_cell is not None else (self.chunk, self.stage)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -65,6 +73,8 @@ class BalanceSetup:
     level: int
     consistent_recompute: bool
     working_set: bool
+    sapp_compat: bool
+    """SAPP's pipeline balancer's own counts (:func:`sapp_in_flight`, :func:`sapp_tail_time_cell`)."""
     kinds: tuple[str, ...]
     items: tuple[tuple[str, str], ...]
     """Body (kind, option) pairs in model order, each kind's options in table order."""
@@ -91,8 +101,8 @@ class BalanceSetup:
         forward = np.zeros((self.chunks, self.stages))
         backward = np.zeros((self.chunks, self.stages))
         for fixed in self.fixed:
-            forward[fixed.chunk, fixed.stage] += fixed.forward_time
-            backward[fixed.chunk, fixed.stage] += fixed.backward_time
+            forward[fixed.timed_at] += fixed.forward_time
+            backward[fixed.timed_at] += fixed.backward_time
         object.__setattr__(self, "fixed_forward", forward)
         object.__setattr__(self, "fixed_backward", backward)
 
@@ -207,10 +217,10 @@ def _considered(items) -> list[str]:
     return sorted(seen, key=rank.get)
 
 
-def _fixed(layers: LayerTable, role_row, chunk: int, stage: int) -> Fixed | None:
+def _fixed(layers: LayerTable, role_row, chunk: int, stage: int, time_cell=None) -> Fixed | None:
     if role_row is None:
         return None
-    return Fixed(kind=str(role_row[KIND]), chunk=chunk, stage=stage,
+    return Fixed(kind=str(role_row[KIND]), chunk=chunk, stage=stage, time_cell=time_cell,
                  forward_time=float(role_row[FORWARD_TIME]), backward_time=float(role_row[BACKWARD_TIME]),
                  param_mb=float(role_row[PARAM_MB]), activation_mb=float(role_row[ACTIVATION_MB]),
                  memory_once_mb=float(role_row[MEMORY_ONCE_MB]),
@@ -219,7 +229,7 @@ def _fixed(layers: LayerTable, role_row, chunk: int, stage: int) -> Fixed | None
 
 def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None, less_memory=False,
                seq_split=1, seq_params=None, const_mb=None, objective="sapp", optimization_level=1,
-               consistent_recompute=True, working_set=True) -> BalanceSetup:
+               consistent_recompute=True, working_set=True, sapp_compat=False) -> BalanceSetup:
     """Validate ``balance``'s arguments and resolve the instance (see :func:`sappkit.balance`).
 
     Examples
@@ -242,6 +252,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     level = check_int("optimization_level", optimization_level, minimum=0)
     check_bool("consistent_recompute", consistent_recompute)
     check_bool("working_set", working_set)
+    _check_sapp_compat(sapp_compat, schedule, working_set, objective)
     if level >= 2 and m * k < 2:
         raise InputError(f"optimization_level >= 2 needs micro_batches >= 2 (its bubble model weighs the "
                          f"stage time by m - 2); got micro_batches={m}")
@@ -274,20 +285,84 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     setup = BalanceSetup(
         layers=table, schedule=schedule, stages=p, micro_batches=m, chunks=v, less_memory=bool(less_memory),
         seq_split=k, memory_mb=memory_mb, const_mb=const, objective=objective, level=level,
-        consistent_recompute=consistent_recompute, working_set=working_set, kinds=kinds, items=tuple(items),
+        consistent_recompute=consistent_recompute, working_set=working_set, sapp_compat=sapp_compat, kinds=kinds,
+        items=tuple(items),
         **{name: np.array(values, dtype=int if name == "kind_index" else float) for name, values in columns.items()},
         counts=np.array([table.count(kind) for kind in kinds]),
-        head=_fixed(table, table.head, 0, 0), tail=_fixed(table, table.tail, *tail_cell(schedule, p, v)),
-        in_flight=in_flight_counts(schedule, p, m, v, less_memory, k).astype(float),
+        head=_fixed(table, table.head, 0, 0),
+        tail=_fixed(table, table.tail, *tail_cell(schedule, p, v),
+                    time_cell=sapp_tail_time_cell(schedule, p, v) if sapp_compat else None),
+        in_flight=(sapp_in_flight(schedule, p, m, v, less_memory, k) if sapp_compat else
+                   in_flight_counts(schedule, p, m, v, less_memory, k)).astype(float),
     )
     if schedule not in SAPP_SCHEDULES:
         memory = ("the peak over the step order's memory events, as simulated" if working_set else
                   "Σ activation × in-flight (each cell's peak, a bound on the stage's)")
         notes.append(f"{schedule}: memory = {memory}; time: the sapp objective's closed form stands in for the "
                      "schedule, the step objective is its simulated step")
+    if sapp_compat:
+        notes.append("sapp_compat: SAPP's pipeline balancer's counts (1F1B and one-chunk SeqPipe in flight uncapped "
+                     "at m, DualPipeV's tail time on its last stage); the simulator runs the schedule as it runs")
     if consistent_recompute and len(kinds) >= 2 and len(_considered(items)) > 2:
         notes.append(f"recompute consistency not applied: MindFormers' rule is defined for two options and "
                      f"the body kinds use {len(_considered(items))} ({', '.join(_considered(items))}), "
                      "as SAPP's pipeline balancer does")
     object.__setattr__(setup, "notes", tuple(notes))
     return setup
+
+
+def _check_sapp_compat(sapp_compat, schedule: str, working_set: bool, objective: str) -> None:
+    """Refuse ``sapp_compat=True`` where SAPP's pipeline balancer has no counts to reproduce."""
+    if not check_bool("sapp_compat", sapp_compat):
+        return
+    if working_set:
+        raise InputError("sapp_compat=True reproduces SAPP's pipeline balancer, which charges no working set: "
+                         "pass working_set=False with it")
+    if schedule not in SAPP_SCHEDULES:
+        raise InputError(f"sapp_compat=True applies to SAPP's schedules {', '.join(map(repr, SAPP_SCHEDULES))}; "
+                         f"got schedule {schedule!r}")
+    if objective != "sapp":
+        raise InputError(f"sapp_compat=True applies to the 'sapp' objective (SAPP's own time model); "
+                         f"got objective {objective!r}")
+
+
+def sapp_in_flight(schedule: str, stages: int, micro_batches: int, chunks: int = 1, less_memory: bool = False,
+                   seq_split: int = 1) -> np.ndarray:
+    """``[chunk, stage]`` in-flight counts as SAPP's pipeline balancer has them: :func:`sappkit.in_flight`'s
+    without the cap at ``m`` (``m k`` slices) where SAPP leaves it out.
+
+    SAPP caps the interleaved, DualPipeV and interleaved SeqPipe counts at the
+    step's micro-batches but not 1F1B's ``p - s`` nor one-chunk SeqPipe's
+    ``p - s + k - 1`` (its less-memory interleaved counts are uncapped too, but
+    never above ``p <= m``). With ``m < p`` a stage cannot hold more
+    micro-batches than the step has, so sappkit's own counts cap them (docs/design.md "Where sappkit differs from SAPP, and why").
+
+    Examples
+    --------
+    >>> sapp_in_flight("1f1b", 4, 2).tolist(), in_flight_counts("1f1b", 4, 2).tolist()
+    ([[4, 3, 2, 1]], [[2, 2, 2, 1]])
+    """
+    schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
+    if schedule not in SAPP_SCHEDULES:
+        raise InputError(f"SAPP's in-flight counts exist for its schedules {', '.join(map(repr, SAPP_SCHEDULES))}; "
+                         f"got schedule {schedule!r}")
+    if v > 1 or schedule == "dualpipev":  # capped as SAPP caps them (the interleaved ones need m >= p)
+        return in_flight_counts(schedule, p, m, v, less_memory, k)
+    return (p - np.arange(p) + (k - 1 if schedule == "seqpipe" else 0))[None, :]
+
+
+def sapp_tail_time_cell(schedule: str, stages: int, chunks: int) -> tuple[int, int] | None:
+    """Where SAPP's pipeline balancer charges the tail's time when it is not :func:`tail_cell`: DualPipeV's
+    last chunk on the last stage ``(1, p - 1)`` (its memory stays on stage 0); None elsewhere.
+
+    Physically the V's model ends on stage 0: the output layer runs right after
+    chunk 1's last body layer there, so sappkit charges both on ``(1, 0)``.
+
+    Examples
+    --------
+    >>> sapp_tail_time_cell("dualpipev", 4, 2), sapp_tail_time_cell("1f1b", 4, 1)
+    ((1, 3), None)
+    """
+    if schedule not in V_SHAPED:
+        return None
+    return chunks - 1, stages - 1

@@ -82,8 +82,9 @@ def add_chooser_arguments(parser, *, modes_help: str) -> None:
                              "recompute lists (e.g. written by 'sappkit balance --yaml'); default: layers spread "
                              "evenly, recomputing nothing")
     parser.add_argument("--modes", default=None, metavar="MODE,...", help=modes_help)
-    parser.add_argument("--fsdp-holds-grads", action="store_true",
-                        help="also fit the memory peak FSDP reaches when it holds gradients until the backward ends")
+    parser.add_argument("--fsdp-holds-grads", action="store_true", default=None,
+                        help="also fit the memory peak FSDP reaches when it holds gradients until the backward ends "
+                             "(default: where the table states grad_mb and there are several micro-batches)")
     parser.add_argument("--bucket-mb", type=float, default=1.0,
                         help="memory is counted in steps of this many MB (default 1; larger is faster, coarser)")
 

@@ -18,6 +18,7 @@ from ..columns import MEMORY_MB, STAGE, TIME
 from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
 from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED
+from ..recompute.submodules import submodule_modes
 from ..trainers.recompute import megatron_setting, torchtitan_setting
 from . import _common
 from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
@@ -68,6 +69,8 @@ def _run(args) -> int:
     _common.say_unused_shape(args, out)
     out.value("reason", choice.reason)
     out.value("mode", choice.mode)
+    if layers.multimodal and choice.chosen:  # the one mode, stated on every submodule
+        out.value("submodule_modes", submodule_modes(choice).to_dict("records"))
     if not choice.chosen:
         out.line(choice.describe())
         out.keep("ranges", choice.ranges)

@@ -61,8 +61,15 @@ training). ZeRO stage 1 (Megatron's distributed optimizer) shards ``o``,
 stage 2 also ``g``, stage 3 (FSDP) also ``w``, over ``D`` = ``dp·c`` ranks
 (experts: ``dp·c·t/(ep·etp)``). Dense parameters are split over ``t``
 (norms, router and MLA down-projections too: < 10% of a layer), routed
-experts over ``ep·etp``. Under stage 3 a layer gathers its weights and
-gradients for compute: ``working_mb = (w + g)·P·(1 − 1/D)``.
+experts over ``ep·etp``. Under stage 3 (FSDP that reshards) a layer's
+backward holds, beyond its shards, its gathered weights and whole gradient,
+``(w + g)·P·(1 − 1/D)``, and the next layer's weights, prefetched:
+``working_mb = (2w + g)·P·(1 − 1/D)`` at the end of warm-up. The stage's first
+layer runs the last backward, with no layer left to prefetch; as FSDP
+reduces a layer's gradients while the next layer's backward runs, it also
+holds the second layer's whole gradient, still being reduced, and its own
+reduce-scatter output: ``first_working_mb = (w + 2g)·P·(1 − 1/D) + g·P/D``
+(:func:`fsdp_working_bytes`; SAPP's estimator counts these terms).
 
 **Time** (``time_model="roofline"``, the default): each op of the layer,
 forward and backward, priced on the device by the compute or memory roofline
@@ -107,6 +114,7 @@ from ..hardware import Cluster, DeviceConfig
 from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms, tail_comm
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 from .ops import BACKWARD, FORWARD, head_ops, layer_ops, patch_ops, tail_ops
+from .param_memory import fsdp_working_bytes, param_bytes
 from .shapes import Shape, head_shape, kinds, layer_shape, tail_shape
 from .table import LayerTable
 from .timing import (
@@ -115,7 +123,7 @@ from .timing import (
 )
 from .units import MS
 
-__all__ = ["estimate_layers", "param_bytes", "TIME_MODELS"]
+__all__ = ["estimate_layers", "param_bytes", "fsdp_working_bytes", "TIME_MODELS"]
 
 #: How :func:`estimate_layers` prices time (its ``time_model``).
 TIME_MODELS = ("roofline", "flops")
@@ -244,7 +252,8 @@ class _Pricing:
         t, experts = parallel.tensor_parallel, parallel.expert_parallel * parallel.expert_tensor_parallel
         dense = sum(p.dense_params for p in parts) / t
         routed = sum(p.expert_params for p in parts) / experts
-        held, working = param_bytes(dense, routed, parallel)
+        held, _ = param_bytes(dense, routed, parallel)
+        working, first_working = fsdp_working_bytes(dense, routed, parallel)
         kept, flops = _kept(parts, parallel)
         step = {DP_COMM_MS: grad_sync_ms(dense, routed, parallel, self.cluster),
                 OPTIMIZER_MS: optimizer_ms(dense, routed, parallel, self.cluster), PARAMS: dense,
@@ -265,7 +274,7 @@ class _Pricing:
         return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
                   FORWARD_TIME: priced.times[option][0], BACKWARD_TIME: priced.times[option][1],
                   ACTIVATION_MB: kept[option] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
-                  FIRST_WORKING_MB: working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
+                  FIRST_WORKING_MB: first_working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
                 for option in options]
 
 
@@ -298,28 +307,6 @@ def _flops_times(parts, parallel, device, options, step) -> KindTimes:
     breakdown = {option: {COMPUTE_MS: 3 * forward + extra[option], RECOMPUTE_MS: extra[option], TP_COMM_MS: 0.0,
                           CP_COMM_MS: 0.0, EP_COMM_MS: 0.0, PP_COMM_MS: 0.0, **step} for option in options}
     return KindTimes(times, breakdown)
-
-
-def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
-    """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
-
-    The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
-
-    Examples
-    --------
-    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
-    (9000.0, 0.0)
-    """
-    w = _BYTES[parallel.dtype]
-    g, o = 4, (12 if w == 2 else 8)
-    ranks = parallel.data_parallel * parallel.context_parallel
-    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
-    held = working = 0.0
-    for params, shard in ((dense, ranks), (experts, expert_ranks)):
-        kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
-        held += params * kept
-        working += params * (w + g) * (1 - 1 / shard) if parallel.zero == 3 else 0.0
-    return held, working
 
 
 def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ...]:

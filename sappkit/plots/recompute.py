@@ -118,7 +118,7 @@ def plot_before_after(choice: RecomputeChoice, *, baseline: RecomputeChoice | No
     for name, value in (("choice", choice), ("baseline", baseline)):
         if not isinstance(value, RecomputeChoice) and (name == "choice" or value is not None):
             raise InputError(f"{name} must be a RecomputeChoice; got {type(value).__name__}")
-        if value is not None and value.pricing.reason is not None:
+        if value is not None and value.pricing.stages.empty:
             raise InputError(f"there is no stage memory to plot: {value.pricing.reason}")
     if axes is None:
         width = max(8.0, 0.5 * len(choice.stages) + 5)

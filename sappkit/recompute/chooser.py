@@ -36,6 +36,7 @@ from ..errors import InputError
 from ..layers.units import with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_SWEEP_POINTS
 from .choice import RecomputeChoice, build_choice, refused_choice
+from .submodules import submodule_note
 from .events import EventStageSolver
 from .knapsack import budget_buckets, build_front, canonical
 from .offload import HostLink, offload_stage
@@ -177,6 +178,8 @@ def _one_mode(pricing: Pricing, notes) -> RecomputeChoice:
         return refused_choice(pricing, f"no mode fits every stage: the lightest, {mode!r}, needs "
                                        f"{stages.at[stage, MEMORY_MB]:,.1f} MB on stage {stage} against a limit of "
                                        f"{pricing.memory_mb:,.1f} MB", notes=notes, stages=stages)
+    if pricing.whole_only:
+        notes = [*notes, submodule_note(pricing.layers, best[0])]
     return build_choice(pricing, [best[1]] * len(pricing.body), mode=best[0], notes=notes)
 
 
@@ -204,10 +207,10 @@ def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink |
         raise InputError("per_layer=True chooses a mode per layer, so it needs modes; pass e.g. "
                          "modes=('off', 'selective', 'full')")
     offload, notes = _offload_notes(pricing, per_layer, link)
+    if pricing.modes is not None and not per_layer and (pricing.reason is None or pricing.whole_only):
+        return _one_mode(pricing, notes)
     if pricing.reason is not None:
         return refused_choice(pricing, pricing.reason, notes=notes)
-    if pricing.modes is not None and not per_layer:
-        return _one_mode(pricing, notes)
     count, p = len(pricing.body), pricing.partition.stages
     options, offloaded, copies, transit = [""] * count, np.zeros(count), np.zeros(count), np.zeros(p)
     failed = []
@@ -231,7 +234,7 @@ def choose_priced(pricing: Pricing, *, per_layer: bool = False, link: HostLink |
 
 
 def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_layer: bool = False,
-                     link: HostLink | None = None, fsdp_holds_grads: bool = False,
+                     link: HostLink | None = None, fsdp_holds_grads: bool | None = None,
                      bucket_mb: float = 1.0) -> RecomputeChoice:
     """The fastest recompute option of every body layer that fits every stage.
 
@@ -245,14 +248,20 @@ def choose_recompute(layers, partition, *, memory_mb: float, modes=None, per_lay
         Choose among runtime modes (default names ``off``, ``selective``,
         ``full`` or a mapping mode -> option) instead of each kind's front.
     per_layer : bool
-        With ``modes``: a mode per layer rather than one for all.
+        With ``modes``: a mode per layer rather than one for all, among
+        exactly the modes given. SAPP's chooser always adds ``off`` and
+        ``full``; sappkit does not, because ``modes`` states what the runtime
+        runs (a mapping may name another runtime's modes, and a kind may have
+        no ``none`` or ``full`` row): pass them to offer them.
     link : HostLink, optional
         Let each stage's first layers offload (one chunk per stage; with
         ``per_layer``, only when ``off`` is among the modes). Otherwise a
         note says why it was left aside.
-    fsdp_holds_grads : bool
+    fsdp_holds_grads : bool, optional
         FSDP holds gradient outputs until the backward ends: stages fit at
-        the second peak too.
+        the second peak too. Default: where FSDP holds gradients (a body
+        ``grad_mb`` above 0) over several micro-batches (``m > 1``), as
+        SAPP charges it; True or False overrides.
     bucket_mb : float
         Knapsack granularity: memory rounded up, budgets down.
 
@@ -294,7 +303,7 @@ def _full_time(pricing: Pricing) -> float:
 
 
 def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None, per_layer: bool = False,
-                    link: HostLink | None = None, fsdp_holds_grads: bool = False,
+                    link: HostLink | None = None, fsdp_holds_grads: bool | None = None,
                     bucket_mb: float = 1.0) -> pd.DataFrame:
     """Time saved against the device capacity: the time-saved curve.
 
@@ -335,7 +344,7 @@ def sweep_recompute(layers, partition, *, memory_mb: Sequence[float], modes=None
                     fsdp_holds_grads=fsdp_holds_grads, bucket_mb=bucket_mb)
     offload, _ = _offload_notes(pricing, per_layer, link)
     frame = pd.DataFrame({"memory_mb": limits, "feasible": False, "mode": None, "time": np.nan, "baseline": None})
-    if pricing.reason is None:
+    if pricing.reason is None or (pricing.whole_only and pricing.modes is not None and not per_layer):
         _sweep_times(pricing, frame, limits, per_layer, link if offload else None)
         at = [pricing.with_memory(limit) for limit in limits]
         frame["baseline"] = [priced.baseline.name for priced in at]

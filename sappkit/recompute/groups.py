@@ -21,7 +21,7 @@ from .events import charged_chunks
 from .knapsack import to_buckets
 from .partition import LAYER, Partition
 
-__all__ = ["LayerGroup", "layer_groups", "ends_warm_up", "ENDS_WARM_UP", "FIRST", "GROUP"]
+__all__ = ["LayerGroup", "layer_groups", "ends_warm_up", "first_layers", "ENDS_WARM_UP", "FIRST", "GROUP"]
 
 ENDS_WARM_UP = "ends_warm_up"
 FIRST = "first"
@@ -78,6 +78,26 @@ class LayerGroup:
         """The share ``(n - 1)/n`` of what a layer keeps that stays as a later micro-batch's backward ends."""
         return (self.in_flight - 1) / self.in_flight
 
+
+
+def first_layers(body: pd.DataFrame, layers) -> np.ndarray:
+    """Per body layer, whether it is the one whose backward ends a stage's micro-batch, for the second peak: the
+    stage's first layer of the main module (the tail's, else the last in model order), else its first layer.
+
+    Where a vision tower shares a stage with the language model, the tower's
+    layers come first and run their backward last, but as the language
+    model's first layer runs its backward every tower activation is still
+    held: that is the moment the stage must fit (SAPP's estimator takes it).
+    """
+    tail = layers.tail
+    main = layers.module(str(tail[KIND])) if tail is not None else layers.modules[-1]
+    of_main = np.array([layers.module(kind) == main for kind in body[KIND]], dtype=bool)
+    stages = body[STAGE].to_numpy()
+    flags = np.zeros(len(body), dtype=bool)
+    for stage in dict.fromkeys(stages):
+        on_stage = stages == stage
+        flags[np.flatnonzero(on_stage & of_main if (on_stage & of_main).any() else on_stage)[0]] = True
+    return flags
 
 
 def ends_warm_up(partition: Partition, *, ends_with_tail: bool) -> np.ndarray:

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from .._check import short
+from .._check import check_bool, short
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, DEFAULT_MODES, FIRST_WORKING_MB, FORWARD_TIME, GRAD_MB, KIND, MEMORY_ONCE_MB, OPTION,
     PARAM_MB, TIME, WORKING_MB,
@@ -22,7 +22,7 @@ from ..columns import (
 from ..errors import InputError
 from ..layers.table import LayerTable
 
-__all__ = ["LayerPrices", "layer_prices", "resolve_modes"]
+__all__ = ["LayerPrices", "layer_prices", "resolve_modes", "holds_grads"]
 
 _CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -135,3 +135,12 @@ def resolve_modes(modes, prices: LayerPrices) -> dict[str, str] | None:
                 raise InputError(f"modes maps {mode!r} to option {option!r}, which kind {kind!r} does not have "
                                  f"(its options: {', '.join(map(repr, prices.options[kind]))})")
     return mapping
+
+
+def holds_grads(prices: LayerPrices, micro_batches: int, fsdp_holds_grads: bool | None) -> bool:
+    """Whether stages have the second peak: ``fsdp_holds_grads`` where given, else FSDP holds gradients (some
+    body ``grad_mb`` above 0) and accumulates them over several micro-batches (``m > 1``)."""
+    if fsdp_holds_grads is not None:
+        return check_bool("fsdp_holds_grads", fsdp_holds_grads)
+    held = any(cost[GRAD_MB] > 0 for (kind, _), cost in prices.costs.items() if kind in prices.kinds)
+    return held and micro_batches > 1

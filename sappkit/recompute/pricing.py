@@ -18,8 +18,12 @@ layer ``l`` with ``n_l`` micro-batches in flight running option ``o`` keeps
   ``o`` is ``full``, plus what its backward holds beyond.
 - **second peak** (``fsdp_holds_grads``, as a later micro-batch's backward
   ends) ``M2 = F2 + sum_l [kept(o_l, n_l) (n_l - 1) / n_l + grad_mb(o_l)] +
-  W1(o_f)``, ``f`` the stage's first body layer and ``W1`` as ``W`` with
-  ``first_working_mb``.
+  W1(o_f)``, ``f`` the stage's first body layer (of the main module, the
+  tail's or the last, where a vision tower shares the stage) and ``W1`` as
+  ``W`` with ``first_working_mb``. By default charged where FSDP holds
+  gradients (a body ``grad_mb`` above 0) and they accumulate over several
+  micro-batches (``m > 1``), as SAPP's chooser charges it
+  (:func:`~sappkit.recompute.layer_prices.holds_grads`); ``fsdp_holds_grads=True`` / ``False`` overrides.
 - fixed parts ``F1`` = body and head/tail parameters + head/tail
   activations at their cells' in-flight counts + the tail's working set
   (kept at one micro-batch + ``working_mb``) on the stage it ends +
@@ -67,7 +71,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from .._check import check_bool, check_number
+from .._check import check_number
 from ..columns import (
     ACTIVATION_MB, CONST_MB, FIRST_WORKING_MB, GRAD_MB, IN_FLIGHT, KIND, LIMIT_MB, MEMORY_MB, MEMORY_ONCE_MB,
     OVERHEAD_MB, PARAM_MB, STAGE, TIME, WORKING_MB,
@@ -77,8 +81,8 @@ from ..limits import MAX_BUCKETS, MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from .events import event_peaks
 from .baseline import Baseline, baseline_of
-from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, layer_groups
-from .layer_prices import LayerPrices, layer_prices, resolve_modes
+from .groups import ENDS_WARM_UP, FIRST, GROUP, LayerGroup, ends_warm_up, first_layers, layer_groups
+from .layer_prices import LayerPrices, holds_grads, layer_prices, resolve_modes
 from .partition import CONFIGURED, Partition
 from .pricing_fixed import BACKWARD_BUDGET_MB, BACKWARD_FIXED_MB, BUDGET_MB, FIXED_MB, FIXED_TIME, fixed_memory
 
@@ -105,7 +109,7 @@ class Pricing:
     memory_mb, bucket_mb : float
         Device capacity and knapsack granularity, in MB.
     fsdp_holds_grads : bool
-        Stages have the second peak.
+        Stages have the second peak (resolved: :func:`holds_grads`).
     modes : dict or None
         Mode -> option, when the choice is among modes.
     offered : dict
@@ -126,8 +130,10 @@ class Pricing:
     groups : tuple of tuple of LayerGroup
         Per stage, its groups in order of their first layer.
     reason : str or None
-        Why no choice can be made (unsupported schedule, multimodal); then
-        ``body``, ``stages`` and ``groups`` are empty.
+        Why no choice of each layer's option can be made: an unsupported
+        schedule (then ``body``, ``stages`` and ``groups`` are empty) or a
+        multimodal model, which is priced whole for a one-mode choice
+        (:attr:`whole_only`).
     """
 
     layers: LayerTable
@@ -143,6 +149,12 @@ class Pricing:
     groups: tuple[tuple[LayerGroup, ...], ...]
     reason: str | None = None
     prices: LayerPrices | None = field(default=None, repr=False)
+
+    @property
+    def whole_only(self) -> bool:
+        """A multimodal model priced whole: a one-mode choice only, since per-layer budgets would be built from
+        one submodule's layers."""
+        return self.reason is not None and not self.body.empty
 
     @cached_property
     def baseline(self) -> Baseline:
@@ -278,13 +290,11 @@ class Pricing:
         return {column: values[:, i] for i, column in enumerate(columns)}
 
 
-def _unsupported(prices: LayerPrices, partition: Partition) -> str | None:
-    if partition.schedule not in SUPPORTED_SCHEDULES:
-        return (f"schedule {partition.schedule!r} is not supported by the recompute chooser: it prices the "
-                f"in-flight counts and end-of-warm-up working set of {' and '.join(SUPPORTED_SCHEDULES)} only")
+def _multimodal(prices: LayerPrices) -> str | None:
     if len(prices.modules) > 1:
         return (f"the model is multimodal (modules {', '.join(map(repr, prices.modules))}): per-layer budgets "
-                "would be built from one module's layers, so no choice is made")
+                "would be built from one module's layers, so no choice per layer is made (a one-mode choice "
+                "is: pass modes)")
     return None
 
 
@@ -306,7 +316,7 @@ def _check_partition(prices: LayerPrices, partition: Partition) -> None:
                                  f"which is not an option of {kind!r} ({', '.join(map(repr, options[kind]))})")
 
 
-def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_holds_grads: bool = False,
+def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_holds_grads: bool | None = None,
           bucket_mb: float = 1.0) -> Pricing:
     """Price every body layer's options and every stage's fixed memory once.
 
@@ -319,8 +329,10 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     modes : tuple of str or mapping, optional
         Offer the modes' options (a tuple of default mode names or a mapping
         mode -> option) instead of each kind's front.
-    fsdp_holds_grads : bool
-        Price the second peak as a later micro-batch's backward ends.
+    fsdp_holds_grads : bool, optional
+        Price the second peak as a later micro-batch's backward ends;
+        default where FSDP holds gradients over several micro-batches
+        (:func:`~sappkit.recompute.layer_prices.holds_grads`).
     bucket_mb : float
         Knapsack granularity (MB).
 
@@ -340,16 +352,17 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
         raise InputError(f"partition must be a sappkit.Partition; got {type(partition).__name__}")
     bucket_mb = check_number("bucket_mb", bucket_mb, minimum=0, strict=True)
     memory_mb = _check_memory(memory_mb, bucket_mb)
-    check_bool("fsdp_holds_grads", fsdp_holds_grads)
     prices = layer_prices(table)
     _check_partition(prices, partition)
+    fsdp_holds_grads = holds_grads(prices, partition.micro_batches, fsdp_holds_grads)
     mapping = resolve_modes(modes, prices)
     offered = {kind: (prices.front[kind] if mapping is None else tuple(mapping.values())) for kind in prices.kinds}
     empty = Pricing(table, partition, memory_mb, bucket_mb, bool(fsdp_holds_grads), mapping, offered, prices.plain,
                     pd.DataFrame(), pd.DataFrame(), (), prices=prices)
-    reason = _unsupported(prices, partition)
-    if reason is not None:
-        return replace(empty, reason=reason)
+    if partition.schedule not in SUPPORTED_SCHEDULES:
+        return replace(empty, reason=f"schedule {partition.schedule!r} is not supported by the recompute chooser: "
+                                     f"it prices the in-flight counts and end-of-warm-up working set of "
+                                     f"{' and '.join(SUPPORTED_SCHEDULES)} only")
     if fsdp_holds_grads:
         for kind in prices.kinds:
             grads = list(dict.fromkeys(prices.costs[kind, option][GRAD_MB] for option in offered[kind]))
@@ -360,14 +373,15 @@ def price(layers, partition: Partition, *, memory_mb: float, modes=None, fsdp_ho
     body[CONFIGURED] = [prices.plain[kind] if option is None else option
                         for kind, option in zip(body[KIND], body[CONFIGURED])]
     body[ENDS_WARM_UP] = ends_warm_up(partition, ends_with_tail=prices.tail is not None)
-    body[FIRST] = bool(fsdp_holds_grads) & ~body.duplicated(STAGE)
+    body[FIRST] = first_layers(body, table) if fsdp_holds_grads else False
     pricing = replace(empty, body=body)
     configured = pricing._layer_costs(body[CONFIGURED].tolist())[ACTIVATION_MB]
     stages = fixed_memory(prices, partition, body, configured, memory_mb=memory_mb,
                           fsdp_holds_grads=bool(fsdp_holds_grads))
     group_of, groups = layer_groups(body, offered, pricing.cost, stages=partition.stages,
                                     fsdp_holds_grads=bool(fsdp_holds_grads), bucket_mb=bucket_mb)
-    return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups)
+    return replace(pricing, body=body.assign(**{GROUP: group_of}), stages=stages, groups=groups,
+                   reason=_multimodal(prices))
 
 
 def _check_memory(memory_mb, bucket_mb: float) -> float:

@@ -21,7 +21,7 @@ from ..columns import FIRST_WORKING_MB, KIND, PARAM_MB, WORKING_MB
 from ..hardware import Cluster
 from ..layers import KernelConfig, LayerTable, ParallelConfig, TransformerConfig, estimate_layers
 from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms
-from ..layers.estimate import param_bytes
+from ..layers.param_memory import fsdp_working_bytes, param_bytes
 from ..layers.timing import DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS
 
 __all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache"]
@@ -56,19 +56,24 @@ class CompiledShape:
     def _table(self, parallel: ParallelConfig, cluster: Cluster) -> LayerTable:
         frame = self.layers.frame
         per_kind = self.params.loc[frame[KIND]]
-        held, working = _param_bytes(per_kind[PARAMS].to_numpy(), per_kind[EXPERT_PARAMS].to_numpy(), parallel)
+        held, working, first = _param_bytes(per_kind[PARAMS].to_numpy(), per_kind[EXPERT_PARAMS].to_numpy(),
+                                            parallel)
         breakdown = self.layers.breakdown.copy()
         per_row = self.params.loc[breakdown[KIND]]
         pairs = list(zip(per_row[PARAMS].to_numpy(), per_row[EXPERT_PARAMS].to_numpy()))
         breakdown[DP_COMM_MS] = [grad_sync_ms(d, e, parallel, cluster) for d, e in pairs]
         breakdown[OPTIMIZER_MS] = [optimizer_ms(d, e, parallel, cluster) for d, e in pairs]
         return self.layers.with_columns(**{PARAM_MB: held / _MB, WORKING_MB: working / _MB,
-                                           FIRST_WORKING_MB: working / _MB}, breakdown=breakdown)
+                                           FIRST_WORKING_MB: first / _MB}, breakdown=breakdown)
 
 
-def _param_bytes(dense: np.ndarray, experts: np.ndarray, parallel: ParallelConfig) -> tuple[np.ndarray, np.ndarray]:
-    pairs = [param_bytes(d, e, parallel) for d, e in zip(dense, experts)]
-    return np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
+def _param_bytes(dense: np.ndarray, experts: np.ndarray,
+                 parallel: ParallelConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: held bytes, and the working sets at the end of warm-up and on the first layer (as
+    :func:`sappkit.estimate_layers` prices them)."""
+    held = np.array([param_bytes(d, e, parallel)[0] for d, e in zip(dense, experts)])
+    working = np.array([fsdp_working_bytes(d, e, parallel) for d, e in zip(dense, experts)]).reshape(-1, 2)
+    return held, working[:, 0], working[:, 1]
 
 
 def clear_cache() -> None:

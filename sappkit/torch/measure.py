@@ -43,7 +43,7 @@ from ..columns import (
 )
 from ..errors import InputError
 from ..layers.configs import ParallelConfig
-from ..layers.estimate import param_bytes
+from ..layers.param_memory import param_bytes
 from ..layers.options import CUSTOM_OPTIONS
 from ..layers.table import LayerTable
 from ..layers.units import MS

@@ -23,13 +23,16 @@ from dataclasses import dataclass
 
 import yaml
 
-from .._check import short
+from .._check import check_bool, short
 from .._files import as_path, load_yaml
 from ..errors import InputError
+from ..layers.units import format_time
 from ..limits import MAX_STAGES
-from ..recompute.trainer_plan import TRAINER_MODES, layer_plan
+from ..recompute.choice import RecomputeChoice
+from ..recompute.trainer_plan import layer_plan
 from ..strategy import Strategy
 from .config import Finding, TrainerConfig, pipeline_of, section, whole
+from .layer_plans import one_mode_fallback, trainer_runs_layer_plans
 
 __all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel"]
 
@@ -51,8 +54,16 @@ class HyperParallelConfig:
         return yaml.safe_dump(self.document, sort_keys=False, default_flow_style=False)
 
 
-def hyperparallel_config(source, *, strategy: Strategy | None = None) -> HyperParallelConfig:
+def hyperparallel_config(source, *, strategy: Strategy | None = None,
+                         layer_plans: bool | None = None) -> HyperParallelConfig:
     """A plan (or a recompute choice) as HyperParallel's ``accelerator`` and ``activation_checkpoint``.
+
+    ``layer_plans``: whether the trainer reads ``activation_checkpoint.layers``
+    (default :func:`~sappkit.trainers.layer_plans.trainer_runs_layer_plans`,
+    the installed trainer's answer, None where none is installed). Where it
+    does not (False), a per-layer recompute choice is stated as the fastest
+    one mode that fits every stage instead, and the notes say so; where it is
+    not known, the per-layer plan is written with a note.
 
     Examples
     --------
@@ -73,13 +84,18 @@ def hyperparallel_config(source, *, strategy: Strategy | None = None) -> HyperPa
         modes.append(_OPTION_MODE[option])
     mode, layers = layer_plan(modes)
     notes = [] if pipe.fits else [f"the plan does not fit memory_mb={pipe.memory_mb:g}"]
+    runs = trainer_runs_layer_plans() if layer_plans is None else check_bool("layer_plans", layer_plans)
+    if layers and runs is False and isinstance(source, RecomputeChoice):
+        mode, layers, fallback_note = _one_mode_instead(source, mode, layers)
+        notes.append(fallback_note)
     per_stage = [sum(pipe.layer_counts[c][s] for c in range(pipe.chunks)) for s in range(pipe.stages)]
     if pipe.chunks > 1 or len(set(per_stage)) > 1 or pipe.schedule != "1f1b":
         notes.append("HyperParallel's config sets pp_size only: it runs its own stage split, not the plan's "
                      f"({pipe.schedule}, {pipe.chunks} chunk(s), layers per stage {per_stage})")
-    if layers:
+    if layers and runs is not True:
         notes.append("activation_checkpoint.layers: a trainer whose ActivationCheckpointConfig declares no 'layers' "
-                     f"runs every layer '{mode}'")
+                     f"runs every layer '{mode}'" + (" (the installed trainer's declares none)" if runs is False else
+                                                      ""))
     accelerator = {"pp_size": pipe.stages}
     if strategy is not None:
         accelerator = {"tp_size": strategy.tensor_parallel, "cp_size": strategy.context_parallel,
@@ -87,6 +103,19 @@ def hyperparallel_config(source, *, strategy: Strategy | None = None) -> HyperPa
                        "sequence_parallel": strategy.sequence_parallel}
     checkpoint = {"mode": mode} | ({"layers": layers} if layers else {})
     return HyperParallelConfig({"accelerator": accelerator, "activation_checkpoint": checkpoint}, tuple(notes))
+
+
+def _one_mode_instead(choice, mode: str, layers: dict) -> tuple[str, dict, str]:
+    """The fastest one mode that fits in place of a per-layer choice's plan, and the note saying so (the plan
+    unchanged, with why, where no mode fits)."""
+    one = one_mode_fallback(choice)
+    why = "the trainer reads no activation_checkpoint.layers (its ActivationCheckpointConfig declares none)"
+    if not one.chosen:
+        return mode, layers, f"{why}, and no one mode fits ({one.reason}): the per-layer plan is written as chosen"
+    unit = choice.time_unit
+    return one.mode, {}, (f"{why}: every layer runs the fastest one mode that fits, {one.mode!r} (simulated step "
+                          f"{format_time(one.step_time, unit)} against {format_time(choice.step_time, unit)} with a "
+                          "mode per layer), instead of the per-layer plan")
 
 
 def read_hyperparallel(source, *, num_layers: int | None = None, micro_batches: int | None = None,

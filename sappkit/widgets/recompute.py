@@ -39,7 +39,7 @@ class RecomputeView:
 
 
 def recompute_view(layers, partition, *, memory_mb: float, modes: str = "front options", per_layer: bool = False,
-                   link_gbps: float = 0.0, time_unit_ms: float | None = None, fsdp_holds_grads: bool = False,
+                   link_gbps: float = 0.0, time_unit_ms: float | None = None, fsdp_holds_grads: bool | None = None,
                    curve: pd.DataFrame | None = None) -> RecomputeView:
     """Choose at ``memory_mb`` with the dashboard's settings, and sweep 25 budgets from half to 5/4 of it.
 
@@ -83,7 +83,7 @@ class RecomputeDashboard:
     """
 
     def __init__(self, layers, partition, *, memory_mb: float, time_unit_ms: float | None = None,
-                 fsdp_holds_grads: bool = False, max_gbps: float = 100.0, report_budgets: int = 16):
+                 fsdp_holds_grads: bool | None = None, max_gbps: float = 100.0, report_budgets: int = 16):
         import ipywidgets as w
 
         self.layers = as_layer_table(layers)
@@ -123,7 +123,7 @@ class RecomputeDashboard:
             return Shown(None, str(exc), alert=True)
         figure = plt.figure(figsize=(12, 7), layout="constrained")
         top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
-        if view.choice.pricing.reason is None:
+        if not view.choice.pricing.stages.empty:
             plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
         plot_layer_options(view.choice, ax=middle.subplots())
         plot_time_saved(view.curve, current_mb=settings["memory_mb"], against="both", ax=bottom.subplots())

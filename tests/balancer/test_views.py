@@ -49,7 +49,8 @@ def test_sweep_refuses_bad_limits():
     (dict(memory_mb=["a"]), "memory_mb[0] must be a finite number > 0; got 'a'"),
     (dict(memory_mb=[1500], chunk=2), "sweep_memory got 'chunk', which is not one of balance's arguments (stages, "
                                       "micro_batches, chunks, schedule, less_memory, seq_split, seq_params, const_mb, "
-                                      "objective, optimization_level, consistent_recompute, working_set, trainer, solver)"),
+                                      "objective, optimization_level, consistent_recompute, working_set, "
+                                      "sapp_compat, trainer, solver)"),
     (dict(memory_mb=[1500], progress=3), "progress must be a bool; got 3"),
     (dict(memory_mb=[1500], stages=16, micro_batches=65536), "simulating 16 stages x 1 chunk(s) x 65536 micro-batches "
                                                              "runs 1,048,576 forward passes; sappkit simulates at most "

@@ -114,3 +114,22 @@ def test_cli_states_both_baselines_where_a_faster_single_option_fits_beside_the_
     lines = capsys.readouterr().out.splitlines()
     assert lines[1] == "baseline: the configured recompute, every layer selective"
     assert not any(line.startswith("against the fastest single option") for line in lines)
+
+
+def test_cli_gives_the_multimodal_model_one_mode_on_every_submodule(capsys):
+    arguments = ["choose", str(DATA / "vlm.json"), "--stages", "4", "--micro-batches", "8", "--memory", "60000",
+                 "--modes", "off,selective,full"]
+    assert main(arguments) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0] == "every layer: selective"
+    assert ("note: multimodal: every submodule runs mode 'selective': vision (vit_block x32), language (decoder "
+            "x32); the whole model is priced under each mode (no choice per layer: its budgets would come from "
+            "one submodule's layers)") in " ".join(out.split())
+    assert main([*arguments, "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [(row["module"], row["mode"]) for row in document["submodule_modes"]] == [
+        ("vision", "selective"), ("language", "selective")]
+    assert main([*arguments, "--per-layer"]) == 1
+    assert " ".join(capsys.readouterr().out.split()) == (
+        "no choice: the model is multimodal (modules 'vision', 'language'): per-layer budgets would be built from "
+        "one module's layers, so no choice per layer is made (a one-mode choice is: pass modes)")

@@ -54,8 +54,13 @@ def test_parameter_bytes_follow_the_zero_stage():
     held = {}
     for zero in (0, 1, 2, 3):
         row = body(estimate(tensor_parallel=2, data_parallel=4, zero=zero), "none")
-        held[zero] = (row.param_mb * MB / params, row.working_mb * MB)
-    assert held == {0: (18, 0), 1: (2 + 4 + 12 / 4, 0), 2: (2 + 16 / 4, 0), 3: (18 / 4, 6 * params * 3 / 4)}
+        held[zero] = (row.param_mb * MB / params, row.working_mb * MB, row.first_working_mb * MB)
+    # ZeRO-3 over D = 4 (bf16 w = 2, fp32 g = 4): at the end of warm-up the layer's gathered weights and whole
+    # gradient and the next layer's prefetched weights, (2w + g)(1 - 1/D) = 6; on the stage's first layer its own
+    # weights and gradient, the second layer's gradient under reduction and its reduce-scatter output,
+    # (w + 2g)(1 - 1/D) + g/D = 8.5 bytes per parameter.
+    assert held == {0: (18, 0, 0), 1: (2 + 4 + 12 / 4, 0, 0), 2: (2 + 16 / 4, 0, 0),
+                    3: (18 / 4, 8 * params * 3 / 4, params * (10 * 3 / 4 + 1))}
 
 
 def test_time_is_six_params_tokens_plus_attention():

@@ -312,7 +312,8 @@ def test_unsupported_schedules_and_multimodal_models_come_back_with_a_reason():
     mm = Partition(stages=2, micro_batches=2, cells=cells)
     choice = choose_recompute(multimodal, mm, memory_mb=1000, modes=MODES, per_layer=True)
     assert choice.reason == ("the model is multimodal (modules 'vision', 'language'): per-layer budgets would be "
-                             "built from one module's layers, so no choice is made")
+                             "built from one module's layers, so no choice per layer is made (a one-mode choice "
+                             "is: pass modes)")
     assert choice.layer_options.empty and not choice.to_records()
 
 

@@ -44,12 +44,34 @@ def test_the_second_peak_binds():
     table, part = LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=2, cells=cells)
     # Warm-up peak of both plain: 60 + 60 + 30 = 150. As a later backward ends: half of that kept, 60,
     # 10 of gradients and the first layer's working set, plain 30 + 100: 200.
-    plain = choose_recompute(table, part, memory_mb=150)
+    plain = choose_recompute(table, part, memory_mb=150, fsdp_holds_grads=False)
     assert plain.layer_options["option"].tolist()[:2] == ["none", "none"]
-    choice = choose_recompute(table, part, memory_mb=150, fsdp_holds_grads=True)
-    assert choice.layer_options["option"].tolist()[:2] == ["full", "full"]
-    assert choice.stages.at[0, "backward_mb"] == 4 + 10 + 130 and choice.stages.at[0, "memory_mb"] == 144
-    check_reported_memory(choice, fsdp=True)
+    for flag in (True, None):  # the table states grad_mb and m = 2 > 1: the default charges the peak too
+        choice = choose_recompute(table, part, memory_mb=150, fsdp_holds_grads=flag)
+        assert choice.layer_options["option"].tolist()[:2] == ["full", "full"]
+        assert choice.stages.at[0, "backward_mb"] == 4 + 10 + 130 and choice.stages.at[0, "memory_mb"] == 144
+        check_reported_memory(choice, fsdp=True)
+
+
+def test_the_second_peak_needs_gradients_accumulated_over_micro_batches():
+    # SAPP charges the peak as a later micro-batch's backward ends only with gradient accumulation (m > 1). At
+    # m = 1 stage 0 holds one micro-batch: warm-up 30 + 30 + 30 = 90 plain, and no second peak by default.
+    rows = [dict(kind="b", role="body", count=4, param_mb=0, option=o, forward_time=1.0, backward_time=b,
+                 activation_mb=a, first_working_mb=100, grad_mb=5) for o, a, b in (("none", 30, 2.0),
+                                                                                  ("full", 2, 3.0))]
+    cells = pd.DataFrame({"chunk": 0, "stage": [0, 1], "kind": "b", "layers": 2})
+    table, part = LayerTable(pd.DataFrame(rows)), Partition(stages=2, micro_batches=1, cells=cells)
+    default = choose_recompute(table, part, memory_mb=90)
+    assert default.layer_options["option"].tolist() == ["none"] * 4
+    assert default.stages["memory_mb"].tolist() == [90.0, 90.0] and default.stages["backward_mb"].isna().all()
+    # The flag still forces it: (n - 1)/n = 0 of the activations, 10 of gradients, the first layer's 30 + 100.
+    forced = choose_recompute(table, part, memory_mb=140, fsdp_holds_grads=True)
+    assert forced.stages["backward_mb"].tolist() == [140.0, 140.0]
+    assert not choose_recompute(table, part, memory_mb=139, fsdp_holds_grads=True).chosen
+    # Without grad_mb in the table FSDP holds no gradients: no second peak at m = 2 either.
+    bare = LayerTable(pd.DataFrame(rows).assign(grad_mb=0.0))
+    two = Partition(stages=2, micro_batches=2, cells=cells)
+    assert choose_recompute(bare, two, memory_mb=1e3).stages["backward_mb"].isna().all()
 
 
 def assert_equals_brute_force(rng, trials, chunks, tail):

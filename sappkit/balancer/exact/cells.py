@@ -59,7 +59,7 @@ class Cache:
     def bind(self, setup: BalanceSetup) -> Cache:
         """Use this cache for ``setup``: keep what it holds only if it was built for the same instance."""
         instance = (setup.schedule, setup.stages, setup.slices, setup.chunks, setup.less_memory, setup.level,
-                    setup.const_mb, setup.items, setup.working_set,
+                    setup.const_mb, setup.items, setup.working_set, setup.sapp_compat,
                     *(tuple(a) for a in (setup.forward, setup.backward, setup.activation, setup.param, setup.once,
                                          setup.working)),
                     setup.fixed)

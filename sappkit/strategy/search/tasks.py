@@ -36,7 +36,7 @@ from ...columns import LAYERS, MEMORY_MB, OPTION, SAPP_OPTIONS
 from ...hardware import Cluster
 from ...layers import KernelConfig, TransformerConfig
 from ...layers.comm import boundary_ms
-from ...layers.estimate import param_bytes
+from ...layers.param_memory import param_bytes
 from ..config import Strategy
 from ..step import IDLE_MS, price_plan, price_single_stage
 from .bounds import PerStrategy, bounds, stack_costs

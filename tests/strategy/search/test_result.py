@@ -72,8 +72,13 @@ def test_each_status_says_why(found):
     frame = found.frame
     priced = frame["status"].isin(("balanced", "evaluated"))
     assert (frame.loc[priced, "reason"] == "").all() and frame.loc[~priced, "step_ms"].isna().all()
-    assert (frame.loc[priced, "placement"] == frame.loc[priced, "status"].map({"balanced": "balanced",
-                                                                                "evaluated": "even"})).all()
+    # A balanced row keeps the even placement where balancing found no faster step end to end.
+    balanced = frame[frame["status"] == "balanced"]
+    kept_even = balanced["placement"] == "even"
+    assert (balanced.loc[kept_even, "step_ms"] == balanced.loc[kept_even, "even_step_ms"]).all()
+    assert (balanced.loc[~kept_even, "step_ms"] < balanced.loc[~kept_even, "even_step_ms"]).all()
+    assert (balanced["placement"].isin(("balanced", "even"))).all() and not kept_even.all()
+    assert (frame.loc[frame["status"] == "evaluated", "placement"] == "even").all()
     memory = frame[frame["status"] == "pruned_memory"]
     anywhere = memory["reason"].str.fullmatch(r"no placement fits: at least [\d,]+ MB with the lightest "
                                               r"recompute everywhere")

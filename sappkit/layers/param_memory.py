@@ -1,0 +1,70 @@
+"""Bytes a device holds for a layer's parameters under ZeRO, and what its backward gathers under ZeRO-3 / FSDP.
+
+The rules are :mod:`sappkit.layers.estimate`'s "Parameters"; the terms live
+here, in one place, so the estimator, the strategy search's compiled tables,
+the PyTorch measurements and the FSDP time model count the same bytes.
+"""
+
+from __future__ import annotations
+
+from .configs import _BYTES, ParallelConfig
+
+__all__ = ["param_bytes", "fsdp_working_bytes"]
+
+
+def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+    """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
+
+    The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
+
+    Examples
+    --------
+    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
+    (9000.0, 0.0)
+    """
+    w, g, o = _state_bytes(parallel)
+    held = 0.0
+    for params, shard in _shards(dense, experts, parallel):
+        kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
+        held += params * kept
+    return held, fsdp_working_bytes(dense, experts, parallel)[0]
+
+
+def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+    """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
+    and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
+
+    The module docstring's "Parameters": at the end of warm-up the layer's
+    gathered weights and whole gradient and the next layer's prefetched
+    weights, ``(2w + g)·P·(1 − 1/D)``; on the first layer its own gathered
+    weights and whole gradient, the second layer's whole gradient under
+    reduction and its own reduce-scatter output, ``(w + 2g)·P·(1 − 1/D) +
+    g·P/D``. Zero below stage 3. Counts already split over tensor and expert
+    parallelism; ``D`` per part as :func:`param_bytes` has it.
+
+    Examples
+    --------
+    >>> fsdp_working_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=3))  # bf16 w = 2, fp32 g = 4
+    (6000.0, 8500.0)
+    """
+    if parallel.zero != 3:
+        return 0.0, 0.0
+    w, g, _ = _state_bytes(parallel)
+    working = first = 0.0
+    for params, shard in _shards(dense, experts, parallel):
+        working += params * (2 * w + g) * (1 - 1 / shard)
+        first += params * ((w + 2 * g) * (1 - 1 / shard) + g / shard)
+    return working, first
+
+
+def _state_bytes(parallel: ParallelConfig) -> tuple[int, int, int]:
+    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters")."""
+    w = _BYTES[parallel.dtype]
+    return w, 4, (12 if w == 2 else 8)
+
+
+def _shards(dense: float, experts: float, parallel: ParallelConfig) -> tuple[tuple[float, int], ...]:
+    """``(parameters, D)`` of the dense and the routed-expert parts."""
+    ranks = parallel.data_parallel * parallel.context_parallel
+    expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
+    return (dense, ranks), (experts, expert_ranks)
