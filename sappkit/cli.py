@@ -39,6 +39,7 @@ _COMMANDS = (
     "check_config",
     "layers",
     "validate",
+    "calibrate",
     "search",
     "report",
     "demo",

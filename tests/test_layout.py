@@ -18,7 +18,7 @@ MODULE_LINES, FUNCTION_LINES = 400, 80
 #: The model folders in the order data flows: a folder imports only from folders before it (or beside it in a
 #: tuple), and from the shared top-level helpers.
 MODEL_ORDER = (("hardware",), ("layers",), ("models", "pipeline"), ("memfit", "recompute"), ("one_more", "balancer"),
-               ("strategy",), ("trainers",), ("torch",))
+               ("strategy",), ("trainers",), ("calibration",), ("torch",))
 #: Inside a folder with rooms (sub-packages), the order data flows among its members (modules and rooms): a
 #: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
 #: folder that has rooms is listed here with every member, so a new module or room states where it stands.

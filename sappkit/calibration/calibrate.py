@@ -1,0 +1,131 @@
+"""``sappkit.calibrate``: a cluster fitted to the user's runs, with each run's error before and after.
+
+Examples
+--------
+>>> from sappkit.strategy.validation import published_runs, run_inputs
+>>> row = published_runs().iloc[0]
+>>> model, strategy, batch = run_inputs(row)
+>>> run = Run("sc21-1.7b", model, strategy, batch, step_ms=5000.0, recompute="full")
+>>> calibrate([run, run], base="dgx-a100", fit=["mfu", "kernel_us", "hbm_efficiency"])
+Traceback (most recent call last):
+...
+sappkit.errors.InputError: the runs identify 1 of the 3 parameters to fit (mfu, kernel_us, hbm_efficiency): only 2 runs; fix some (fix=... or --fix NAME=VALUE) or add runs that differ in them
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .._check import check_choice, check_number
+from ..errors import InputError
+from ..hardware import Cluster, write
+from ..layers.units import text_table
+from .fit import PARAMETERS, fit_runs, parameters_frame, predicted_ms, with_values
+from .runs import Run, read_run
+
+__all__ = ["Calibration", "calibrate"]
+
+
+@dataclass(frozen=True, eq=False)
+class Calibration:
+    """A fitted cluster (:func:`calibrate`).
+
+    ``cluster``: the base with the fitted values. ``parameters``: ``parameter``, ``base``, ``value``,
+    ``uncertainty`` (one standard deviation; NaN where not fitted or the runs leave no degree of freedom),
+    ``status`` (``fitted``, ``fixed``, ``not determined``, ``base``). ``runs``: ``run``, ``measured_ms``,
+    ``before_ms``, ``after_ms``, ``error_before``, ``error_after`` (``predicted / measured - 1``).
+    """
+
+    cluster: Cluster
+    parameters: pd.DataFrame = field(repr=False)
+    runs: pd.DataFrame = field(repr=False)
+
+    def describe(self) -> str:
+        """Each run's error before and after, the fitted values with their uncertainty, what was not determined."""
+        runs = self.runs.assign(error_before=[f"{e:+.1%}" for e in self.runs["error_before"]],
+                                error_after=[f"{e:+.1%}" for e in self.runs["error_after"]]).round(1)
+        shown = self.parameters.assign(
+            value=[f"{v:.4g}" for v in self.parameters["value"]],
+            uncertainty=["" if np.isnan(u) else f"± {u:.2g}" for u in self.parameters["uncertainty"]])
+        lines = [f"calibrated {self.cluster.name} on {len(self.runs)} runs "
+                 f"(mean |error| {self.runs['error_before'].abs().mean():.1%} before, "
+                 f"{self.runs['error_after'].abs().mean():.1%} after)", text_table(runs), "", text_table(shown)]
+        missing = self.parameters.loc[self.parameters["status"] == "not determined", "parameter"].tolist()
+        if missing:
+            lines.append(f"not determined by these runs (no run's step depends on them; kept at the base's "
+                         f"value): {', '.join(missing)}")
+        return "\n".join(lines)
+
+    def write(self, path) -> os.PathLike:
+        """Write the fitted cluster as a hardware file (:func:`sappkit.hardware.write`), each fitted value's
+        uncertainty and runs beside it."""
+        notes = {}
+        for row in self.parameters.itertuples():
+            if row.status == "fitted":
+                spread = "" if np.isnan(row.uncertainty) else f" +- {row.uncertainty:.2g}"
+                notes[row.parameter] = f"fitted on {len(self.runs)} runs by sappkit calibrate{spread}"
+        device = {name: text for name, text in notes.items() if hasattr(self.cluster.device, name)}
+        links = {name: text for name, text in notes.items() if name not in device}
+        return write(self.cluster, path, notes={**links, "device": device},
+                     source=f"sappkit calibrate on runs {', '.join(self.runs['run'])}")
+
+    def __repr__(self) -> str:
+        fitted = self.parameters[self.parameters["status"] == "fitted"]
+        return (f"Calibration({self.cluster.name}: {', '.join(f'{r.parameter}={r.value:.4g}' for r in fitted.itertuples())}"
+                f"; mean |error| {self.runs['error_after'].abs().mean():.1%} over {len(self.runs)} runs)")
+
+    def _repr_html_(self) -> str:
+        return (f"<div><b>{html.escape(repr(self))}</b>{self.runs.round(3).to_html(index=False)}"
+                f"{self.parameters.to_html(index=False)}</div>")
+
+
+def calibrate(runs, base="dgx-h100", *, fit: Sequence[str] | None = None, fix: dict | None = None,
+              name: str | None = None) -> Calibration:
+    """Fit ``base``'s physical parameters to the user's measured runs.
+
+    Parameters
+    ----------
+    runs : sequence of Run or of (config, model, log)
+        Measured runs (:func:`~sappkit.calibration.runs.read_run` reads a triple).
+    base : str, path or Cluster
+        The cluster to start from and keep everything else of (a preset name or a hardware file).
+    fit : sequence of str, optional
+        The parameters to fit (default every one of :data:`~sappkit.calibration.fit.PARAMETERS` not in ``fix``).
+    fix : dict, optional
+        Parameters held at a value.
+    name : str, optional
+        The fitted cluster's (and device's) name; default ``"<base>-calibrated"``.
+    """
+    runs = [run if isinstance(run, Run) else read_run(*run) for run in _sequence(runs)]
+    base = Cluster.preset(base) if isinstance(base, str | os.PathLike) else base
+    if not isinstance(base, Cluster):
+        raise InputError(f"base must be a Cluster, a preset name or a hardware file (.toml); got {base!r}")
+    fix = {key: check_number(f"fix[{key!r}]", value) for key, value in (fix or {}).items()}
+    for key in (*fix, *(fit or ())):
+        check_choice("parameter", key, PARAMETERS)
+    fit = [key for key in (fit or PARAMETERS) if key not in fix]
+    start = with_values(base, fix)
+    values, sigma, undetermined = fit_runs(runs, start, fit)
+    label = name or f"{base.name}-calibrated"
+    fitted = with_values(start, values)
+    fitted = dataclasses.replace(fitted, name=label, device=dataclasses.replace(
+        fitted.device, name=name or f"{base.device.name}-calibrated"))
+    measured = np.array([run.step_ms for run in runs])
+    before, after = predicted_ms(runs, base), predicted_ms(runs, fitted)
+    frame = pd.DataFrame({"run": [run.name for run in runs], "measured_ms": measured, "before_ms": before,
+                          "after_ms": after, "error_before": before / measured - 1,
+                          "error_after": after / measured - 1})
+    return Calibration(fitted, parameters_frame(base, values, sigma, undetermined, fix), frame)
+
+
+def _sequence(runs) -> list:
+    if isinstance(runs, Run | str) or not isinstance(runs, Sequence) or not runs:
+        raise InputError(f"runs must be a non-empty sequence of Run or of (config, model, log); got {runs!r}")
+    return list(runs)
