@@ -9,7 +9,7 @@ Examples
 >>> calibrate([run, run], base="dgx-a100", fit=["mfu", "kernel_us", "hbm_efficiency"])
 Traceback (most recent call last):
 ...
-sappkit.errors.InputError: the runs identify 1 of the 3 parameters to fit (mfu, kernel_us, hbm_efficiency): only 2 runs; fix some (fix=... or --fix NAME=VALUE) or add runs that differ in them
+sappkit.errors.InputError: the runs identify 1 of the 3 parameters to fit (mfu, kernel_us, hbm_efficiency): only 2 observations; fix some (fix=... or --fix NAME=VALUE) or add runs that differ in them
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from .._check import check_choice, check_number
 from ..errors import InputError
 from ..hardware import Cluster, write
 from ..layers.units import text_table
-from .fit import PARAMETERS, fit_runs, parameters_frame, predicted_ms, with_values
+from .fit import PARAMETERS, Observed, fit_runs, parameters_frame, with_values
+from .kernels import kernels_observed, read_kernel_times
 from .runs import Run, read_run
 
 __all__ = ["Calibration", "calibrate"]
@@ -86,16 +87,19 @@ class Calibration:
                 f"{self.parameters.to_html(index=False)}</div>")
 
 
-def calibrate(runs, base="dgx-h100", *, fit: Sequence[str] | None = None, fix: dict | None = None,
-              name: str | None = None) -> Calibration:
-    """Fit ``base``'s physical parameters to the user's measured runs.
+def calibrate(runs=None, base="dgx-h100", *, kernels=None, fit: Sequence[str] | None = None,
+              fix: dict | None = None, name: str | None = None) -> Calibration:
+    """Fit ``base``'s physical parameters to the user's measured runs and/or kernels.
 
     Parameters
     ----------
-    runs : sequence of Run or of (config, model, log)
+    runs : sequence of Run or of (config, model, log), optional
         Measured runs (:func:`~sappkit.calibration.runs.read_run` reads a triple).
     base : str, path or Cluster
         The cluster to start from and keep everything else of (a preset name or a hardware file).
+    kernels : DataFrame or path, optional
+        Kernel times (:func:`~sappkit.calibration.kernels.read_kernel_times`, or the trace): the GEMMs fit the
+        matmul curve, the collectives the links.
     fit : sequence of str, optional
         The parameters to fit (default every one of :data:`~sappkit.calibration.fit.PARAMETERS` not in ``fix``).
     fix : dict, optional
@@ -103,7 +107,7 @@ def calibrate(runs, base="dgx-h100", *, fit: Sequence[str] | None = None, fix: d
     name : str, optional
         The fitted cluster's (and device's) name; default ``"<base>-calibrated"``.
     """
-    runs = [run if isinstance(run, Run) else read_run(*run) for run in _sequence(runs)]
+    observed, labels = _observed(runs, kernels)
     base = Cluster.preset(base) if isinstance(base, str | os.PathLike) else base
     if not isinstance(base, Cluster):
         raise InputError(f"base must be a Cluster, a preset name or a hardware file (.toml); got {base!r}")
@@ -112,17 +116,41 @@ def calibrate(runs, base="dgx-h100", *, fit: Sequence[str] | None = None, fix: d
         check_choice("parameter", key, PARAMETERS)
     fit = [key for key in (fit or PARAMETERS) if key not in fix]
     start = with_values(base, fix)
-    values, sigma, undetermined = fit_runs(runs, start, fit)
-    label = name or f"{base.name}-calibrated"
+    values, sigma, undetermined = fit_runs(observed, start, fit)
     fitted = with_values(start, values)
-    fitted = dataclasses.replace(fitted, name=label, device=dataclasses.replace(
+    fitted = dataclasses.replace(fitted, name=name or f"{base.name}-calibrated", device=dataclasses.replace(
         fitted.device, name=name or f"{base.device.name}-calibrated"))
-    measured = np.array([run.step_ms for run in runs])
-    before, after = predicted_ms(runs, base), predicted_ms(runs, fitted)
-    frame = pd.DataFrame({"run": [run.name for run in runs], "measured_ms": measured, "before_ms": before,
-                          "after_ms": after, "error_before": before / measured - 1,
-                          "error_after": after / measured - 1})
+    measured = observed.measured
+    before, after = observed.predict(base), observed.predict(fitted)
+    frame = pd.DataFrame({"run": labels, "measured_ms": measured, "before_ms": before, "after_ms": after,
+                          "error_before": before / measured - 1, "error_after": after / measured - 1})
     return Calibration(fitted, parameters_frame(base, values, sigma, undetermined, fix), frame)
+
+
+def _observed(runs, kernels) -> tuple[Observed, list[str]]:
+    """The runs' and the kernels' measured and predicted times, one observation each, and their labels."""
+    if runs is None and kernels is None:
+        raise InputError("calibrate needs runs, kernels or both; got neither")
+    parts, labels = [], []
+    if runs is not None:
+        runs = [run if isinstance(run, Run) else read_run(*run) for run in _sequence(runs)]
+        parts.append(Observed.of_runs(runs))
+        labels += [run.name for run in runs]
+    if kernels is not None:
+        frame = kernels if isinstance(kernels, pd.DataFrame) else read_kernel_times(kernels)
+        parts.append(kernels_observed(frame))
+        fitted = frame[(frame["kind"] == "gemm") | ((frame["kind"] == "collective") & (frame["ranks"] > 1))]
+        fitted = fitted[fitted["duration_ms"] > 0]
+        labels += [f"{row.kind} {_shape(row)}" for row in fitted.itertuples()]
+    return Observed(np.concatenate([part.measured for part in parts]),
+                    lambda cluster: np.concatenate([part.predict(cluster) for part in parts])), labels
+
+
+def _shape(row) -> str:
+    if row.kind == "gemm":
+        shape = f"{int(row.m)}x{int(row.n)}x{int(row.k)}"
+        return f"{int(row.batch)}x{shape}" if row.batch > 1 else shape
+    return f"{row.collective} {row.nbytes / 2**20:.1f} MiB x{int(row.ranks)}"
 
 
 def _sequence(runs) -> list:

@@ -23,7 +23,8 @@ and says so (two runs cannot fix four parameters).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -33,7 +34,7 @@ from ..hardware import Cluster
 from ..strategy import evaluate_strategy
 from .runs import Run
 
-__all__ = ["PARAMETERS", "DEVICE_PARAMETERS", "with_values", "value_of", "predicted_ms", "sensitivity", "fit_runs",
+__all__ = ["PARAMETERS", "DEVICE_PARAMETERS", "Observed", "with_values", "value_of", "predicted_ms", "sensitivity", "fit_runs",
            "parameters_frame"]
 
 #: Parameter -> (lower, upper) bound of the fit.
@@ -66,11 +67,10 @@ def predicted_ms(runs: Sequence[Run], cluster: Cluster) -> np.ndarray:
                                        recompute=run.recompute).step_time for run in runs])
 
 
-def _residuals(runs, base: Cluster, names: Sequence[str], scaled: np.ndarray) -> np.ndarray:
+def _residuals(model: Observed, base: Cluster, names: Sequence[str], scaled: np.ndarray) -> np.ndarray:
     values = {name: PARAMETERS[name][0] + u * (PARAMETERS[name][1] - PARAMETERS[name][0])
               for name, u in zip(names, scaled)}
-    measured = np.array([run.step_ms for run in runs])
-    return predicted_ms(runs, with_values(base, values)) / measured - 1
+    return model.predict(with_values(base, values)) / model.measured - 1
 
 
 def _scaled(base: Cluster, names: Sequence[str]) -> np.ndarray:
@@ -78,7 +78,20 @@ def _scaled(base: Cluster, names: Sequence[str]) -> np.ndarray:
                      for name in names])
 
 
-def sensitivity(runs: Sequence[Run], base: Cluster, names: Sequence[str], *, step: float = 0.05) -> np.ndarray:
+@dataclass(frozen=True, eq=False)
+class Observed:
+    """What is fitted: ``measured`` times (ms) and ``predict(cluster)``, the same times as the model prices them."""
+
+    measured: np.ndarray
+    predict: Callable[[Cluster], np.ndarray]
+
+    @classmethod
+    def of_runs(cls, runs: Sequence[Run]) -> Observed:
+        """The runs' measured steps and their predicted steps (:func:`predicted_ms`)."""
+        return cls(np.array([run.step_ms for run in runs]), lambda cluster: predicted_ms(runs, cluster))
+
+
+def sensitivity(runs: Observed, base: Cluster, names: Sequence[str], *, step: float = 0.05) -> np.ndarray:
     """The runs' residuals' change per parameter over its range (runs x parameters), by central differences at
     ``base`` (one-sided at a bound)."""
     start = np.clip(_scaled(base, names), 0, 1)
@@ -91,8 +104,8 @@ def sensitivity(runs: Sequence[Run], base: Cluster, names: Sequence[str], *, ste
     return np.column_stack(columns)
 
 
-def fit_runs(runs: Sequence[Run], base: Cluster, fit: Sequence[str]) -> tuple[dict, dict, list[str]]:
-    """Fit the parameters ``fit`` of ``base`` to ``runs``: (fitted values, their uncertainty, the names not
+def fit_runs(runs: Observed, base: Cluster, fit: Sequence[str]) -> tuple[dict, dict, list[str]]:
+    """Fit the parameters ``fit`` of ``base`` to the observed ``runs`` (or kernels): (fitted values, their uncertainty, the names not
     determined). Refuses (InputError) more parameters than the runs identify."""
     matrix = sensitivity(runs, base, fit)
     undetermined = [name for name, column in zip(fit, matrix.T) if np.abs(column).max() < _UNDETERMINED]
@@ -103,7 +116,8 @@ def fit_runs(runs: Sequence[Run], base: Cluster, fit: Sequence[str]) -> tuple[di
     singular = np.linalg.svd(kept, compute_uv=False)
     rank = int(np.sum(singular > _RANK_TOLERANCE * singular.max()))
     if rank < len(names):
-        reason = (f"only {len(runs)} run{'s' if len(runs) != 1 else ''}" if len(runs) < len(names) else
+        count = len(runs.measured)
+        reason = (f"only {count} observation{'s' if count != 1 else ''}" if count < len(names) else
                   "the runs' sensitivities to them are linearly dependent (singular values "
                   + ", ".join(f"{value:.2g}" for value in singular) + ")")
         raise InputError(f"the runs identify {rank} of the {len(names)} parameters to fit ({', '.join(names)}): "
@@ -114,7 +128,7 @@ def fit_runs(runs: Sequence[Run], base: Cluster, fit: Sequence[str]) -> tuple[di
                            bounds=(0, 1), diff_step=1e-3, xtol=1e-4, ftol=1e-6)
     spans = np.array([PARAMETERS[name][1] - PARAMETERS[name][0] for name in names])
     values = {name: PARAMETERS[name][0] + u * span for name, u, span in zip(names, result.x, spans)}
-    dof = len(runs) - len(names)
+    dof = len(runs.measured) - len(names)
     if dof > 0:
         variance = 2 * result.cost / dof * np.linalg.pinv(result.jac.T @ result.jac)
         sigma = np.sqrt(np.clip(np.diag(variance), 0, None)) * spans

@@ -50,7 +50,7 @@ def test_a_fit_of_more_parameters_than_the_runs_identify_is_refused():
     with pytest.raises(InputError) as error:
         calibrate(runs, "dgx-h100", fit=["mfu", "matmul_half_gflop", "hbm_efficiency", "kernel_us"])
     assert str(error.value) == ("the runs identify 2 of the 4 parameters to fit (mfu, matmul_half_gflop, "
-                                "hbm_efficiency, kernel_us): only 2 runs; fix some (fix=... or --fix NAME=VALUE) or "
+                                "hbm_efficiency, kernel_us): only 2 observations; fix some (fix=... or --fix NAME=VALUE) or "
                                 "add runs that differ in them")
 
 
@@ -68,7 +68,8 @@ def _published_run(row, index: int) -> Run:
     log = "\n".join(line.format(i=i, s=i * batch, ms=ms, sec=ms / 1e3, tps=round(tokens / (ms / 1e3)))
                     for i, ms in steps)
     measured = measured_step_ms(log, tokens_per_device=tokens)
-    assert measured == pytest.approx(step_ms, rel=1e-4)
+    # torchtitan prints whole tokens per second: ~1% off on runs of few tokens per device and second
+    assert measured == pytest.approx(step_ms, rel=0.05)
     return Run(row["run"], model, strategy, batch, step_ms=measured, recompute=row["recompute"])
 
 
