@@ -40,6 +40,7 @@ _COMMANDS = (
     "layers",
     "validate",
     "calibrate",
+    "bench_device",
     "search",
     "report",
     "demo",

@@ -12,7 +12,7 @@ the fit minimises their sum of squares within each parameter's bounds
 run's residual's change per parameter, over its range) is taken at the base
 values. A parameter no run depends on (no run crosses nodes: the inter-node
 link) is *not determined* and keeps the base's value. The rest are fitted
-only if the matrix's rank reaches their count; else :func:`calibrate` refuses
+only if the matrix's rank (its columns scaled to unit length) reaches their count; else :func:`calibrate` refuses
 and says so (two runs cannot fix four parameters).
 
 **Uncertainty.** One standard deviation from the Jacobian at the optimum:
@@ -93,12 +93,13 @@ class Observed:
 
 def sensitivity(runs: Observed, base: Cluster, names: Sequence[str], *, step: float = 0.05) -> np.ndarray:
     """The runs' residuals' change per parameter over its range (runs x parameters), by central differences at
-    ``base`` (one-sided at a bound)."""
+    ``base`` (one-sided at a bound) of ``step`` of the range, or a tenth of the value where that is less."""
     start = np.clip(_scaled(base, names), 0, 1)
     columns = []
     for index in range(len(names)):
         up, down = start.copy(), start.copy()
-        up[index], down[index] = min(1.0, start[index] + step), max(0.0, start[index] - step)
+        delta = min(step, max(1e-5, 0.1 * start[index]))  # a tenth of a small value: the model is not linear
+        up[index], down[index] = min(1.0, start[index] + delta), max(0.0, start[index] - delta)
         change = _residuals(runs, base, names, up) - _residuals(runs, base, names, down)
         columns.append(change / (up[index] - down[index]))
     return np.column_stack(columns)
@@ -113,7 +114,9 @@ def fit_runs(runs: Observed, base: Cluster, fit: Sequence[str]) -> tuple[dict, d
     if not names:
         return {}, {}, undetermined
     kept = matrix[:, [fit.index(name) for name in names]]
-    singular = np.linalg.svd(kept, compute_uv=False)
+    # each column scaled to unit length: the rank says whether the runs tell the parameters apart, whatever
+    # their ranges
+    singular = np.linalg.svd(kept / np.linalg.norm(kept, axis=0), compute_uv=False)
     rank = int(np.sum(singular > _RANK_TOLERANCE * singular.max()))
     if rank < len(names):
         count = len(runs.measured)
@@ -127,7 +130,7 @@ def fit_runs(runs: Observed, base: Cluster, fit: Sequence[str]) -> tuple[dict, d
     result = least_squares(lambda u: _residuals(runs, base, names, u), np.clip(_scaled(base, names), 0, 1),
                            bounds=(0, 1), diff_step=1e-3, xtol=1e-4, ftol=1e-6)
     spans = np.array([PARAMETERS[name][1] - PARAMETERS[name][0] for name in names])
-    values = {name: PARAMETERS[name][0] + u * span for name, u, span in zip(names, result.x, spans)}
+    values = {name: float(PARAMETERS[name][0] + u * span) for name, u, span in zip(names, result.x, spans)}
     dof = len(runs.measured) - len(names)
     if dof > 0:
         variance = 2 * result.cost / dof * np.linalg.pinv(result.jac.T @ result.jac)

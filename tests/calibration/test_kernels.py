@@ -85,3 +85,18 @@ def test_traces_without_kernels_are_refused(tmp_path):
     with pytest.raises(InputError) as error:
         read_kernel_times(path)
     assert str(error.value) == f"{path}: no 'traceEvents' list; expected a PyTorch profiler trace (Chrome trace JSON)"
+
+
+@pytest.mark.slow
+def test_the_device_benchmark_writes_a_file_that_loads_back(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from sappkit.cli import main
+    from sappkit.hardware import load
+
+    assert main(["bench-device", "--device", "cpu", "--repeats", "1", "--threads", "1",
+                 "--out", str(tmp_path / "cpu.toml")]) == 0
+    printed = capsys.readouterr().out
+    device = load(tmp_path / "cpu.toml")
+    assert printed.startswith("measured-cpu: fastest GEMM") and device.name == "measured-cpu"
+    assert 0 < device.mfu <= 1 and device.tflops > 0 and device.hbm_gbs > 0
+    assert "# fitted to the GEMM sweep" in (tmp_path / "cpu.toml").read_text()

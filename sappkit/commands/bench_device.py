@@ -1,0 +1,43 @@
+"""``sappkit bench-device [--device cpu|cuda] --out my-device.toml``: microbenchmark this machine's device and
+write it as a hardware file (the optional extra ``[torch]``)."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+from ._output import Output, add_output_arguments
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser(
+        "bench-device", help="microbenchmark this machine's device and write a hardware file",
+        description="Time a GEMM sweep (bf16 on a GPU, fp8 where it runs; fp32 on a CPU), the attention kernel "
+                    "forward and backward and a large copy with PyTorch, fit the matmul curve (mfu, "
+                    "matmul_half_gflop) and write the device as a hardware file that --cluster/--device and "
+                    "sappkit.hardware.load read. Each time is the median of --repeats after a warm-up.")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="what to benchmark (default cpu)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per benchmark (default 5)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads on a CPU")
+    parser.add_argument("--out", default=None, metavar="FILE.toml", help="write the device here")
+    add_output_arguments(parser, main="measurements")
+    parser.set_defaults(run=_run)
+
+
+def _run(args) -> int:
+    try:
+        import torch
+
+        from ..torch import benchmark_device
+    except ImportError as error:
+        raise InputError(f"bench-device needs PyTorch ({error})") from None
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    result = benchmark_device(args.device, repeats=args.repeats)
+    out = Output(args)
+    device = result.device
+    out.line(f"{device.name}: fastest GEMM {device.tflops:.4g} TFLOP/s, mfu {device.mfu:.3f}, matmul_half_gflop "
+             f"{device.matmul_half_gflop:.3g}, copy {device.hbm_gbs:.4g} GB/s")
+    out.table("measurements", result.frame, key=("kind", "m", "n", "k", "dtype", "duration_ms", "tflops", "gbs"))
+    if args.out:
+        out.line(f"wrote {result.write(args.out)}")
+    out.finish()
+    return 0
