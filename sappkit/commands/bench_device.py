@@ -18,6 +18,9 @@ def register(subparsers) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per benchmark (default 5)")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads on a CPU")
     parser.add_argument("--out", default=None, metavar="FILE.toml", help="write the device here")
+    parser.add_argument("--collectives", type=int, default=None, metavar="N",
+                        help="also time the collectives over N local processes (gloo on a CPU, NCCL on GPUs) and "
+                             "write a cluster of that node with the device (--out then holds the cluster)")
     add_output_arguments(parser, main="measurements")
     parser.set_defaults(run=_run)
 
@@ -37,7 +40,16 @@ def _run(args) -> int:
     out.line(f"{device.name}: fastest GEMM {device.tflops:.4g} TFLOP/s, mfu {device.mfu:.3f}, matmul_half_gflop "
              f"{device.matmul_half_gflop:.3g}, copy {device.hbm_gbs:.4g} GB/s")
     out.table("measurements", result.frame, key=("kind", "m", "n", "k", "dtype", "duration_ms", "tflops", "gbs"))
+    written = result
+    if args.collectives:
+        from ..torch import benchmark_collectives
+
+        written = benchmark_collectives(args.collectives, repeats=args.repeats, device=device)
+        link = written.cluster
+        out.line(f"{link.name}: {link.intra_node_gbs:.4g} GB/s per rank, {link.latency_us:.4g} us per ring step "
+                 f"over {args.collectives} processes")
+        out.table("collectives", written.frame, key=tuple(written.frame.columns))
     if args.out:
-        out.line(f"wrote {result.write(args.out)}")
+        out.line(f"wrote {written.write(args.out)}")
     out.finish()
     return 0

@@ -100,3 +100,18 @@ def test_the_device_benchmark_writes_a_file_that_loads_back(tmp_path, capsys):
     assert printed.startswith("measured-cpu: fastest GEMM") and device.name == "measured-cpu"
     assert 0 < device.mfu <= 1 and device.tflops > 0 and device.hbm_gbs > 0
     assert "# fitted to the GEMM sweep" in (tmp_path / "cpu.toml").read_text()
+
+
+@pytest.mark.slow
+def test_the_collectives_benchmark_fits_a_link_that_prices_its_times_and_writes_a_cluster(tmp_path):
+    pytest.importorskip("torch")
+    from sappkit.hardware import load
+    from sappkit.torch import benchmark_collectives
+
+    result = benchmark_collectives(2, sizes_mb=(0.0625, 1.0), repeats=1)
+    frame = result.frame
+    assert frame[["collective", "nbytes", "ranks"]].values.tolist() == [
+        [kind, size * 2**20, 2] for kind in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
+        for size in (0.0625, 1.0)]
+    assert (frame["duration_ms"] > 0).all() and result.cluster.intra_node_gbs > 0
+    assert load(result.write(tmp_path / "node.toml")) == result.cluster
