@@ -79,8 +79,8 @@ class Calibration:
 
     def __repr__(self) -> str:
         fitted = self.parameters[self.parameters["status"] == "fitted"]
-        return (f"Calibration({self.cluster.name}: {', '.join(f'{r.parameter}={r.value:.4g}' for r in fitted.itertuples())}"
-                f"; mean |error| {self.runs['error_after'].abs().mean():.1%} over {len(self.runs)} runs)")
+        values = ", ".join(f"{row.parameter}={row.value:.4g}" for row in fitted.itertuples())
+        return (f"Calibration({self.cluster.name}: {values}; mean |error| {self.runs['error_after'].abs().mean():.1%} over {len(self.runs)} runs)")
 
     def _repr_html_(self) -> str:
         return (f"<div><b>{html.escape(repr(self))}</b>{self.runs.round(3).to_html(index=False)}"

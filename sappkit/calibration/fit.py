@@ -34,8 +34,8 @@ from ..hardware import Cluster
 from ..strategy import evaluate_strategy
 from .runs import Run
 
-__all__ = ["PARAMETERS", "DEVICE_PARAMETERS", "Observed", "with_values", "value_of", "predicted_ms", "sensitivity", "fit_runs",
-           "parameters_frame"]
+__all__ = ["PARAMETERS", "DEVICE_PARAMETERS", "Observed", "with_values", "value_of", "predicted_ms", "sensitivity",
+           "fit_runs", "parameters_frame"]
 
 #: Parameter -> (lower, upper) bound of the fit.
 PARAMETERS = {
@@ -106,8 +106,8 @@ def sensitivity(runs: Observed, base: Cluster, names: Sequence[str], *, step: fl
 
 
 def fit_runs(runs: Observed, base: Cluster, fit: Sequence[str]) -> tuple[dict, dict, list[str]]:
-    """Fit the parameters ``fit`` of ``base`` to the observed ``runs`` (or kernels): (fitted values, their uncertainty, the names not
-    determined). Refuses (InputError) more parameters than the runs identify."""
+    """Fit the parameters ``fit`` of ``base`` to the observed ``runs`` (or kernels): (fitted values, their
+    uncertainty, the names not determined). Refuses (InputError) more parameters than the runs identify."""
     matrix = sensitivity(runs, base, fit)
     undetermined = [name for name, column in zip(fit, matrix.T) if np.abs(column).max() < _UNDETERMINED]
     names = [name for name in fit if name not in undetermined]

@@ -3,7 +3,6 @@ write it as a hardware file (the optional extra ``[torch]``)."""
 
 from __future__ import annotations
 
-from ..errors import InputError
 from ._output import Output, add_output_arguments
 
 
@@ -26,16 +25,18 @@ def register(subparsers) -> None:
 
 
 def _run(args) -> int:
+    out = Output(args)
     try:
         import torch
 
         from ..torch import benchmark_device
-    except ImportError as error:
-        raise InputError(f"bench-device needs PyTorch ({error})") from None
+    except ImportError:
+        out.line("bench-device needs PyTorch, the [torch] extra: pip install 'sappkit[torch]'")
+        out.finish()
+        return 1
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     result = benchmark_device(args.device, repeats=args.repeats)
-    out = Output(args)
     device = result.device
     out.line(f"{device.name}: fastest GEMM {device.tflops:.4g} TFLOP/s, mfu {device.mfu:.3f}, matmul_half_gflop "
              f"{device.matmul_half_gflop:.3g}, copy {device.hbm_gbs:.4g} GB/s")

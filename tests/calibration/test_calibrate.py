@@ -50,8 +50,8 @@ def test_a_fit_of_more_parameters_than_the_runs_identify_is_refused():
     with pytest.raises(InputError) as error:
         calibrate(runs, "dgx-h100", fit=["mfu", "matmul_half_gflop", "hbm_efficiency", "kernel_us"])
     assert str(error.value) == ("the runs identify 2 of the 4 parameters to fit (mfu, matmul_half_gflop, "
-                                "hbm_efficiency, kernel_us): only 2 observations; fix some (fix=... or --fix NAME=VALUE) or "
-                                "add runs that differ in them")
+                                "hbm_efficiency, kernel_us): only 2 observations; fix some (fix=... or --fix "
+                                "NAME=VALUE) or add runs that differ in them")
 
 
 def _published_run(row, index: int) -> Run:
