@@ -7,7 +7,7 @@ mean square of the rows' errors with a coordinate search (each parameter in turn
 and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
-``sappkit/hardware/presets.py`` (``A100_CALIBRATION`` and the DGX A100's link efficiencies). Uses only sappkit's
+``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). Uses only sappkit's
 public API and numpy.
 """
 

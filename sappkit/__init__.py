@@ -31,6 +31,7 @@ _EXPORTS = {
     **dict.fromkeys(("read_trainer_config", "check_config", "export_config", "read_profile_times",
                      "TrainerConfig", "ConfigCheck", "TrainerExport", "torchtitan_config", "TorchtitanConfig"),
                     "trainers"),
+    **dict.fromkeys(("calibrate", "Calibration", "read_run", "read_step_times", "read_kernel_times"), "calibration"),
     **dict.fromkeys(("plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"),
                     "plots.pipeline"),
     **dict.fromkeys(("plot_fit", "plot_fit_params", "plot_fit_observations", "plot_fit_residuals"), "plots.fit"),
@@ -46,7 +47,7 @@ __version__ = "0.1.0"
 
 
 #: Sub-packages reachable as attributes without an import (``sappkit.models.get(...)``); not in ``__all__``.
-_SUBPACKAGES = ("models", "hardware")
+_SUBPACKAGES = ("models", "hardware", "calibration")
 
 
 def __getattr__(name):

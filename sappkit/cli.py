@@ -39,6 +39,8 @@ _COMMANDS = (
     "check_config",
     "layers",
     "validate",
+    "calibrate",
+    "bench_device",
     "search",
     "report",
     "demo",

@@ -103,6 +103,18 @@ DEEPSEEK_PIPELINE = ["--stages", "16", "--micro-batches", "32", "--memory", "700
 TRACE = Path(tempfile.gettempdir()) / f"sappkit-cli-trace-{os.getpid()}.json"
 TRACE.write_text(json.dumps(trace_view()[0]))
 atexit.register(TRACE.unlink, missing_ok=True)
+#: A run of one's own to calibrate on: a Megatron-LM launch line and its log (tests/calibration has the formats).
+RUN_CONFIG = Path(tempfile.gettempdir()) / f"sappkit-cli-run-{os.getpid()}.sh"
+RUN_CONFIG.write_text("torchrun --nproc_per_node 8 --nnodes 1 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+                      "--num-attention-heads 32 --seq-length 4096 --tensor-model-parallel-size 8 "
+                      "--micro-batch-size 1 --global-batch-size 64 --bf16\n")
+RUN_LOG = RUN_CONFIG.with_suffix(".log")
+RUN_LOG.write_text("\n".join(f" iteration {i:8d}/ 1000 | elapsed time per iteration (ms): 9000.0 |"
+                              for i in range(1, 21)))
+atexit.register(RUN_CONFIG.unlink, missing_ok=True)
+atexit.register(RUN_LOG.unlink, missing_ok=True)
+ONE_PARAMETER = ["--fix", "matmul_half_gflop=0.75", "hbm_efficiency=0.6125", "kernel_us=5", "intra_efficiency=0.75",
+                 "inter_efficiency=0.86"]
 #: Each sub-command on bundled data, as a newcomer would first run it.
 RUNS = {
     "fit": [["fit", str(DATA / "llama2_70b_dryruns.csv")], ["fit", str(DATA / "llama2_70b_dryrun.yaml")],
@@ -120,14 +132,16 @@ RUNS = {
                       "58000"]],
     "layers": [["layers", "--from-trace", str(TRACE), "--layer-pattern", r"(\d+)-LlamaDecodeLayer"]],
     "validate": [["validate"]],
+    "calibrate": [["calibrate", f"{RUN_CONFIG},llama3-8b,{RUN_LOG}", *ONE_PARAMETER]],
+    "bench-device": [["bench-device", "--repeats", "1", "--threads", "1"]],
     "search": [["search", "--model", "llama3-8b", "--devices", "64", "--global-batch", "256", "--seq-length", "4096"]],
     "report": [["report"]],
     "demo": [["demo", "--no-report"]],
     "bench": [["bench", "--quick", "--only", "simulate", "fit"]],
 }
 #: The sub-commands that print tables, and so take --format.
-TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "validate", "search",
-          "bench")
+TABLES = ("fit", "balance", "simulate", "choose", "alternatives", "check-config", "layers", "validate", "calibrate",
+          "search", "bench")
 
 
 @pytest.fixture

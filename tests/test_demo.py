@@ -79,6 +79,8 @@ def test_the_wheel_ships_the_bundled_data_where_the_installed_package_looks(tmp_
     assert modules <= names
     inputs = {f"sappkit/data/{path.name}" for path in DATA.iterdir() if path.suffix in {".json", ".csv", ".yaml"}}
     assert inputs | {"sappkit/data/README.md"} <= names and len(inputs) >= 7
+    hardware = {path.relative_to(REPO).as_posix() for path in (REPO / "sappkit/hardware/presets").glob("*.toml")}
+    assert hardware <= names and len(hardware) >= 10
     found = subprocess.run([sys.executable, "-c", "from sappkit.demo import bundled; print(bundled('vlm.json'))"],
                            cwd=tmp_path, env={"PYTHONPATH": str(tmp_path / "installed")}, check=True,
                            capture_output=True, text=True)

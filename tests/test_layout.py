@@ -22,16 +22,11 @@ MODULE_LINES, FUNCTION_LINES = 400, 80
 #: ``hardware`` to ``strategy``; nothing in them imports ``trainers`` or anything above.
 HOUSE = (("errors",), ("sappkit", "limits", "columns"), ("_check",), ("_files", "_frames"),
          ("hardware",), ("layers",), ("models", "pipeline"), ("memfit", "recompute"), ("one_more", "balancer"),
-         ("strategy",), ("trainers", "torch", "plots", "loop"), ("demo",), ("widgets",), ("report",), ("bench",),
+         ("strategy",), ("trainers", "plots", "loop"), ("calibration",), ("torch",), ("demo",), ("widgets",),
+         ("report",), ("bench",),
          ("commands",), ("cli",), ("__main__",))
 #: The model folders, in the order data flows.
 MODELS = ("hardware", "layers", "models", "pipeline", "memfit", "recompute", "one_more", "balancer", "strategy")
-#: Imports inside functions allowed for now, each an edge of a circle another issue removes. TEMPORARY (issue
-#: 38): ``hardware/``'s presets become data files read by one loader that device.py and cluster.py do not import;
-#: until that merges, ``DeviceConfig.preset`` and ``Cluster.preset`` import presets.py, which imports them. Remove
-#: these two edges when it merges (test_every_allowed_circle_edge_still_exists then fails, as a reminder).
-ALLOWED_CIRCLE_EDGES = {("sappkit.hardware.device", "sappkit.hardware.presets"),
-                        ("sappkit.hardware.cluster", "sappkit.hardware.presets")}
 #: Inside a folder with rooms (sub-packages), the order data flows among its members (modules and rooms): a
 #: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
 #: folder that has rooms is listed here with every member, so a new module or room states where it stands.
@@ -137,16 +132,8 @@ def test_every_room_of_the_house_is_placed_and_every_model_has_a_folder():
 
 
 def test_no_import_cycles_counting_imports_inside_functions():
-    graph = {module: {target for target in targets if (module, target) not in ALLOWED_CIRCLE_EDGES}
-             for module, targets in _graph().items()}
-    cycle = _cycle(graph)
+    cycle = _cycle(_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
-
-
-def test_every_allowed_circle_edge_still_exists():
-    graph = _graph()
-    gone = sorted(f"{a} -> {b}" for a, b in ALLOWED_CIRCLE_EDGES if b not in graph.get(a, ()))
-    assert not gone, f"remove these from ALLOWED_CIRCLE_EDGES, their circle is gone: {', '.join(gone)}"
 
 
 def test_no_room_imports_a_room_above_it_even_inside_a_function():

@@ -42,9 +42,11 @@ def register(subparsers) -> None:
     parser.add_argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step")
     parser.add_argument("--seq-length", type=int, default=None, metavar="S",
                         help="tokens per sequence (default the model's)")
-    parser.add_argument("--device", default=None, metavar="NAME", help="device preset, e.g. h100-sxm")
-    parser.add_argument("--cluster", default=None, metavar="NAME",
-                        help="cluster preset (nodes and links; default the one built of --device, else dgx-h100)")
+    parser.add_argument("--device", default=None, metavar="NAME|FILE",
+                        help="device preset, e.g. h100-sxm, or a hardware file (.toml)")
+    parser.add_argument("--cluster", default=None, metavar="NAME|FILE",
+                        help="cluster preset or hardware file (.toml; nodes and links; default the one built of "
+                             "--device, else dgx-h100)")
     parser.add_argument("--memory", type=float, default=None, metavar="MB",
                         help="device memory every stage must fit (default the device's)")
     parser.add_argument("--schedules", default=None, metavar="A,B",

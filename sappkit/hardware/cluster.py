@@ -22,11 +22,13 @@ datasheet bandwidth.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import ClassVar
 
 from .._check import check_int, check_number
 from ..errors import InputError
 from .collectives import Link
 from .device import DeviceConfig
+from .tables import read
 
 __all__ = ["Cluster", "RANK_DIMENSIONS", "DEFAULT_RANK_ORDER", "GroupSizes"]
 
@@ -83,6 +85,8 @@ class Cluster:
     """The rank dimensions innermost first, e.g. ``"tp-cp-ep-dp-pp"`` (every one of :data:`RANK_DIMENSIONS`)."""
     name: str = "custom"
     """The preset's name (``"dgx-h100"``) or ``"custom"``."""
+    FILE_KIND: ClassVar[str] = "cluster"
+    """What a hardware file of a cluster says in its ``kind`` (:mod:`sappkit.hardware.tables`)."""
 
     def __post_init__(self):
         if not isinstance(self.device, DeviceConfig):
@@ -111,16 +115,16 @@ class Cluster:
                    inter_node_gbs=device.link_gbs, name=f"{device.name} nodes")
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> Cluster:
-        """A cluster preset by name (:data:`sappkit.hardware.CLUSTER_PRESETS`), any field overridden.
+    def preset(cls, name, /, **overrides) -> Cluster:
+        """A cluster preset by name (:data:`sappkit.hardware.CLUSTER_PRESETS`) or a hardware file (``.toml``,
+        :mod:`sappkit.hardware.tables`), any field overridden (``device``: a device, a preset name or a file).
 
         Examples
         --------
         >>> Cluster.preset("dgx-a100", nodes=4).devices
         32
         """
-        from .presets import cluster_preset
-        return cluster_preset(name, **overrides)
+        return read(cls, name, overrides)
 
     @property
     def devices(self) -> int | None:

@@ -13,16 +13,18 @@ memory time, plus a fixed cost per kernel (launch and tail):
 
 ``peak`` is the datasheet's dense peak in the kernel's dtype and ``hbm`` the
 datasheet's memory bandwidth; ``mfu``, ``F½``, ``η_hbm`` and ``kernel`` are
-the physical parameters a preset calibrates (:mod:`sappkit.hardware.presets`
+the physical parameters a preset calibrates (its file in ``sappkit/hardware/presets/``
 says on which published runs).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from .._check import check_number
 from ..errors import InputError
+from .tables import read
 
 __all__ = ["DeviceConfig", "DTYPES"]
 
@@ -35,7 +37,7 @@ class DeviceConfig:
     """What one device computes and moves per second, and how close to its peaks its kernels get.
 
     The defaults describe a generic 300 TFLOP/s device whose matmuls reach a
-    flat 40% of its peak; the presets (:func:`sappkit.hardware.device`) give
+    flat 40% of its peak; the presets (:data:`sappkit.hardware.DEVICE_PRESETS`) give
     real devices with sourced peaks and calibrated efficiencies.
 
     Examples
@@ -70,6 +72,8 @@ class DeviceConfig:
     """Fraction of ``hbm_gbs`` a memory-bound kernel reaches, in (0, 1]."""
     kernel_us: float = 0.0
     """Fixed cost of every kernel (launch, tail), µs."""
+    FILE_KIND: ClassVar[str] = "device"
+    """What a hardware file of a device says in its ``kind`` (:mod:`sappkit.hardware.tables`)."""
 
     def __post_init__(self):
         for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
@@ -86,8 +90,9 @@ class DeviceConfig:
             raise InputError(f"name must be a non-empty string; got {self.name!r}")
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> DeviceConfig:
-        """A device preset by name (:data:`sappkit.hardware.DEVICE_PRESETS`), any field overridden.
+    def preset(cls, name, /, **overrides) -> DeviceConfig:
+        """A device preset by name (:data:`sappkit.hardware.DEVICE_PRESETS`) or a hardware file (``.toml``,
+        :mod:`sappkit.hardware.tables`), any field overridden.
 
         Examples
         --------
@@ -95,8 +100,7 @@ class DeviceConfig:
         >>> gpu.tflops, gpu.hbm_gb, DeviceConfig.preset("h100-sxm", hbm_gb=94.0).hbm_gb
         (989.4, 80.0, 94.0)
         """
-        from .presets import device_preset
-        return device_preset(name, **overrides)
+        return read(cls, name, overrides)
 
     def peak_tflops(self, dtype: str = "bf16") -> float:
         """The dense peak in ``dtype`` (one of :data:`DTYPES`), TFLOP/s."""

@@ -101,6 +101,8 @@ head and tail backward is ``2×`` forward.
 
 from __future__ import annotations
 
+import os
+
 import pandas as pd
 
 from .._check import check_choice, check_number
@@ -217,14 +219,14 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
 
 def _hardware(cluster, device) -> tuple[Cluster, DeviceConfig]:
     """The cluster and the device the estimate prices on (the device wins over the cluster's)."""
-    if isinstance(device, str):
+    if isinstance(device, str | os.PathLike):
         device = DeviceConfig.preset(device)
-    if isinstance(cluster, str):
+    if isinstance(cluster, str | os.PathLike):
         cluster = Cluster.preset(cluster)
     if cluster is not None and not isinstance(cluster, Cluster):
-        raise InputError(f"cluster must be a Cluster or a preset name; got {type(cluster).__name__}")
+        raise InputError(f"cluster must be a Cluster, a preset name or a hardware file (.toml); got {type(cluster).__name__}")
     if device is not None and not isinstance(device, DeviceConfig):
-        raise InputError(f"device must be a DeviceConfig or a preset name; got {type(device).__name__}")
+        raise InputError(f"device must be a DeviceConfig, a preset name or a hardware file (.toml); got {type(device).__name__}")
     if cluster is None:
         device = DeviceConfig() if device is None else device
         return Cluster.of(device), device

@@ -30,6 +30,7 @@ pipeline (``p = 1``) the device runs its micro-batches one after the other.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 from .._check import check_choice, check_int
@@ -134,11 +135,11 @@ def resolve_model(model) -> tuple[TransformerConfig, ...]:
 
 
 def resolve_cluster(cluster) -> Cluster:
-    """A cluster argument as a :class:`Cluster` (a preset name is looked up)."""
-    if isinstance(cluster, str):
+    """A cluster argument as a :class:`Cluster` (a preset name or a hardware file is read)."""
+    if isinstance(cluster, str | os.PathLike):
         return Cluster.preset(cluster)
     if not isinstance(cluster, Cluster):
-        raise InputError(f"cluster must be a sappkit.hardware.Cluster or a preset name; got {type(cluster).__name__}")
+        raise InputError(f"cluster must be a sappkit.hardware.Cluster, a preset name or a hardware file (.toml); got {type(cluster).__name__}")
     return cluster
 
 

@@ -1,7 +1,9 @@
 """PyTorch in sappkit (the optional extra ``[torch]``): measured layer tables and the schedules PyTorch runs.
 
 - :func:`measure_layers`: a layer table measured on a real block;
-- :func:`schedule_orders`: the step orders ``torch.distributed.pipelining`` generates.
+- :func:`schedule_orders`: the step orders ``torch.distributed.pipelining`` generates;
+- :func:`benchmark_device`: a GEMM, attention and copy sweep that writes a hardware file;
+- :func:`benchmark_collectives`: collectives over sizes in local processes, and the link they imply.
 
 ``import sappkit`` never imports this package; importing it without PyTorch
 raises one ImportError that names the extra.
@@ -15,5 +17,7 @@ except ImportError as error:
 
 from .measure import measure_layers  # noqa: E402
 from .schedules import schedule_orders  # noqa: E402
+from .benchmark import benchmark_device  # noqa: E402
+from .collectives import benchmark_collectives  # noqa: E402
 
-__all__ = ["measure_layers", "schedule_orders"]
+__all__ = ["measure_layers", "schedule_orders", "benchmark_device", "benchmark_collectives"]

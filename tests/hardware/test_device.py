@@ -1,5 +1,7 @@
 """A device prices a kernel by the compute or memory roofline, with a size-dependent matmul efficiency."""
 
+import tomllib
+
 import pytest
 
 from sappkit import InputError
@@ -41,14 +43,14 @@ def test_peaks_per_dtype():
 def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
     device = DeviceConfig.preset(name)
     assert device.name == name
-    assert "datasheet" in DEVICE_PRESETS[name].__doc__.lower() or "publishes no datasheet" in \
-        DEVICE_PRESETS[name].__doc__
+    text = DEVICE_PRESETS[name].read_text()
+    assert "datasheet" in tomllib.loads(text)["source"].lower() or "publishes no datasheet" in text
     assert DeviceConfig.preset(name, hbm_gb=1.0).hbm_gb == 1.0
 
 
 @pytest.mark.parametrize("call, message", [
-    (lambda: DeviceConfig.preset("tpu"), "device must be one of 'a100-80g', 'a100-40g', 'h100-sxm', 'h200', 'b200', "
-                                         "'ascend-910b'; got 'tpu'"),
+    (lambda: DeviceConfig.preset("tpu"), "device must be one of 'a100-40g', 'a100-80g', 'ascend-910b', 'b200', "
+                                         "'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
     (lambda: DeviceConfig.preset("h200", hbm=1), "device preset 'h200' has no field 'hbm'; its fields: tflops, mfu, "
                                                  "link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, "
                                                  "matmul_half_gflop, hbm_efficiency, kernel_us"),

@@ -223,9 +223,9 @@ def test_bad_estimate_inputs(models, options, parallel, message):
 def test_bad_argument_types():
     with pytest.raises(InputError, match=r"^parallel must be a ParallelConfig; got dict$"):
         estimate_layers(GPT, parallel={})
-    with pytest.raises(InputError, match=r"^device must be a DeviceConfig or a preset name; got dict$"):
+    with pytest.raises(InputError, match=r"^device must be a DeviceConfig, a preset name or a hardware file \(\.toml\); got dict$"):
         estimate_layers(GPT, device={})
-    with pytest.raises(InputError, match=r"^cluster must be a Cluster or a preset name; got int$"):
+    with pytest.raises(InputError, match=r"^cluster must be a Cluster, a preset name or a hardware file \(\.toml\); got int$"):
         estimate_layers(GPT, cluster=8)
     with pytest.raises(InputError, match=r"^time_model must be one of 'roofline', 'flops'; got 'mfu'$"):
         estimate_layers(GPT, time_model="mfu")

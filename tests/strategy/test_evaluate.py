@@ -148,7 +148,7 @@ def test_a_compiled_shape_is_reused_and_gives_the_same_result():
     (dict(placement="random"), "placement must be one of 'even', 'balanced'; got 'random'"),
     (dict(cluster=Cluster.preset("dgx-a100", nodes=1)), "the strategy needs 16 devices; the cluster has 8 (1 nodes "
                                                         "of 8)"),
-    (dict(cluster=3), "cluster must be a sappkit.hardware.Cluster or a preset name; got int"),
+    (dict(cluster=3), "cluster must be a sappkit.hardware.Cluster, a preset name or a hardware file (.toml); got int"),
 ])
 def test_bad_evaluations_are_refused_by_name(kwargs, message):
     with pytest.raises(InputError) as error:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Sequence
 from concurrent.futures import Executor
@@ -157,10 +158,10 @@ def cluster_for(cluster=None, device=None) -> Cluster:
     >>> cluster_for(device="a100-80g").name, cluster_for("dgx-h100", "h200").device.name
     ('dgx-a100', 'h200')
     """
-    if isinstance(device, str):
+    if isinstance(device, str | os.PathLike):
         device = DeviceConfig.preset(device)
     elif device is not None and not isinstance(device, DeviceConfig):
-        raise InputError(f"device must be a sappkit.hardware.DeviceConfig or a preset name; got {short(device)}")
+        raise InputError(f"device must be a sappkit.hardware.DeviceConfig, a preset name or a hardware file (.toml); got {short(device)}")
     if cluster is None:
         built = [name for name in CLUSTER_PRESETS if device is not None
                  and Cluster.preset(name).device.name == device.name]

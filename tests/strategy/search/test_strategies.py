@@ -99,13 +99,13 @@ def test_a_dask_local_cluster_gives_the_same_result():
     (dict(global_batch=-1), "global_batch must be an int >= 1; got -1"),
     (dict(objective="memory"), "objective must be one of 'throughput'; got 'memory'"),
     (dict(balance_top=0), "balance_top must be an int >= 1; got 0"),
-    (dict(device="h300"), "device must be one of 'a100-80g', 'a100-40g', 'h100-sxm', 'h200', 'b200', "
-                          "'ascend-910b'; got 'h300'"),
+    (dict(device="h300"), "device must be one of 'a100-40g', 'a100-80g', 'ascend-910b', 'b200', "
+                          "'h100-sxm', 'h200' or a hardware file (.toml); got 'h300'"),
     (dict(memory_mb=0), "memory_mb must be a finite number > 0; got 0"),
     (dict(executor="dask"), "executor must be a concurrent.futures.Executor (e.g. dask.distributed.Client("
                             "...).get_executor()); got 'dask'"),
-    (dict(cluster=5), "cluster must be a sappkit.hardware.Cluster or a preset name; got int"),
-    (dict(device=5), "device must be a sappkit.hardware.DeviceConfig or a preset name; got 5"),
+    (dict(cluster=5), "cluster must be a sappkit.hardware.Cluster, a preset name or a hardware file (.toml); got int"),
+    (dict(device=5), "device must be a sappkit.hardware.DeviceConfig, a preset name or a hardware file (.toml); got 5"),
     (dict(devices=64, cluster=Cluster.preset("dgx-a100", nodes=4)),
      "devices must be <= the cluster's 32 (4 nodes of 8); got 64"),
 ])

@@ -1,0 +1,145 @@
+"""Microbenchmarks that write a hardware file: GEMM sweeps, attention, memory copies and collectives.
+
+:func:`benchmark_device` times square and skinny GEMMs (bf16 on a GPU, and
+fp8 where ``torch._scaled_mm`` runs; fp32 on a CPU), the attention kernel
+forward and backward (``scaled_dot_product_attention``) and a large copy,
+then fits the device's matmul curve (``mfu``, ``matmul_half_gflop``) to the
+GEMMs with :func:`sappkit.calibrate` (``tflops`` is the fastest GEMM's rate,
+``hbm_gbs`` the copy's). :func:`benchmark_collectives` times all-reduce,
+all-gather, reduce-scatter and all-to-all over sizes with
+``torch.distributed`` (NCCL on GPUs, gloo on CPUs) in ``world_size``
+processes and fits the link's bandwidth and latency by least squares on
+:func:`sappkit.hardware.collective_ms`'s form. Each time is the median of
+``repeats`` after one warm-up; on a CPU the sweep takes seconds.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..calibration import calibrate
+from ..hardware import Cluster, DeviceConfig, write
+
+__all__ = ["DeviceBenchmark", "benchmark_device", "time_ms"]
+
+#: GEMM shapes (m, n, k) swept: square ones over sizes, and skinny ones (few rows) that are memory-bound.
+GEMM_SHAPES = {"cpu": [(n, n, n) for n in (128, 256, 512, 1024)] + [(16, 1024, 1024), (1024, 1024, 64)],
+               "cuda": [(n, n, n) for n in (512, 1024, 2048, 4096, 8192)] + [(64, 8192, 8192), (8192, 8192, 256)]}
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceBenchmark:
+    """What :func:`benchmark_device` measured: ``device`` (the fitted :class:`~sappkit.hardware.DeviceConfig`)
+    and ``frame`` (``kind``: ``gemm``, ``attention_fwd``, ``attention_bwd``, ``copy``; ``m``, ``n``, ``k``,
+    ``flops``, ``nbytes``, ``dtype``, ``duration_ms``, ``tflops``, ``gbs``)."""
+
+    device: DeviceConfig
+    frame: pd.DataFrame = field(repr=False)
+
+    def write(self, path):
+        """Write the device as a hardware file, the measurements beside the numbers."""
+        notes = {"tflops": "fastest GEMM of sappkit.torch.benchmark_device", "hbm_gbs": "measured copy",
+                 "mfu": "fitted to the GEMM sweep", "matmul_half_gflop": "fitted to the GEMM sweep"}
+        return write(self.device, path, notes=notes, source="sappkit.torch.benchmark_device")
+
+
+def time_ms(function, *, repeats: int = 5, device: str = "cpu") -> float:
+    """The median wall time of ``function()`` over ``repeats`` calls after one warm-up, ms."""
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    function()
+    sync()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def benchmark_device(device: str = "cpu", *, repeats: int = 5, name: str | None = None) -> DeviceBenchmark:
+    """Benchmark ``device`` (``"cpu"`` or ``"cuda"``) and fit its matmul curve (module docstring)."""
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    label = "bf16" if device == "cuda" else "fp32"
+    rows = [_gemm(m, n, k, dtype, label, device, repeats) for m, n, k in GEMM_SHAPES[device]]
+    if device == "cuda" and hasattr(torch, "_scaled_mm") and torch.cuda.get_device_capability() >= (8, 9):
+        rows += [_fp8_gemm(n, device, repeats) for n in (2048, 4096, 8192)]
+    rows += _attention(dtype, device, repeats)
+    rows.append(_copy(device, repeats))
+    frame = pd.DataFrame(rows)
+    gemms = frame[(frame["kind"] == "gemm") & (frame["dtype"] == label)]
+    peak = float(gemms["tflops"].max())
+    fp8 = frame.loc[frame["dtype"] == "fp8", "tflops"]
+    copy = float(frame.loc[frame["kind"] == "copy", "gbs"].iloc[0])
+    # start the fit where such curves lie: large GEMMs near the fastest, half of it at a MFLOP (CPU)
+    # or a GFLOP (GPU)
+    base = DeviceConfig(name=name or f"measured-{device}", tflops=peak, mfu=0.9, hbm_gbs=copy,
+                        matmul_half_gflop=0.001 if device == "cpu" else 1.0,
+                        fp32_tflops=peak if label == "fp32" else None,
+                        fp8_tflops=float(fp8.max()) if len(fp8) else None,
+                        hbm_gb=_memory_gb(device))
+    kernels = gemms.assign(batch=1, collective=None, ranks=1, op="aten::mm",
+                           dtype="float" if label == "fp32" else "c10::BFloat16")
+    fitted = calibrate(kernels=kernels, base=Cluster.of(base), fit=["mfu", "matmul_half_gflop"],
+                       name=base.name).cluster.device
+    return DeviceBenchmark(fitted, frame)
+
+
+def _gemm(m, n, k, dtype, label, device, repeats) -> dict:
+    a, b = torch.randn(m, k, dtype=dtype, device=device), torch.randn(k, n, dtype=dtype, device=device)
+    ms = time_ms(lambda: torch.mm(a, b), repeats=repeats, device=device)
+    flops, nbytes = 2.0 * m * n * k, float(a.element_size() * (m * k + k * n + m * n))
+    return {"kind": "gemm", "m": m, "n": n, "k": k, "flops": flops, "nbytes": nbytes, "dtype": label,
+            "duration_ms": ms, "tflops": flops / ms / 1e9, "gbs": nbytes / ms / 1e6}
+
+
+def _fp8_gemm(n, device, repeats) -> dict:
+    a = torch.randn(n, n, device=device).to(torch.float8_e4m3fn)
+    b = torch.randn(n, n, device=device).to(torch.float8_e4m3fn).t()
+    one = torch.ones((), device=device)
+    ms = time_ms(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+                 repeats=repeats, device=device)
+    flops = 2.0 * n**3
+    return {"kind": "gemm", "m": n, "n": n, "k": n, "flops": flops, "nbytes": 4.0 * n * n, "dtype": "fp8",
+            "duration_ms": ms, "tflops": flops / ms / 1e9, "gbs": 4.0 * n * n / ms / 1e6}
+
+
+def _attention(dtype, device, repeats) -> list[dict]:
+    batch, heads, seq, dim = (1, 8, 512, 64) if device == "cpu" else (4, 32, 4096, 128)
+    q = torch.randn(batch, heads, seq, dim, dtype=dtype, device=device, requires_grad=True)
+    flops = 4.0 * batch * heads * seq * seq * dim
+    forward = time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True),
+                      repeats=repeats, device=device)
+    out = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+    grad = torch.ones_like(out)
+    backward = time_ms(lambda: torch.autograd.grad(out, q, grad, retain_graph=True), repeats=repeats,
+                       device=device)
+    return [{"kind": kind, "m": seq, "n": seq, "k": dim, "flops": work, "nbytes": np.nan, "dtype": str(dtype),
+             "duration_ms": ms, "tflops": work / ms / 1e9, "gbs": np.nan}
+            for kind, work, ms in (("attention_fwd", flops / 2, forward), ("attention_bwd", flops, backward))]
+
+
+def _copy(device, repeats) -> dict:
+    source = torch.empty(2**24 if device == "cpu" else 2**28, dtype=torch.uint8, device=device)
+    target = torch.empty_like(source)
+    ms = time_ms(lambda: target.copy_(source), repeats=repeats, device=device)
+    nbytes = 2.0 * source.numel()  # read and written
+    return {"kind": "copy", "m": np.nan, "n": np.nan, "k": np.nan, "flops": 0.0, "nbytes": nbytes, "dtype": "u8",
+            "duration_ms": ms, "tflops": 0.0, "gbs": nbytes / ms / 1e6}
+
+
+def _memory_gb(device) -> float:
+    if device == "cuda":
+        return torch.cuda.get_device_properties(0).total_memory / 1e9
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9
