@@ -27,8 +27,7 @@ KEY_COLUMNS = (STAGE, LAYERS, "options", MEMORY_MB, TIME)
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "balance", help="place the layers and their recompute on the pipeline stages so that every stage fits the "
-                        "device and the step is fastest",
+        "balance",
         description="Place the body layers and their recompute on the pipeline stages so that every stage fits the "
                     "device memory and the step is as fast as possible; print the plan and, with --yaml, write it "
                     "as a MindFormers config.")

@@ -13,7 +13,7 @@ KEY_COLUMNS = ("benchmark", "case", "median_ms", "target_ms", "passed")
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench", help="measure how fast each model runs against its performance target (a report, never a failure)",
+        "bench",
         description="Measure how fast each model runs against the performance targets of the design and print one "
                     "table (median milliseconds, the target, whether it was met); a miss is reported, never an "
                     "error. Progress goes to stderr.")

@@ -29,7 +29,7 @@ _HEADERS = {"label": "strategy", "step_ms": "step (ms)", "tokens_per_s_per_devic
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "search", help="search every parallel strategy a trainer accepts for the fastest step",
+        "search",
         description="Lay out every strategy a trainer accepts (tensor, pipeline, virtual, data, context and expert "
                     "parallel degrees, micro-batch, ZeRO stage, schedule) for a model on --devices devices, prune "
                     "with closed-form memory and time bounds, price the rest (the even placement, simulated), "

@@ -14,7 +14,7 @@ KEY_COLUMNS = ("run", "metric", "measured", "predicted", "error")
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "validate", help="price published training runs and print predicted against measured",
+        "validate",
         description="Price every published run of the table (default: the bundled data/published_runs.csv) with "
                     "sappkit's performance model and print what was measured, what sappkit predicts and the "
                     "error (predicted / measured - 1), then the mean and worst absolute errors. TFLOP/s/GPU "
