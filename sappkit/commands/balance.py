@@ -18,7 +18,7 @@ from .._files import output_path
 from ..balancer.optimise import balance
 from ..balancer.ilp.solver import SolverOptions
 from ..columns import CHUNK, LAYERS, MEMORY_MB, OPTION, STAGE, TIME
-from ..layers.units import format_mb, format_time
+from ..layers.units import format_mb, format_share, format_time
 from ._common import (add_export_argument, add_pipeline_arguments, print_constraint_cost, print_export,
                       read_layers)
 from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
@@ -90,7 +90,7 @@ def _run(args) -> int:
         simulation = plan.simulate()
         bubbles = simulation.bubbles
         out.line(f"simulated step time {format_time(simulation.step_time, plan.time_unit)}, bubble "
-                 f"{bubbles['real']:.1%} of the compute (idle {bubbles['of_step']:.1%} of the step)")
+                 f"{format_share(bubbles['real'], of='the compute')} (idle {bubbles['of_step']:.1%} of the step)")
         out.value("step_time", simulation.step_time)
         out.value("bubble", float(simulation.bubbles["real"]))
     out.line(f"peak stage memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])} of "

@@ -19,7 +19,7 @@ from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
-from ..layers.units import format_time
+from ..layers.units import format_share, format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
 from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
 
@@ -223,8 +223,9 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     top.set_title("")
     # Rounded first, so that a split that is zero up to rounding shows as 0.0%, not -0.0%.
     b = {name: round(float(value), 4) + 0.0 for name, value in sim.bubbles.items()}
-    fig.suptitle(f"{_headline(sim)}; bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance "
-                 f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%} (idle {b['of_step']:.1%} of the step); peak "
+    fig.suptitle(f"{_headline(sim)}; bubble {format_share(b['real'], of='the compute')} = ideal "
+                 f"{format_share(b['ideal'])} + imbalance {format_share(b['imbalance'])} + recompute "
+                 f"{format_share(b['recompute'])} (idle {b['of_step']:.1%} of the step); peak "
                  f"{sim.stages[MEMORY_MB].max():,.0f} MB")
     return fig
 
