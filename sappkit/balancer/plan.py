@@ -55,6 +55,9 @@ class ConstraintCost:
     unconstrained: float
     constrained: float
     time_unit: str
+    objective: str = "step"
+    """The objective the two are values of: ``step`` (the simulated step) or ``sapp`` (SAPP's proxy, the
+    slowest stage's time per micro-batch, which is not the step's)."""
 
     @property
     def time(self) -> float:
@@ -67,9 +70,12 @@ class ConstraintCost:
         return 100.0 * self.time / self.unconstrained if self.unconstrained else 0.0
 
     def describe(self) -> str:
-        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) against the unconstrained plan``."""
+        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step against the unconstrained
+        plan`` (for the ``sapp`` objective: of SAPP's per-micro-batch objective, not of the step)."""
+        what = ("of the simulated step" if self.objective == "step" else
+                "of SAPP's objective (the slowest stage's time per micro-batch, not the step)")
         return (f"{self.trainer} ({self.policy}) costs {format_time(self.time, self.time_unit)} "
-                f"({self.percent:.1f}%) against the unconstrained plan")
+                f"({self.percent:.1f}%) {what} against the unconstrained plan")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -105,9 +105,10 @@ def _run(args) -> int:
         return 1
     lists = plan.offsets(strict=False)
     out.value("mindformers", lists)
-    out.line("MindFormers lists (offset per stage, then the cumulative recompute counts):")
-    for key, value in lists.items():
-        out.line(f"  {key}: {value}")
+    if args.trainer in (None, "mindformers"):  # a Megatron-LM or torchtitan user reads --export, not these
+        out.line("MindFormers lists (offset per stage, then the cumulative recompute counts):")
+        for key, value in lists.items():
+            out.line(f"  {key}: {value}")
     if args.yaml is not None:
         plan.write_yaml(args.yaml, strict=False)
         out.line(f"MindFormers config written to {args.yaml}")

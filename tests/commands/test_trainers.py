@@ -17,12 +17,31 @@ def test_balance_plans_within_megatrons_grammar_and_exports_the_arguments(capsys
     assert main([*BALANCE, "--trainer", "megatron", "--export", "megatron"]) == 0
     text = capsys.readouterr().out
     assert "trainer grammar: megatron (" in text and "against the unconstrained plan" in text
+    assert "MindFormers lists" not in text  # a Megatron-LM user is shown Megatron-LM's words only
     arguments = text.split("megatron config (arguments):\n")[1].split("\nnote:")[0]
     script = tmp_path / "run.sh"
     script.write_text(arguments + "\n")
     config = read_trainer_config(script, layers=__import__("sappkit").read_layers_json(LLAMA), memory_mb=60000)
     assert config.plan.fits and config.strategy.pipeline_parallel == 8
     assert all(len(line) <= 100 for line in text.splitlines() if not line.startswith("--"))
+
+
+@pytest.mark.parametrize("objective, what", [
+    ("sapp", "of SAPP's objective (the slowest stage's time per micro-batch, not the step)"),
+    ("step", "of the simulated step")])
+def test_the_cost_of_a_trainers_grammar_names_the_objective_it_is_counted_in(capsys, objective, what):
+    """Issue 39: 'costs 2.86 ms (2.3%)' was SAPP's per-micro-batch proxy, read as the step's."""
+    from sappkit import balance, read_layers_json
+    from sappkit.layers.units import format_time
+
+    plan = balance(read_layers_json(LLAMA), stages=8, micro_batches=16, memory_mb=60000, trainer="megatron",
+                   objective=objective)
+    cost = plan.constraint_cost
+    assert cost.objective == objective
+    assert cost.describe() == (f"megatron ({cost.policy}) costs {format_time(cost.time, 'ms')} "
+                               f"({cost.percent:.1f}%) {what} against the unconstrained plan")
+    if objective == "step":
+        assert cost.constrained == pytest.approx(plan.simulate().step_time)
 
 
 @pytest.mark.parametrize("trainer, first", [("torchtitan", "[parallelism]"), ("mindformers", "parallel_config:"),
