@@ -56,8 +56,7 @@ class ConstraintCost:
     constrained: float
     time_unit: str
     objective: str = "step"
-    """The objective the two are values of: ``step`` (the simulated step) or ``sapp`` (SAPP's proxy, the
-    slowest stage's time per micro-batch, which is not the step's)."""
+    """What the two are values of: ``step`` (the simulated step) or ``sapp`` (SAPP's per-micro-batch proxy)."""
 
     @property
     def time(self) -> float:
@@ -65,13 +64,11 @@ class ConstraintCost:
         return max(0.0, self.constrained - self.unconstrained)
 
     @property
-    def percent(self) -> float:
-        """The cost in percent of the unconstrained objective."""
+    def percent(self) -> float:  # the cost in percent of the unconstrained objective
         return 100.0 * self.time / self.unconstrained if self.unconstrained else 0.0
 
     def describe(self) -> str:
-        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step against the unconstrained
-        plan`` (for the ``sapp`` objective: of SAPP's per-micro-batch objective, not of the step)."""
+        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step against ...``."""
         what = ("of the simulated step" if self.objective == "step" else
                 "of SAPP's objective (the slowest stage's time per micro-batch, not the step)")
         return (f"{self.trainer} ({self.policy}) costs {format_time(self.time, self.time_unit)} "
