@@ -105,3 +105,27 @@ def test_layers_from_a_mindspore_trace(capsys, tmp_path):
     assert ": forward 0.110 ms, backward 0.310 ms per micro-batch on average" in " ".join(text.split())
     table = __import__("sappkit").read_layers_json(out)
     assert table.rows("decoder").loc["none", "forward_time"] == pytest.approx(0.11)
+
+
+def test_check_config_flags_full_recompute_where_a_lighter_uniform_option_fits_and_is_faster(capsys):
+    """Issue 39: the bundled torchtitan config recomputes every layer fully at 9.4 GB of 58 GB and was 'no
+    findings'; selective on every layer fits and simulates faster, both plans priced here by the API."""
+    from dataclasses import replace
+
+    from sappkit import read_layers_json
+
+    layers = read_layers_json(LLAMA)
+    config = read_trainer_config(DATA / "torchtitan_llama2_70b.toml", layers=layers, memory_mb=58000)
+    assert set(config.options) == {"full"}
+    full = config.plan
+    selective = replace(config, options=("selective",) * len(config.options)).plan_for(layers, memory_mb=58000)
+    slow, fast = full.simulate().step_time, selective.simulate().step_time
+    assert selective.fits and fast < slow
+    assert main(["check-config", str(DATA / "torchtitan_llama2_70b.toml"), "--layers", LLAMA, "--memory",
+                 "58000"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"warning: recompute_more_than_needed: every layer recomputes 'full', peaking at "
+            f"{full.stages['memory_mb'].max():,.0f} MB of 58,000 MB; 'selective' on every layer fits too (peak "
+            f"{selective.stages['memory_mb'].max():,.0f} MB) and the simulated step is {1 - fast / slow:.0%} faster "
+            f"({fast:,.0f} ms against {slow:,.0f} ms) fix: set 'selective' recompute (sappkit choose finds the "
+            "fastest per-layer options)") in text
