@@ -19,7 +19,7 @@ from .columns import MEMORY_MB, STAGE
 from ._files import BUNDLED_DATA, bundled
 from .layers.mindformers import read_layers_json
 from .layers.table import LayerTable, as_layer_table
-from .layers.units import UNSTATED, format_mb, text_table, with_time_unit
+from .layers.units import UNSTATED, format_mb, format_share, text_table, with_time_unit
 from .loop import Loop, run_loop
 from .memfit.dryruns import read_dryrun_csv
 from .pipeline.costs import cell_costs, even_assignment
@@ -89,7 +89,8 @@ class Demo:
         """The setting, the headline table (times in the table's unit, the bubble as a share of the compute), the
         step-time gain of the fastest run over the first, then the loop."""
         table = self.summary[["run", "schedule", "chunks", "step_time", "bubble", "peak_mb", "peak_stage", "fits"]]
-        table = table.assign(bubble=[f"{share:.1%}" for share in table["bubble"]])
+        table = table.assign(bubble=[format_share(share) for share in table["bubble"]]).rename(
+            columns={"bubble": "bubble/compute"})
         first, fastest = self.summary.iloc[0], self.summary.loc[self.summary["step_time"].idxmin()]
         lines = [self.setting, text_table(table, self.layers.time_unit),
                  f"{fastest['run']} is {1 - fastest['step_time'] / first['step_time']:.1%} faster than {first['run']}"]

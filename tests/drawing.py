@@ -2,7 +2,8 @@
 
 :func:`figure_overlaps` reads a whole figure as a reader does: no two texts on top of each other (titles, axis
 labels, tick labels, legends, annotations), no legend over the data or over another text, no line through an
-annotation, and no axis label longer than its axis. The report's browser tests run it on every figure the
+annotation, no axis label longer than its axis, no Axes squeezed too small to read (a legend or its
+neighbours took the room), and no bar taller than the peak its stage's tick marks (``plot_stage_memory``). The report's browser tests run it on every figure the
 notebooks draw (``tests/report/figure_check.py``).
 """
 
@@ -18,6 +19,9 @@ __all__ = ["drawn_texts", "overlapping", "figure_overlaps"]
 
 #: Pixels two boxes may share before they overlap: anti-aliased edges and a text's box touching its bar.
 _TOUCH_PX = 1.5
+#: The least width and height (pixels) of an Axes a reader can read: a Gantt chart squeezed to 70 px wide by
+#: a twelve-entry legend is not. Colour bars are narrow by design and left out.
+_LEAST_AXES_PX = (120.0, 50.0)
 
 
 def drawn_texts(ax) -> list:
@@ -57,6 +61,7 @@ def figure_overlaps(figure) -> list[str]:
         if legend is not None and legend.get_visible():
             legends.append((f"{name}: legend", _shrunk(legend.get_window_extent(renderer)), ax))
         problems += _labels_longer_than_axes(ax, name, renderer)
+        problems += _squeezed(ax, name, renderer) + _bars_above_their_peak(ax, name)
         data = _data_shapes(ax)
         for label, box in ((label, box) for label, box, owner in texts if owner is ax and _annotation(label, ax)):
             problems += [f"{label} is crossed by {what}" for what, shape in data if shape.crosses(box)
@@ -107,6 +112,34 @@ def _labels_longer_than_axes(ax, name: str, renderer) -> list[str]:
                 problems.append(f"{name}: label {label.get_text()!r} is {extent:.0f} px, longer than its axis "
                                 f"({room:.0f} px)")
     return problems
+
+
+def _squeezed(ax, name: str, renderer) -> list[str]:
+    """An Axes narrower or lower than :data:`_LEAST_AXES_PX` (a colour bar aside)."""
+    if ax.get_label() == "<colorbar>":
+        return []
+    frame = ax.get_window_extent(renderer)
+    (width, height), (least_width, least_height) = (frame.width, frame.height), _LEAST_AXES_PX
+    if width >= least_width and height >= least_height:
+        return []
+    return [f"{name}: squeezed to {width:.0f} x {height:.0f} px (a readable Axes is at least {least_width:.0f} x "
+            f"{least_height:.0f})"]
+
+
+def _bars_above_their_peak(ax, name: str) -> list[str]:
+    """Stacked bars that reach above the ``peak`` tick drawn at their x (a part stacked that the peak does not
+    hold), by more than half a percent of the peak."""
+    peaks = {}
+    for collection in ax.collections:
+        if collection.get_label() == "peak":
+            peaks.update({round(float(x), 6): float(y) for x, y in collection.get_offsets()})
+    tops = {}
+    for patch in ax.patches:
+        if isinstance(patch, Rectangle) and patch.get_fill() and patch.get_height() > 0:
+            x = round(patch.get_x() + patch.get_width() / 2, 6)
+            tops[x] = max(tops.get(x, -np.inf), patch.get_y() + patch.get_height())
+    return [f"{name}: the bar at x={x:g} reaches {top:,.0f}, above the peak {peaks[x]:,.0f} it marks"
+            for x, top in sorted(tops.items()) if x in peaks and top > peaks[x] + 0.005 * abs(peaks[x])]
 
 
 class _Shape:

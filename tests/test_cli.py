@@ -34,13 +34,45 @@ PIPE_BYTES = 4096
      "sappkit simulate: argument --stages: invalid int value: 'four' (see sappkit simulate --help)"),
     (["balance", "x.json", "--stages", "4"],
      "sappkit balance: the following arguments are required: --micro-batches, --memory (see sappkit balance --help)"),
-    (["fit", "x.yaml", "--bogus"], "sappkit: unrecognized arguments: --bogus (see sappkit --help)"),
+    (["fit", "x.yaml", "--bogus"], "sappkit fit: unknown option '--bogus' (see sappkit fit --help)"),
+    # A typo is named before the options it leaves missing, with the option it was meant to be.
+    (["balance", "x.json", "--stages", "4", "--micro-batches", "8", "--memroy", "58000"],
+     "sappkit balance: unknown option '--memroy'; did you mean --memory? (see sappkit balance --help)"),
+    (["simulate", "x.json", "--stgaes=3"], "sappkit simulate: unknown option '--stgaes'; did you mean --stages? "
+                                           "(see sappkit simulate --help)"),
+    (["--bogus"], "sappkit: the following arguments are required: COMMAND (see sappkit --help)"),
 ])
 def test_bad_arguments_are_one_line(capsys, arguments, message):
     with pytest.raises(SystemExit) as stop:
         main(arguments)
     assert stop.value.code == 2
     assert capsys.readouterr().err == message + "\n"
+
+
+def test_simulate_takes_memory_as_every_other_command_does(capsys):
+    base = ["simulate", LLAMA, "--stages", "16", "--micro-batches", "32", "--format", "json"]
+    assert main([*base, "--memory", "58000"]) == 0
+    by_memory = capsys.readouterr().out
+    assert main([*base, "--limit-mb", "58000"]) == 0
+    assert capsys.readouterr().out == by_memory
+    assert '"limit_mb": 58000.0' in by_memory
+
+
+@pytest.mark.parametrize("arguments", [["--help"], ["report", "--help"]])
+def test_help_imports_no_model_it_does_not_show(arguments):
+    """``sappkit --help`` lists the commands without importing them (each would bring pandas and its
+    models); a command's own help imports that command only."""
+    script = ("import sys\nfrom sappkit.cli import main\ntry:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+              "print(sorted(name for name in sys.modules if name.startswith('sappkit.commands.')), file=sys.stderr)\n"
+              "print('pandas' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", script, *arguments], capture_output=True, text=True, cwd=ROOT,
+                          check=True)
+    commands, pandas = done.stderr.splitlines()[-2:]
+    if arguments == ["--help"]:
+        assert (commands, pandas) == ("[]", "False")
+        assert "search every parallel strategy a trainer accepts for the fastest step" in " ".join(done.stdout.split())
+    else:
+        assert commands == "['sappkit.commands._common', 'sappkit.commands.report']"
 
 
 def test_a_message_with_a_line_break_stays_one_line(capsys, tmp_path):
@@ -310,3 +342,10 @@ def test_one_plan_reads_the_same_in_balance_choose_and_alternatives(capsys, tmp_
         assert "  stage 1: 56,657 MB -> 56,017 MB (-640 MB): selective moved from layer 5 to layer 9" in out
         assert any(line.startswith("peak 56,017 MB of 58,000 MB (stage 1; the baseline's: 56,657 MB on stage 1)")
                    for line in out)
+
+
+def test_git_ignores_the_virtual_environment_contributing_sets_up():
+    """``docs/contributing.md`` creates ``.venv``; it must not show up as files to commit."""
+    assert "python3 -m venv .venv" in (ROOT / "docs" / "contributing.md").read_text()
+    ignored = subprocess.run(["git", "check-ignore", "-q", ".venv/bin/python"], cwd=ROOT)
+    assert ignored.returncode == 0

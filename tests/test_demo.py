@@ -96,7 +96,7 @@ def test_demo_simulates_the_tours_two_schedules(demo, llama):
     lines = demo.describe().splitlines()
     assert lines[0] == ("data/llama2_70b.json: 16 stages, 32 micro-batches, selective recompute, layers placed "
                         "evenly, 58,000 MB devices (times in ms, memory in MB)")
-    assert lines[1].split() == ["run", "schedule", "chunks", "step_time", "(ms)", "bubble", "peak_mb", "peak_stage",
+    assert lines[1].split() == ["run", "schedule", "chunks", "step_time", "(ms)", "bubble/compute", "peak_mb", "peak_stage",
                                 "fits"]
     assert lines[2].split()[3:5] == [f"{demo.summary['step_time'][0]:,.0f}", f"{demo.summary['bubble'][0]:.1%}"]
     gain = 1 - demo.summary["step_time"].iloc[1] / demo.summary["step_time"].iloc[0]

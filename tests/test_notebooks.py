@@ -76,3 +76,17 @@ def printed_lines(path: Path) -> list[str]:
 def test_every_printed_line_fits_100_columns(path):
     long = [line for line in printed_lines(path) if len(line) > 100]
     assert long == [], f"{path.name}: {len(long)} line(s) over 100 columns, the longest {max(map(len, long))}"
+
+
+def test_every_notebook_says_first_how_to_execute_it_headless():
+    """Plain nbconvert once hung forever after 00_tour's last cell (jupyter/nbclient#312, no default timeout):
+    each notebook's first cell names the command that works and the timeout the others need."""
+    import json
+
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        first = json.loads(path.read_text())["cells"][0]
+        text = "".join(first["source"])
+        assert first["cell_type"] == "markdown", path.name
+        assert "`sappkit report` runs every notebook" in text, path.name
+        assert "`jupyter nbconvert --execute --ExecutePreprocessor.timeout=60`" in text, path.name
+        assert "`papermill --execution-timeout 60`" in text, path.name

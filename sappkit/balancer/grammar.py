@@ -176,7 +176,7 @@ def within_grammar(trainer: str, setup: BalanceSetup, solve: Callable[[BalanceSe
     policy, plan = min(fitting, key=lambda pair: _value(pair[1]))
     reference = min(_value(free), _value(plan))  # the grammar's plan is an unconstrained plan too
     cost = ConstraintCost(trainer=trainer, policy=policy.label, unconstrained=reference, constrained=_value(plan),
-                          time_unit=plan.time_unit)
+                          time_unit=plan.time_unit, objective=plan.objective_name)
     same = plan is free
     return replace(plan, constraint_cost=cost,
                    status=free.status if same else ("feasible" if plan.status != "infeasible" else plan.status),

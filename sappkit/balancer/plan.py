@@ -56,6 +56,8 @@ class ConstraintCost:
     unconstrained: float
     constrained: float
     time_unit: str
+    objective: str = "step"
+    """What the two are values of: ``step`` (the simulated step) or ``sapp`` (SAPP's per-micro-batch proxy)."""
 
     @property
     def time(self) -> float:
@@ -63,14 +65,15 @@ class ConstraintCost:
         return max(0.0, self.constrained - self.unconstrained)
 
     @property
-    def percent(self) -> float:
-        """The cost in percent of the unconstrained objective."""
+    def percent(self) -> float:  # the cost in percent of the unconstrained objective
         return 100.0 * self.time / self.unconstrained if self.unconstrained else 0.0
 
     def describe(self) -> str:
-        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) against the unconstrained plan``."""
+        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step against ...``."""
+        what = ("of the simulated step" if self.objective == "step" else
+                "of SAPP's objective (the slowest stage's time per micro-batch, not the step)")
         return (f"{self.trainer} ({self.policy}) costs {format_time(self.time, self.time_unit)} "
-                f"({self.percent:.1f}%) against the unconstrained plan")
+                f"({self.percent:.1f}%) {what} against the unconstrained plan")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -5,10 +5,20 @@ list[dict]`` with rows of :data:`COLUMNS`. It is a benchmark, not a test:
 a miss is reported, never raised. ``quick`` runs fewer cases and repeats,
 and leaves out the modules of :data:`SLOW` unless they are asked for by
 name, so that the whole quick table takes well under a minute.
+
+Wall times on a shared machine say little alone, so every row also gives
+``cpu_s``: the CPU seconds (user + system) that every process spent on the
+row's work (this one, the process pool's workers and the notebooks' kernels,
+whether still running or already exited; :func:`cpu_seconds`), measured from
+the previous row (or its module's start) to this one, warm-up and every
+repeat included unless the module states its own; and ``load``, the
+machine's one-minute load average when the row was made.
 """
 
 from __future__ import annotations
 
+import os
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -16,9 +26,9 @@ from importlib import import_module
 
 import pandas as pd
 
-__all__ = ["COLUMNS", "MODULES", "SLOW", "median_seconds", "row", "run"]
+__all__ = ["COLUMNS", "MODULES", "SLOW", "median_seconds", "row", "run", "cpu_seconds"]
 
-COLUMNS = ("benchmark", "case", "median_ms", "target_ms", "passed", "detail")
+COLUMNS = ("benchmark", "case", "median_ms", "cpu_s", "target_ms", "passed", "load", "detail")
 #: Bench modules under ``sappkit.bench``, in the order the table lists them.
 MODULES = (
     "simulate",
@@ -30,6 +40,7 @@ MODULES = (
     "step",
     "strategy",
     "search",
+    "startup",
 )
 #: Modules that take minutes however few their cases (every notebook executed): left out of a quick run.
 SLOW = ("notebooks", "search")
@@ -46,12 +57,53 @@ def median_seconds(function: Callable[[], object], *, repeats: int = 5) -> float
     return statistics.median(times)
 
 
-def row(benchmark: str, case: str, seconds: float, target_ms: float | None, detail: str = "") -> dict:
-    """One table row; ``passed`` is None when the benchmark has no target."""
+def cpu_seconds() -> float:
+    """CPU seconds so far of this process and of every process under it: those exited and waited for (their
+    rusage) and those still running, read from ``/proc/<pid>/stat`` (Linux; elsewhere only the exited ones)."""
+    own, exited = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + exited.ru_utime + exited.ru_stime + _live_children_seconds()
+
+
+def _live_children_seconds() -> float:
+    """user + system CPU seconds of the running descendants of this process, from ``/proc``."""
+    parents, ticks = {}, {}
+    try:
+        entries = [entry for entry in os.listdir("/proc") if entry.isdigit()]
+    except OSError:
+        return 0.0
+    for pid in entries:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()  # the command name may hold spaces
+        except OSError:  # gone since the listing
+            continue
+        parents[int(pid)] = int(fields[1])
+        ticks[int(pid)] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    under, found = {os.getpid()}, True
+    while found:
+        found = False
+        for pid, parent in parents.items():
+            if parent in under and pid not in under:
+                under.add(pid)
+                found = True
+    return sum(ticks[pid] for pid in under - {os.getpid()}) / os.sysconf("SC_CLK_TCK")
+
+
+#: CPU seconds of every process when the last row was made (reset by :func:`run` per module).
+_last_cpu = [0.0]
+
+
+def row(benchmark: str, case: str, seconds: float, target_ms: float | None, detail: str = "",
+        cpu_s: float | None = None) -> dict:
+    """One table row; ``passed`` is None when the benchmark has no target; ``cpu_s`` (default: every process's
+    CPU since the previous row, module docstring) is the module's own when it measures one."""
     median_ms = 1000 * seconds
     passed = None if target_ms is None else median_ms < target_ms
-    return dict(benchmark=benchmark, case=case, median_ms=round(median_ms, 2),
-                target_ms=target_ms, passed=passed, detail=detail)
+    now = cpu_seconds()
+    spent = now - _last_cpu[0] if cpu_s is None else cpu_s
+    _last_cpu[0] = now
+    return dict(benchmark=benchmark, case=case, median_ms=round(median_ms, 2), cpu_s=round(spent, 2),
+                target_ms=target_ms, passed=passed, load=round(os.getloadavg()[0], 1), detail=detail)
 
 
 def run(*, quick: bool = False, only: tuple[str, ...] = (),
@@ -70,5 +122,6 @@ def run(*, quick: bool = False, only: tuple[str, ...] = (),
             rows.append(dict(benchmark=name, case="not run with --quick", median_ms=float("nan"), target_ms=None,
                              passed=None, detail=f"sappkit bench --only {name} runs it"))
             continue
+        _last_cpu[0] = cpu_seconds()
         rows.extend(import_module(f".{name}", __name__).measure(quick))
     return pd.DataFrame(rows, columns=list(COLUMNS))

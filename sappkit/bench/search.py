@@ -16,11 +16,10 @@ times say little on their own. ``--quick`` runs a Llama-3-8B-class model on
 from __future__ import annotations
 
 import os
-import resource
 import time
 
 from ..strategy.search import search_strategies
-from . import row
+from . import cpu_seconds, row
 
 #: (case, model, devices, global batch, target s).
 CASES = (("llama3-70b on 1,024 x h100", "llama3-70b", 1024, 1024, 30.0),
@@ -31,21 +30,15 @@ QUICK = (("llama3-8b on 64 x h100", "llama3-8b", 64, 256, 30.0),)
 SPEEDUP = 1.6
 
 
-def _cpu() -> float:
-    """CPU seconds of this process and of the children it has waited for (the process pool's workers)."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
-
-
 def _timed(model: str, devices: int, batch: int, **options):
-    load, cpu, start = os.getloadavg()[0], _cpu(), time.perf_counter()
+    load, cpu, start = os.getloadavg()[0], cpu_seconds(), time.perf_counter()
     found = search_strategies(model, devices=devices, global_batch=batch, cluster="dgx-h100", progress=False,
                               **options)
     seconds = time.perf_counter() - start
     counts = found.counts()
     detail = (f"{len(found.frame):,} strategies: {counts['evaluated'] + counts['balanced']:,} priced, "
               f"{counts['balanced']} balanced, {counts['pruned_time']:,} pruned by time, "
-              f"{counts['pruned_memory']:,} by memory; CPU {_cpu() - cpu:.1f} s; load {load:.1f}")
+              f"{counts['pruned_memory']:,} by memory; CPU {cpu_seconds() - cpu:.1f} s; load {load:.1f}")
     return seconds, detail
 
 

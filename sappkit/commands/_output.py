@@ -84,7 +84,8 @@ class Output:
             return
         shown = frame if self.wide or not key else frame[list(key)]
         shown = shown.loc[:, [c for c in shown.columns if not shown[c].isna().all()]] if len(shown) else shown
-        print(text_table(shown, self.time_unit, headers=headers))
+        print(_fitted(shown, self.time_unit, headers) if not self.wide else text_table(shown, self.time_unit,
+                                                                                      headers=headers))
 
     def finish(self, main: str | None = None) -> None:
         """Print the machine document: the ``main`` table as CSV (default the first; the headline values as one
@@ -96,6 +97,20 @@ class Output:
             document = dict(self.values)
             document.update({name: _records(frame) for name, frame in self.tables.items()})
             print(json.dumps(document, indent=1, default=_plain))
+
+
+def _fitted(frame: pd.DataFrame, unit: str | None, headers: dict | None) -> str:
+    """``frame`` as text within :data:`WIDTH` columns: while too wide, the widest text column's longest cells
+    are cut, ending in ``…`` (``--wide`` shows them whole)."""
+    text = text_table(frame, unit, headers=headers)
+    over = max(map(len, text.splitlines()), default=0) - WIDTH
+    texts = [name for name in frame.columns if frame[name].map(lambda value: isinstance(value, str)).all()]
+    if over <= 0 or not texts or frame.empty:
+        return text
+    widest = max(texts, key=lambda name: frame[name].str.len().max())
+    keep = max(frame[widest].str.len().max() - over, len(str((headers or {}).get(widest, widest))), 4)
+    cut = frame[widest].map(lambda value: value if len(value) <= keep else value[:keep - 1] + "…")
+    return text_table(frame.assign(**{widest: cut}), unit, headers=headers)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

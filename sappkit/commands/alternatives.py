@@ -38,7 +38,7 @@ KEY_COLUMNS = ("mark", ALTERNATIVE, STAGE, KIND, FROM_MODE, "layers", MEMORY_MB,
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "alternatives", help="list the plans that fully recompute one more layer and still fit, and what each buys",
+        "alternatives",
         description="Start from the per-layer recompute choice (as 'sappkit choose --per-layer' makes it) and list "
                     "every distinct plan that fully recomputes one more layer and still fits: the memory each frees "
                     "on its stage, the time it costs, and whether it lowers the plan's peak (marked *).")

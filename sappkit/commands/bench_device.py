@@ -8,7 +8,7 @@ from ._output import Output, add_output_arguments
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "bench-device", help="microbenchmark this machine's device and write a hardware file",
+        "bench-device",
         description="Time a GEMM sweep (bf16 on a GPU, fp8 where it runs; fp32 on a CPU), the attention kernel "
                     "forward and backward and a large copy with PyTorch, fit the matmul curve (mfu, "
                     "matmul_half_gflop) and write the device as a hardware file that --cluster/--device and "

@@ -10,7 +10,7 @@ from ._output import Output, add_output_arguments
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "calibrate", help="fit a cluster's physical parameters to your measured runs",
+        "calibrate",
         description="Read each run (a trainer config that read_trainer_config reads, a model preset name or "
                     "config.json, and the training log: Megatron-LM, torchtitan or NeMo/Lightning; warm-up "
                     "skipped, median step), fit the base cluster's physical parameters (mfu, matmul_half_gflop, "

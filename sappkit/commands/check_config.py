@@ -22,8 +22,7 @@ from ._output import Output, add_output_arguments
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "check-config", help="price a trainer's config (Megatron-LM, torchtitan, MindFormers, HyperParallel) and "
-                             "name every trap it falls into, with the fix",
+        "check-config",
         description="Read a trainer's config, price it on the layer table (each stage's memory and time, the "
                     "simulated step) and report every trap as a named finding with its fix: layers dropped or "
                     "added by integer division, a stage over memory, an uneven ZB-V stage, an unsupported "

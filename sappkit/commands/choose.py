@@ -31,8 +31,7 @@ HEADERS = {BASELINE_MEMORY_MB: "baseline_mb", TIME: STAGE_TIME_HEADER, TIME_SAVE
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "choose", help="choose each layer's recompute so that every stage fits and the step is fastest, for layers "
-                       "already placed on the stages",
+        "choose",
         description="For layers already placed on the stages, choose the recompute each layer runs so that every "
                     "stage fits the device and the step is fastest; print the simulated step time against the "
                     "baseline (the configured recompute where it fits, else the fastest single option that fits; "

@@ -17,8 +17,7 @@ from ._output import Output
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "demo", help="run the whole work on the bundled Llama-2-70B-class model, print the headline numbers and "
-                     "write the report",
+        "demo",
         description="Run the whole work on the bundled Llama-2-70B-class model (dry runs, memory fit, balance, "
                     "simulate, recompute per layer, one more recomputed layer), print the headline numbers, then "
                     "execute the notebooks and write the HTML report.")

@@ -15,7 +15,7 @@ KEY_COLUMNS = ("name", "value_mb", "stderr_mb")
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "fit", help="fit what each layer costs in memory, per recompute option, from the peaks of a few dry runs",
+        "fit",
         description="Fit what each layer costs in memory under each recompute option (and the head, tail and a "
                     "per-stage constant) from the peak memory of a few dry runs, by least squares.")
     parser.add_argument("observations", type=Path, metavar="FILE",

@@ -21,7 +21,7 @@ from ._output import Output, add_output_arguments
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "layers", help="per-layer forward and backward times from a profiler trace (PyTorch or MindSpore)",
+        "layers",
         description="Read each layer's forward and backward time per micro-batch from a profiler trace: PyTorch's "
                     "Chrome trace (torch.profiler with with_stack=True) or MindSpore's trace_view.json; optionally "
                     "write a layer table with those times.")

@@ -11,8 +11,7 @@ from ._output import Output
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "plan-dryruns", help="propose the fewest dry runs whose peaks pin down every memory cost, as a MindFormers "
-                             "YAML to run",
+        "plan-dryruns",
         description="Propose the fewest dry runs (compile-only runs that log each stage's peak memory) whose peaks "
                     "pin down every per-layer memory cost, and print them as the MindFormers pipeline_balance YAML "
                     "to run; fill in the peaks and give the file to 'sappkit fit'.")

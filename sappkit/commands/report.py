@@ -9,7 +9,7 @@ from ._common import load_report, write_report
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "report", help="run the notebooks and write them as an HTML report to share (code hidden)",
+        "report",
         description="Run the notebooks top to bottom and write them as an HTML report with an index page, to open "
                     "in a browser or share; a line per cell shows progress.")
     parser.add_argument("--out", type=Path, default=Path("reports"), metavar="DIR",

@@ -14,22 +14,27 @@ import sys
 from pathlib import Path
 
 from ..errors import InputError
+from ..layers import KernelConfig
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
 from ..strategy.search import search_strategies
-from ..strategy.search.space import SEARCHED_SCHEDULES
+from ..strategy.search.space import DIMENSIONS, SEARCHED_SCHEDULES
 from ._common import add_export_argument, print_constraint_cost, print_export
 from ._output import Output, add_output_arguments
 
 #: The table's key columns (``--wide`` adds every column of the search's frame).
 KEY_COLUMNS = ("label", "step_ms", "tokens_per_s_per_device", "tflops_per_device", "mfu", "peak_memory_mb")
+#: ``--dims`` names: each dimension's short name (as strategy labels write it) or its full one.
+DIM_NAMES = {"t": "tensor_parallel", "p": "pipeline_parallel", "v": "virtual_stages", "dp": "data_parallel",
+             "cp": "context_parallel", "ep": "expert_parallel", "etp": "expert_tensor_parallel",
+             "b": "micro_batch_size", "zero": "zero", "sp": "sequence_parallel"} | {name: name for name in DIMENSIONS}
 _HEADERS = {"label": "strategy", "step_ms": "step (ms)", "tokens_per_s_per_device": "tokens/s/dev",
             "tflops_per_device": "TFLOP/s/dev", "mfu": "MFU", "peak_memory_mb": "peak (MB)"}
 
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "search", help="search every parallel strategy a trainer accepts for the fastest step",
+        "search",
         description="Lay out every strategy a trainer accepts (tensor, pipeline, virtual, data, context and expert "
                     "parallel degrees, micro-batch, ZeRO stage, schedule) for a model on --devices devices, prune "
                     "with closed-form memory and time bounds, price the rest (the even placement, simulated), "
@@ -51,6 +56,15 @@ def register(subparsers) -> None:
                         help="device memory every stage must fit (default the device's)")
     parser.add_argument("--schedules", default=None, metavar="A,B",
                         help=f"schedules to search (default all of {', '.join(SEARCHED_SCHEDULES)})")
+    parser.add_argument("--dims", action="append", default=[], metavar="NAME=V1,V2",
+                        help="the values one dimension takes (repeat per dimension), e.g. --dims t=4,8 --dims "
+                             "zero=1 --dims sp=true; NAME is t, p, v, dp, cp, ep, etp, b (micro-batch size), zero "
+                             "or sp (sequence parallel), or the full name (default: every value a trainer accepts)")
+    parser.add_argument("--attention", default="paper", choices=("paper", "eager", "math", "flash"),
+                        help="the attention kernel, which sets what attention keeps for the backward (default "
+                             "paper: the softmax output; flash keeps nothing per query-key pair)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
+                        help="the dtype the model trains in (default bf16)")
     parser.add_argument("--top", type=int, default=10, metavar="N", help="strategies to print (default 10)")
     parser.add_argument("--balance-top", type=int, default=8, metavar="K",
                         help="how many of the fastest even placements to balance (default 8)")
@@ -69,7 +83,8 @@ def _run(args) -> int:
         schedules = [name for name in SEARCHED_SCHEDULES if name in TRAINER_SCHEDULES[args.export]]
     options = dict(devices=args.devices, global_batch=args.global_batch, seq_length=args.seq_length,
                    cluster=args.cluster, device=args.device, memory_mb=args.memory, schedules=schedules,
-                   balance_top=args.balance_top, progress=sys.stderr.isatty())
+                   balance_top=args.balance_top, progress=sys.stderr.isatty(), dims=searched_dims(args.dims),
+                   kernels=KernelConfig(attention=args.attention), dtype=args.dtype)
     if args.top < 1:
         raise InputError(f"--top must be an int >= 1; got {args.top}")
     if args.scheduler is None:
@@ -82,6 +97,8 @@ def _run(args) -> int:
     out.line(f"{Path(args.model).name} on {found.devices:,} x {setting.cluster.device.name} ({setting.cluster.name}), global "
              f"batch {found.global_batch:,} x {setting.models[-1].seq_length:,} tokens, memory "
              f"{found.memory_mb:,.0f} MB")
+    fixed = " ".join(args.dims) if args.dims else "none (every value a trainer accepts)"
+    out.line(f"assumptions: {args.dtype}, attention kernel {args.attention!r}, dims narrowed: {fixed}")
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))
@@ -94,7 +111,7 @@ def _run(args) -> int:
     out.value("statuses", {key: int(value) for key, value in found.counts().items()})
     out.value("limits", found.limits())
     out.finish()
-    return 0
+    return 0 if best is not None else 1
 
 
 def _export(out, found, trainer: str | None) -> None:
@@ -125,6 +142,34 @@ def _export(out, found, trainer: str | None) -> None:
     if plan.message:
         out.line(plan.message)
     print_export(out, plan, trainer, strategy=strategy, global_batch=found.global_batch)
+
+
+def searched_dims(given: list[str]) -> dict[str, list] | None:
+    """``--dims`` as :func:`sappkit.search_strategies` takes ``dims`` (None: the defaults), each value checked."""
+    dims = {}
+    for item in given:
+        name, sep, values = item.partition("=")
+        if not sep or not values:
+            raise InputError(f"--dims takes NAME=V1,V2 (e.g. t=4,8); got {item!r}")
+        if name not in DIM_NAMES:
+            raise InputError(f"--dims {item!r}: unknown dimension {name!r}; expected one of "
+                             f"{', '.join(sorted(set(DIM_NAMES) - set(DIMENSIONS)))} (or the full names)")
+        key = DIM_NAMES[name]
+        if key in dims:
+            raise InputError(f"--dims names {key!r} twice; give all its values at once, e.g. {name}=1,2")
+        dims[key] = [_dim_value(item, key, value.strip()) for value in values.split(",")]
+    return dims or None
+
+
+def _dim_value(item: str, key: str, value: str):
+    if key == "sequence_parallel":
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise InputError(f"--dims {item!r}: {value!r} is not true or false")
+        return value.lower() in ("true", "1")
+    try:
+        return int(value)
+    except ValueError:
+        raise InputError(f"--dims {item!r}: {value!r} is not a whole number") from None
 
 
 def _model(name: str, seq_length: int | None):

@@ -18,7 +18,7 @@ KEY_COLUMNS = (STAGE, MEMORY_MB, TIME, BUSY_TIME, IDLE_TIME)
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "simulate", help="simulate one training step of the layers spread evenly over the stages",
+        "simulate",
         description="Spread the body layers evenly over the stages, simulate one training step pass by pass, and "
                     "print its step time, bubble and each stage's peak memory.")
     add_layers_argument(parser)
@@ -30,8 +30,8 @@ def register(subparsers) -> None:
                              "least recompute)")
     parser.add_argument("--p2p-time", type=float, default=0.0,
                         help="time one stage-to-stage transfer takes, in the layer table's time unit (default 0)")
-    parser.add_argument("--limit-mb", type=float, default=None,
-                        help="device memory in MB, to compare each stage's peak with")
+    parser.add_argument("--memory", "--limit-mb", dest="limit_mb", type=float, default=None, metavar="MB",
+                        help="device memory in MB, to compare each stage's peak with (--limit-mb is the same)")
     parser.add_argument("--save", type=Path, default=None, metavar="FIG.png",
                         help="also save the schedule and memory figure (the extension picks the format)")
     add_output_arguments(parser, main="per-stage")

@@ -14,12 +14,12 @@ KEY_COLUMNS = ("run", "metric", "measured", "predicted", "error")
 
 def register(subparsers) -> None:
     parser = subparsers.add_parser(
-        "validate", help="price published training runs and print predicted against measured",
+        "validate",
         description="Price every published run of the table (default: the bundled data/published_runs.csv) with "
                     "sappkit's performance model and print what was measured, what sappkit predicts and the "
                     "error (predicted / measured - 1), then the mean and worst absolute errors. TFLOP/s/GPU "
                     "counts as the run's paper does; s/iteration is seconds per training step. Then the same "
-                    "for per-device memory where a source gives it (data/published_memory.csv), in GiB.")
+                    "for per-device memory where a source gives it (data/published_memory.csv), in MB.")
     parser.add_argument("--runs", type=Path, default=None, metavar="FILE.csv",
                         help="a table of runs with the bundled table's columns (default: the bundled one)")
     parser.add_argument("--memory", type=Path, default=None, metavar="FILE.csv",
@@ -28,18 +28,31 @@ def register(subparsers) -> None:
     parser.set_defaults(run=_run)
 
 
+#: What each table's summary adds: the runs' error is in-sample, the memory rows' sources computed them.
+_CAVEATS = {"runs": "in-sample: data/calibrate.py fits the A100 preset's five efficiencies on these rows; "
+                    "data/README.md gives the held-out errors",
+            "memory": "the sources computed these from their formulas; none is a measurement"}
+#: GiB to MB (MiB, as everywhere in sappkit).
+_MB_PER_GIB = 1024.0
+
+
 def _run(args) -> int:
     out = Output(args)
     for name, result in (("runs", validate(published_runs(args.runs))),
                          ("memory", validate_memory(published_memory(args.memory)))):
         frame = result.frame
-        shown = frame.assign(metric=frame["metric"].map(METRIC_NAMES), error=[f"{e:+.1%}" for e in frame["error"]],
-                             measured=frame["measured"].round(2), predicted=frame["predicted"].round(2),
+        scale = _MB_PER_GIB if name == "memory" else 1.0
+        metric = frame["metric"].map(METRIC_NAMES).str.replace(" GiB", " MB")
+        shown = frame.assign(metric=metric, error=[f"{e:+.1%}" for e in frame["error"]],
+                             measured=(scale * frame["measured"]).round(2 if scale == 1 else 0),
+                             predicted=(scale * frame["predicted"]).round(2 if scale == 1 else 0),
                              step_s=frame["step_s"].round(3))
-        out.table(name, shown, key=KEY_COLUMNS, machine=frame)
+        out.table(name, shown, key=KEY_COLUMNS, machine=frame,
+                  headers={"measured": "measured" if name == "runs" else "published"})
         what = "runs" if name == "runs" else "memory rows"
+        truth = "measured" if name == "runs" else "published"
         out.line(f"mean |error| {result.mean_error:.2%}, worst {result.worst_error:.2%} over {len(frame)} {what} "
-                 "(error = predicted / measured - 1)")
+                 f"(error = predicted / {truth} - 1; {_CAVEATS[name]})")
         out.value(f"{name}_mean_error", result.mean_error)
         out.value(f"{name}_worst_error", result.worst_error)
     out.finish()

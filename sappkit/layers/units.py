@@ -26,7 +26,7 @@ from .._check import short
 from ..errors import InputError
 
 __all__ = ["TIME_UNIT", "MS", "MINDFORMERS_UNIT", "UNSTATED", "MAX_UNIT_LENGTH", "MS_PER_UNIT", "check_time_unit",
-           "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number",
+           "time_unit_of", "with_time_unit", "ms_per_unit", "format_time", "format_mb", "format_number", "format_share",
            "is_time_column", "labelled", "text_table", "TEXT_WIDTH", "wrap_text", "html_summary", "chunks_text",
            "layer_ranges"]
 
@@ -166,6 +166,19 @@ def layer_ranges(indices) -> str:
 def format_time(value: float, unit: str) -> str:
     """A time and its unit: ``5,766 ms``."""
     return f"{format_number(value)} {unit}"
+
+
+def format_share(value: float, of: str = "") -> str:
+    """A fraction ``of`` something as people read it: a percentage below one, a multiple from one on (a bubble
+    can be longer than the compute it waits on, and ``192.1% of the compute`` reads as a mistake).
+
+    Examples
+    --------
+    >>> format_share(0.556, of="the compute"), format_share(1.921, of="the compute"), format_share(0.05)
+    ('55.6% of the compute', '1.92x the compute', '5.0%')
+    """
+    text = f"{value:.1%}" if value < 1 else f"{value:.2f}x"
+    return f"{text}{' of' if value < 1 else ''} {of}" if of else text
 
 
 def format_mb(value: float) -> str:

@@ -61,7 +61,7 @@ from ..columns import (
     ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_TIME, BACKWARD_WEIGHT_TIME, CHUNK, CONST_MB, FORWARD_TIME, IN_FLIGHT,
     LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WEIGHT_PASS_MB, WORKING_MB,
 )
-from ..layers.units import UNSTATED, check_time_unit, format_mb, format_time, time_unit_of, with_time_unit
+from ..layers.units import UNSTATED, check_time_unit, format_mb, format_share, format_time, time_unit_of, with_time_unit
 from ..limits import MAX_MEMORY_MB, MAX_TIME
 from .events import StepPlan, op_starts, plan_from_orders, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
@@ -156,8 +156,9 @@ class Simulation:
             f"{self.schedule}: {len(self.stages)} stages, {self.chunks} chunk(s), "
             f"{self.micro_batches} micro-batches" + (f" x {self.seq_split} slices" if self.seq_split > 1 else ""),
             f"step time {format_time(self.step_time, self.time_unit)}",
-            f"bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} "
-            f"+ recompute {b['recompute']:.1%}; idle {b['of_step']:.1%} of the step",
+            f"bubble {format_share(b['real'], of='the compute')} = ideal {format_share(b['ideal'])} + imbalance "
+            f"{format_share(b['imbalance'])} + recompute {format_share(b['recompute'])}; idle {b['of_step']:.1%} of "
+            "the step",
             f"peak memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])}{against}",
         ])
 

@@ -19,7 +19,7 @@ from ..columns import (
     ACTIVATION_MB, CHUNK, CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
 from ..errors import InputError
-from ..layers.units import format_time
+from ..layers.units import format_share, format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
 from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
 
@@ -92,22 +92,14 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     ax.set_yticks(range(p))
     ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("stage")
-    handles = []
-    split = (phase == "backward_weight").any()
-    for chunk in range(sim.chunks):
-        suffix = f" (chunk {chunk})" if sim.chunks > 1 else ""
-        handles += [Patch(color=_phase_color(chunk, "forward"), label="forward" + suffix),
-                    Patch(color=_phase_color(chunk, "backward"),
-                          label=("backward or input pass" if split else "backward") + suffix)]
-        if split:
-            handles.append(Patch(color=_phase_color(chunk, "backward_weight"), label="weight pass" + suffix))
+    handles = _phase_handles(sim.chunks, (phase == "backward_weight").any())
     if shaded.any():
         handles.append(Patch(facecolor="none", edgecolor="black", hatch="////", label="recompute"))
     # Above the chart, so that a colour bar beside the memory timeline below lines up with it.
     columns = min(len(handles), 6)
     ax.legend(handles=handles, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=columns, fontsize=8,
               frameon=False, borderaxespad=0.2)
-    ax.set_title(f"{_headline(sim)}, bubble {sim.bubbles['real']:.1%}", pad=8 + 14 * -(-len(handles) // columns))
+    ax.set_title(f"{_headline(sim)}, bubble {format_share(sim.bubbles['real'])}", pad=8 + 14 * -(-len(handles) // columns))
     return ax
 
 
@@ -142,6 +134,18 @@ class _OpLabel(Text):
         if size > 0 and size != self.get_fontsize():
             self.set_fontsize(size)
         super().draw(renderer)
+
+
+def _phase_handles(chunks: int, split: bool) -> list[Patch]:
+    """Legend entries of the phases and chunks: one chunk, an entry per phase; more, an entry per chunk (its
+    hue) and one saying which shade is which phase, so that eight chunks make nine entries, not 24."""
+    phases = [("forward", "forward"), ("backward", "backward or input pass" if split else "backward")]
+    phases += [("backward_weight", "weight pass")] if split else []
+    if chunks == 1:
+        return [Patch(color=_phase_color(0, key), label=label) for key, label in phases]
+    shades = ", ".join(f"{shade} {label}" for shade, (_, label) in zip(("light", "dark", "darker"), phases))
+    return [*(Patch(color=_phase_color(chunk, "backward"), label=f"chunk {chunk}") for chunk in range(chunks)),
+            Patch(color="none", label=shades)]
 
 
 def _phase_color(chunk: int, phase: str):
@@ -223,8 +227,9 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
     top.set_title("")
     # Rounded first, so that a split that is zero up to rounding shows as 0.0%, not -0.0%.
     b = {name: round(float(value), 4) + 0.0 for name, value in sim.bubbles.items()}
-    fig.suptitle(f"{_headline(sim)}; bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance "
-                 f"{b['imbalance']:.1%} + recompute {b['recompute']:.1%} (idle {b['of_step']:.1%} of the step); peak "
+    fig.suptitle(f"{_headline(sim)}; bubble {format_share(b['real'], of='the compute')} = ideal "
+                 f"{format_share(b['ideal'])} + imbalance {format_share(b['imbalance'])} + recompute "
+                 f"{format_share(b['recompute'])} (idle {b['of_step']:.1%} of the step); peak "
                  f"{sim.stages[MEMORY_MB].max():,.0f} MB")
     return fig
 
@@ -233,10 +238,12 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     """Stacked per-stage memory bars of the shared schema against the device limit.
 
     Parts (parameters, activations, interleave overhead, working set,
-    constant) that are zero on every stage are left out. A stage whose
-    ``memory_mb`` is not the sum of its parts (a model that reports the
-    higher of two peaks) gets a black tick at ``memory_mb``; a stage over the
-    limit gets a red outline. ``limit_mb`` defaults to the frame's ``limit_mb``.
+    constant) that are zero on every stage are left out. A negative
+    ``overhead_mb`` (fewer activations held at the peak than every cell's
+    in-flight count, as zero-bubble orders have) is taken off the
+    activations, never stacked. A black tick marks each stage's
+    ``memory_mb``, its peak (above the bars where a model reports the
+    higher of two peaks); a stage over the limit gets a red outline. ``limit_mb`` defaults to the frame's ``limit_mb``.
 
     Examples
     --------
@@ -244,7 +251,7 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     ...                           overhead_mb=0.0, working_mb=0.0, const_mb=10.0,
     ...                           memory_mb=[160.0, 130.0], limit_mb=150.0))
     >>> [t.get_text() for t in plot_stage_memory(frame).get_legend().get_texts()]
-    ['limit 150 MB', 'parameters', 'activations', 'constant']
+    ['peak', 'limit 150 MB', 'parameters', 'activations', 'constant']
     """
     columns = (STAGE, *(part for part, _ in MEMORY_PARTS), MEMORY_MB)
     stages = check_frame(stages, "stages", columns, "per-stage memory", numeric=columns[1:], gaps=(LIMIT_MB,),
@@ -253,15 +260,12 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     ax = axes_for(ax, (max(4.0, 0.45 * len(stages) + 2), 4))
     x = stages[STAGE].to_numpy()
     bottom = np.zeros(len(stages))
-    for (part, label), color in zip(MEMORY_PARTS, _PART_COLORS):
-        values = stages[part].to_numpy(dtype=float)
+    for (part, label), values, color in zip(MEMORY_PARTS, _drawn_parts(stages), _PART_COLORS):
         if np.any(values != 0):
             ax.bar(x, values, bottom=bottom, color=color, label=label, width=0.8)
             bottom += values
     memory = stages[MEMORY_MB].to_numpy(dtype=float)
-    apart = ~np.isclose(memory, bottom, rtol=1e-9, atol=1e-6)
-    if apart.any():
-        ax.scatter(x[apart], memory[apart], marker="_", s=300, color="black", zorder=3, label="peak")
+    ax.scatter(x, memory, marker="_", s=300, color="black", zorder=3, label="peak")
     limit = _limit(stages, limit_mb)
     if limit is not None:
         ax.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"limit {limit:,.0f} MB")
@@ -274,6 +278,15 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax
+
+
+def _drawn_parts(stages: pd.DataFrame) -> list[np.ndarray]:
+    """The heights of :data:`MEMORY_PARTS`, each >= 0: a negative overhead comes off the activations."""
+    parts = {part: stages[part].to_numpy(dtype=float) for part, _ in MEMORY_PARTS}
+    fewer = np.minimum(parts[OVERHEAD_MB], 0.0)
+    parts[ACTIVATION_MB] = parts[ACTIVATION_MB] + fewer
+    parts[OVERHEAD_MB] = parts[OVERHEAD_MB] - fewer
+    return [parts[part] for part, _ in MEMORY_PARTS]
 
 
 def _limit(stages: pd.DataFrame, limit_mb) -> float | None:

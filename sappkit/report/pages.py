@@ -179,6 +179,8 @@ def _check_notebooks(notebooks) -> list[Path]:
         path = Path(item)
         if path.is_dir():
             paths.extend(sorted(path.glob("*.ipynb")))
+        elif not path.exists():
+            raise InputError(f"notebooks: {str(path)!r}: no such file or folder")
         elif path.suffix != ".ipynb" or not path.is_file():
             raise InputError(f"notebooks: {str(path)!r} is not an .ipynb file or a folder of them")
         else:

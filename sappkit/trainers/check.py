@@ -31,6 +31,7 @@ from ..balancer.evaluate import ceiling
 from ..balancer.grammar import Policy, policy_options
 from ..balancer.plan import Plan
 from ..columns import LAYERS, LIMIT_MB, MEMORY_MB, STAGE, TIME
+from ..errors import InputError
 from ..layers.units import format_mb, format_time
 from ..pipeline.schedules import V_SHAPED, model_order
 from .config import Finding, TrainerConfig
@@ -91,7 +92,37 @@ def check_plan_findings(config: TrainerConfig, plan: Plan) -> list[Finding]:
     found += _v_findings(config)
     if config.trainer == "megatron":
         found += _block_findings(config, plan)
-    return found
+    return found + _lighter_uniform_findings(config, plan)
+
+
+#: Uniform recompute options lighter than full, tried in order (the first that fits and is faster is named).
+_LIGHTER = ("none", "selective")
+
+
+def _lighter_uniform_findings(config: TrainerConfig, plan: Plan) -> list[Finding]:
+    """One recompute option on every layer, where a lighter one on every layer fits too and steps faster."""
+    current = set(config.options)
+    if len(current) != 1 or not plan.fits:
+        return []
+    (option,) = current
+    step, unit = plan.simulate().step_time, plan.time_unit
+    for lighter in (name for name in _LIGHTER if name != option):
+        try:
+            trial = replace(config, options=(lighter,) * len(config.options)).plan_for(
+                plan.setup.layers, memory_mb=plan.setup.memory_mb)
+        except InputError:  # the layer table has no such option
+            continue
+        faster = trial.simulate().step_time
+        if trial.fits and faster < step:
+            peak, limit = plan.stages[MEMORY_MB].max(), plan.setup.memory_mb
+            return [Finding("recompute_more_than_needed", "warning",
+                            f"every layer recomputes {option!r}, peaking at {format_mb(peak)} of "
+                            f"{format_mb(limit)}; {lighter!r} on every layer fits too (peak "
+                            f"{format_mb(trial.stages[MEMORY_MB].max())}) and the simulated step is "
+                            f"{1 - faster / step:.0%} faster ({format_time(faster, unit)} against "
+                            f"{format_time(step, unit)})",
+                            f"set {lighter!r} recompute (sappkit choose finds the fastest per-layer options)")]
+    return []
 
 
 def _memory_findings(plan: Plan, trainer: str) -> list[Finding]:

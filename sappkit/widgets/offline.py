@@ -202,7 +202,17 @@ def dashboard_box(children, *, report_html: Callable[[], str]):
     """
     box = _report_box_class()(children)
     box.report_html = report_html
+    _labels_at_full_width(box)
     return box
+
+
+def _labels_at_full_width(widget) -> None:
+    """Every labelled control under ``widget`` shows its whole label (ipywidgets cuts one past ~80 px: the
+    dashboards' ``micro-bat…``)."""
+    if getattr(widget, "description", "") and hasattr(getattr(widget, "style", None), "description_width"):
+        widget.style.description_width = "initial"
+    for child in getattr(widget, "children", ()):
+        _labels_at_full_width(child)
 
 
 @functools.cache

@@ -164,19 +164,24 @@ def test_cli_balance(tmp_path, capsys):
     printed = capsys.readouterr().out.splitlines()
     plan = sappkit.balance(TABLE, memory_mb=1500, **PIPELINE)
     simulated = plan.simulate()
-    assert printed[:3] == ["1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 1,500 MB devices: optimal",
+    step = sappkit.balance(TABLE, memory_mb=1500, objective="step", **PIPELINE).simulate().step_time
+    assert step == simulated.step_time
+    assert printed[:4] == ["1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 1,500 MB devices: optimal for SAPP's objective (a",
+                           f"  proxy); its simulated step {step:.0f} ms is as fast as --objective step "
+                           "finds",
                            f"simulated step time {simulated.step_time:.0f} ms, bubble "
                            f"{simulated.bubbles['real']:.1%} of the compute (idle "
                            f"{simulated.bubbles['of_step']:.1%} of the step)",
                            "peak stage memory 1,050 MB on stage 0 of 1,500 MB"]
-    assert printed[3].split() == ["stage", "layers", "layers", "per", "option", "memory_mb", "time", "per",
+    assert printed[4].split() == ["stage", "layers", "layers", "per", "option", "memory_mb", "time", "per",
                                   "micro-batch", "(ms)"]
     assert printed[-1] == f"MindFormers config written to {out}"
     assert out.read_text() == plan.to_yaml(strict=False)
     assert main(["balance", str(path), "--stages", "3", "--micro-batches", "6", "--memory", "300"]) == 1
     infeasible = sappkit.balance(TABLE, memory_mb=300, **PIPELINE)
     assert capsys.readouterr().out.splitlines()[:2] == [
-        "1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 300 MB devices: infeasible", infeasible.message]
+        "1f1b: 3 stages, 1 chunk(s), 6 micro-batches, 300 MB devices: infeasible for the sapp objective",
+        infeasible.message]
     assert main(["balance", str(path), "--stages", "1", "--micro-batches", "6", "--memory", "500"]) == 2
     assert capsys.readouterr().err == ("sappkit balance: stages must be an int >= 2; got 1 (a pipeline needs at "
                                        "least two stages)\n")

@@ -31,3 +31,26 @@ def test_cli_refuses_an_option_name_it_does_not_know_unless_declared(tmp_path, c
                                        "'both', 'full' (declare others with --custom-options NAME,...)\n")
     assert main(["balance", *shape, "--custom-options", "fulll"]) == 0
     assert capsys.readouterr().out.startswith("1f1b: 4 stages, 1 chunk(s), 8 micro-batches, 70,000 MB devices: optimal")
+
+
+def test_cli_balance_says_what_is_optimal_and_how_far_the_step_objective_is(capsys):
+    """SAPP's objective is a proxy: its optimum here simulates slower than what --objective step finds, and the
+    first line says so with both step times (issue 39: 'optimal' while a faster plan exists)."""
+    from sappkit import balance, read_layers_json
+
+    shape = ["--stages", "16", "--micro-batches", "32", "--chunks", "3", "--schedule", "interleaved",
+             "--less-memory", "--memory", "53000"]
+    assert main(["balance", str(DATA / "llama2_70b.json"), *shape]) == 0
+    first = " ".join(capsys.readouterr().out.split("simulated step time")[0].split())
+    layers = read_layers_json(DATA / "llama2_70b.json")
+    pipeline = dict(stages=16, micro_batches=32, chunks=3, schedule="interleaved", less_memory=True,
+                    memory_mb=53000)
+    proxy = balance(layers, **pipeline).simulate().step_time
+    step = balance(layers, objective="step", **pipeline).simulate().step_time
+    assert step < proxy
+    assert first == (f"interleaved: 16 stages, 3 chunk(s), 32 micro-batches, 53,000 MB devices: optimal for SAPP's "
+                     f"objective (a proxy), not for the step: simulated {proxy:,.0f} ms, {proxy / step - 1:.1%} "
+                     f"slower than the {step:,.0f} ms --objective step finds")
+    assert main(["balance", str(DATA / "llama2_70b.json"), *shape, "--objective", "step"]) == 0
+    assert " ".join(capsys.readouterr().out.split("simulated step time")[0].split()) == (
+        "interleaved: 16 stages, 3 chunk(s), 32 micro-batches, 53,000 MB devices: feasible for the step objective")

@@ -58,3 +58,17 @@ def test_csv_without_a_table_is_the_headline_values(capsys):
     out.value("status", "failed")
     out.finish()
     assert capsys.readouterr().out == "time_unit,status\nms,failed\n"
+
+
+def test_a_table_too_wide_cuts_its_widest_text_column_to_fit_and_wide_shows_it_whole(capsys):
+    """A long case text (the bench's) once pushed tables to 156 columns; it is cut to 100, ending in '…'."""
+    frame = pd.DataFrame({"case": ["x" * 120, "short"], "median_ms": [1234.5, 2.0], "detail": ["d" * 30, "e"]})
+    out = output()
+    out.table("bench", frame, key=("case", "median_ms", "detail"))
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) == 100
+    assert lines[1] == "x" * 56 + "…" + "  " + "    1,234" + "  " + "d" * 30
+    assert lines[2].startswith("short ")
+    out = output("--wide")
+    out.table("bench", frame, key=("case", "median_ms", "detail"))
+    assert capsys.readouterr().out.splitlines()[1].startswith("x" * 120 + "  ")

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from sappkit import read_trainer_config, search_strategies
+from sappkit import KernelConfig, read_model_config, read_trainer_config, search_strategies
 from sappkit.cli import main
 
 LLAMA = dict(model_type="llama", num_hidden_layers=8, hidden_size=1024, num_attention_heads=16,
@@ -33,11 +33,64 @@ def test_cli_search_prints_the_fastest_strategies_with_units_and_the_limits(conf
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "config.json on 16 x a100-80g (dgx-a100), global batch 64 x 2,048 tokens, memory 2,000 MB"
     assert out[-1].startswith("searched in ") and out[-1].endswith(" s")
-    assert out[1].split() == ["strategy", "step", "(ms)", "tokens/s/dev", "TFLOP/s/dev", "MFU", "peak", "(MB)"]
-    assert len([line for line in out[2:] if line.startswith("t")]) == 5
-    assert out[7].endswith("rejected") and out[8].startswith("best: t")
+    assert out[1] == "assumptions: bf16, attention kernel 'paper', dims narrowed: none (every value a trainer accepts)"
+    assert out[2].split() == ["strategy", "step", "(ms)", "tokens/s/dev", "TFLOP/s/dev", "MFU", "peak", "(MB)"]
+    assert len([line for line in out[3:] if line.startswith("t")]) == 5
+    assert out[8].endswith("rejected") and out[9].startswith("best: t")
     assert sum(line.startswith("- ") for line in out) == 4
     assert all(len(line) <= 100 for line in out)
+
+
+def test_cli_search_narrows_the_dims_and_sets_the_kernel_and_dtype_as_python_does(config, capsys):
+    assert _search(config, "--dims", "t=2", "--dims", "zero=1", "--dims", "sp=false", "--attention", "flash",
+                   "--dtype", "fp16", "--format", "json") == 0
+    shown = json.loads(capsys.readouterr().out)["strategies"]
+    found = search_strategies(read_model_config(config), devices=16, global_batch=64,
+                              device="a100-80g", memory_mb=2000, balance_top=2, progress=False,
+                              dims={"tensor_parallel": [2], "zero": [1], "sequence_parallel": [False]},
+                              kernels=KernelConfig(attention="flash"), dtype="fp16")
+    expected = found.frame.head(5)
+    assert [row["label"] for row in shown] == expected["label"].tolist()
+    assert [row["peak_memory_mb"] for row in shown] == pytest.approx(expected["peak_memory_mb"].tolist())
+    assert {(row["tensor_parallel"], row["zero"], row["sequence_parallel"]) for row in shown} == {(2, 1, False)}
+    assert all(row["label"].endswith(" fp16") for row in shown)
+    # the kernel is not ignored: the paper's attention keeps the softmax output, flash its log-sum-exp only
+    assert _search(config, "--dims", "t=2", "--dims", "zero=1", "--dims", "sp=false", "--dtype", "fp16",
+                   "--format", "json") == 0
+    paper = {row["label"]: row["peak_memory_mb"] for row in json.loads(capsys.readouterr().out)["strategies"]}
+    both = [(paper[row["label"]], row["peak_memory_mb"]) for row in shown if row["label"] in paper]
+    assert any(by_paper > by_flash for by_paper, by_flash in both)
+    assert _search(config, "--dims", "tensor_parallel=2", "--dims", "b=1,2") == 0
+    assert "assumptions: bf16, attention kernel 'paper', dims narrowed: tensor_parallel=2 b=1,2" in (
+        capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("dims, message", [
+    ("t", "--dims takes NAME=V1,V2 (e.g. t=4,8); got 't'"),
+    ("x=1", "--dims 'x=1': unknown dimension 'x'; expected one of b, cp, dp, ep, etp, p, sp, t, v (or the full "
+            "names)"),
+    ("t=two", "--dims 't=two': 'two' is not a whole number"),
+    ("sp=maybe", "--dims 'sp=maybe': 'maybe' is not true or false"),
+])
+def test_cli_search_refuses_bad_dims_in_one_line(config, capsys, dims, message):
+    assert _search(config, "--dims", dims) == 2
+    assert capsys.readouterr().err == f"sappkit search: {message}\n"
+
+
+def test_cli_search_refuses_a_dimension_named_twice(config, capsys):
+    assert _search(config, "--dims", "t=1", "--dims", "tensor_parallel=2") == 2
+    assert capsys.readouterr().err == ("sappkit search: --dims names 'tensor_parallel' twice; give all its values "
+                                       "at once, e.g. tensor_parallel=1,2\n")
+
+
+def test_cli_search_that_ranks_nothing_says_which_rules_and_exits_1(config, capsys):
+    """15 devices: every data-parallel degree is odd, so no whole micro-batch divides the batch of 64."""
+    assert main(["search", "--model", str(config), "--devices", "15", "--global-batch", "64", "--device",
+                 "a100-80g", "--memory", "2000", "--balance-top", "2"]) == 1
+    text = " ".join(capsys.readouterr().out.split())
+    assert ("0 balanced, 0 evaluated, 0 infeasible, 0 pruned time, 0 pruned memory, 208 rejected no strategy is "
+            "accepted: the trainers' rules rejected all 208: batch 208 (e.g. data_parallel * micro_batch_size = "
+            "15 * 1 = 15 does not divide global_batch=64)") in text
 
 
 def test_cli_search_writes_json_and_csv(config, capsys):

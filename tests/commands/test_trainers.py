@@ -17,12 +17,31 @@ def test_balance_plans_within_megatrons_grammar_and_exports_the_arguments(capsys
     assert main([*BALANCE, "--trainer", "megatron", "--export", "megatron"]) == 0
     text = capsys.readouterr().out
     assert "trainer grammar: megatron (" in text and "against the unconstrained plan" in text
+    assert "MindFormers lists" not in text  # a Megatron-LM user is shown Megatron-LM's words only
     arguments = text.split("megatron config (arguments):\n")[1].split("\nnote:")[0]
     script = tmp_path / "run.sh"
     script.write_text(arguments + "\n")
     config = read_trainer_config(script, layers=__import__("sappkit").read_layers_json(LLAMA), memory_mb=60000)
     assert config.plan.fits and config.strategy.pipeline_parallel == 8
     assert all(len(line) <= 100 for line in text.splitlines() if not line.startswith("--"))
+
+
+@pytest.mark.parametrize("objective, what", [
+    ("sapp", "of SAPP's objective (the slowest stage's time per micro-batch, not the step)"),
+    ("step", "of the simulated step")])
+def test_the_cost_of_a_trainers_grammar_names_the_objective_it_is_counted_in(capsys, objective, what):
+    """Issue 39: 'costs 2.86 ms (2.3%)' was SAPP's per-micro-batch proxy, read as the step's."""
+    from sappkit import balance, read_layers_json
+    from sappkit.layers.units import format_time
+
+    plan = balance(read_layers_json(LLAMA), stages=8, micro_batches=16, memory_mb=60000, trainer="megatron",
+                   objective=objective)
+    cost = plan.constraint_cost
+    assert cost.objective == objective
+    assert cost.describe() == (f"megatron ({cost.policy}) costs {format_time(cost.time, 'ms')} "
+                               f"({cost.percent:.1f}%) {what} against the unconstrained plan")
+    if objective == "step":
+        assert cost.constrained == pytest.approx(plan.simulate().step_time)
 
 
 @pytest.mark.parametrize("trainer, first", [("torchtitan", "[parallelism]"), ("mindformers", "parallel_config:"),
@@ -86,3 +105,27 @@ def test_layers_from_a_mindspore_trace(capsys, tmp_path):
     assert ": forward 0.110 ms, backward 0.310 ms per micro-batch on average" in " ".join(text.split())
     table = __import__("sappkit").read_layers_json(out)
     assert table.rows("decoder").loc["none", "forward_time"] == pytest.approx(0.11)
+
+
+def test_check_config_flags_full_recompute_where_a_lighter_uniform_option_fits_and_is_faster(capsys):
+    """Issue 39: the bundled torchtitan config recomputes every layer fully at 9.4 GB of 58 GB and was 'no
+    findings'; selective on every layer fits and simulates faster, both plans priced here by the API."""
+    from dataclasses import replace
+
+    from sappkit import read_layers_json
+
+    layers = read_layers_json(LLAMA)
+    config = read_trainer_config(DATA / "torchtitan_llama2_70b.toml", layers=layers, memory_mb=58000)
+    assert set(config.options) == {"full"}
+    full = config.plan
+    selective = replace(config, options=("selective",) * len(config.options)).plan_for(layers, memory_mb=58000)
+    slow, fast = full.simulate().step_time, selective.simulate().step_time
+    assert selective.fits and fast < slow
+    assert main(["check-config", str(DATA / "torchtitan_llama2_70b.toml"), "--layers", LLAMA, "--memory",
+                 "58000"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert (f"warning: recompute_more_than_needed: every layer recomputes 'full', peaking at "
+            f"{full.stages['memory_mb'].max():,.0f} MB of 58,000 MB; 'selective' on every layer fits too (peak "
+            f"{selective.stages['memory_mb'].max():,.0f} MB) and the simulated step is {1 - fast / slow:.0%} faster "
+            f"({fast:,.0f} ms against {slow:,.0f} ms) fix: set 'selective' recompute (sappkit choose finds the "
+            "fastest per-layer options)") in text

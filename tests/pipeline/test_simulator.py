@@ -370,6 +370,14 @@ def test_static_mb_as_a_series_by_stage():
     assert sim.stages["memory_mb"].tolist() == [8.0 + 3, 9.0 + 2, 7.0 + 1]
 
 
+def test_a_bubble_longer_than_the_compute_reads_as_a_multiple_not_a_percentage_over_100():
+    """8 stages, 4 micro-batches: SAPP's ideal bubble (p - 1) / m = 7/4 of the compute, 7/11 of the step."""
+    sim = simulate(uniform_costs(8, activation=10.0), schedule="1f1b", micro_batches=4, static_mb=100)
+    assert sim.bubbles["real"] == pytest.approx(7 / 4) and sim.bubbles["of_step"] == pytest.approx(7 / 11)
+    assert sim.describe().splitlines()[2] == ("bubble 1.75x the compute = ideal 1.75x + imbalance 0.0% + recompute "
+                                              "0.0%; idle 63.6% of the step")
+
+
 def test_describe_names_the_pipeline_the_unit_and_the_peak():
     sim = simulate(uniform_costs(4, activation=10.0), schedule="1f1b", micro_batches=8, static_mb=100)
     assert sim.describe() == ("1f1b: 4 stages, 1 chunk(s), 8 micro-batches\nstep time 33 time units\n"

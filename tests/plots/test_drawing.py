@@ -42,3 +42,24 @@ def test_texts_on_top_of_each_other_and_a_label_longer_than_its_axis_are_found()
     found = figure_overlaps(fig)
     assert "axes 0 (a label): 'first' overlaps axes 0 (a label): 'second'" in found
     assert any("longer than its axis" in problem for problem in found)
+
+
+def test_an_axes_squeezed_by_a_wide_legend_is_found():
+    """As notebook 06's Gantt chart was: a legend of twelve long entries beside it left it 70 px wide."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(8, 3), layout="constrained")
+    left.plot([0, 1], [0, 1])
+    for number in range(12):
+        right.plot([0, 1], [number, number], label=f"backward or input pass (chunk {number})")
+    right.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), ncol=2)
+    problems = figure_overlaps(fig)
+    assert any(problem.startswith("axes 1 (axes 1): squeezed to ") and problem.endswith(
+        " px (a readable Axes is at least 120 x 50)") for problem in problems), problems
+
+
+def test_a_bar_taller_than_the_peak_it_marks_is_found():
+    """A negative part stacked as positive lifts a bar above the peak tick of its stage."""
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.bar([0, 1], [50.0, 50.0], label="parameters")
+    ax.bar([0, 1], [20.0, 30.0], bottom=[50.0, 50.0], label="overhead")
+    ax.scatter([0, 1], [70.0, 60.0], marker="_", label="peak")
+    assert figure_overlaps(fig) == ["axes 0 (axes 0): the bar at x=1 reaches 80, above the peak 60 it marks"]

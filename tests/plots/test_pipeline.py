@@ -39,7 +39,7 @@ def test_schedule_draws_every_op_with_recompute_hatched():
     assert first[:, 1].min() == pytest.approx(row.stage - 0.4)
     assert len(ax.texts) == len(sim.timeline)
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "forward (chunk 0)", "backward (chunk 0)", "forward (chunk 1)", "backward (chunk 1)", "recompute"]
+        "chunk 0", "chunk 1", "light forward, dark backward", "recompute"]
     assert ax.get_ylim() == (2.5, -0.5) and ax.get_xlim() == (0, sim.step_time)
 
 
@@ -145,14 +145,15 @@ def test_stage_memory_stacks_the_nonzero_parts():
     outlined = parts[4]
     assert [bar.get_x() + bar.get_width() / 2 for bar in outlined] == [0, 1]  # 160 and 157 MB > 150
     assert ax.get_lines()[0].get_ydata()[0] == 150
-    assert len(ax.collections) == 0  # memory_mb is the sum: no peak ticks
+    (ticks,) = ax.collections  # every stage's peak is marked, on top of its bar when memory_mb is the sum
+    assert ticks.get_offsets().tolist() == [[x, peak] for x, peak in enumerate(frame.memory_mb)]
 
 
 def test_stage_memory_marks_a_peak_beyond_the_parts_and_reads_the_frames_limit():
     frame = stage_frame(memory_mb=[160.0, 180.0, 105.0], limit_mb=500.0)
     ax = plot_stage_memory(frame)
     (ticks,) = ax.collections
-    assert ticks.get_offsets().tolist() == [[1.0, 180.0]]
+    assert ticks.get_offsets().tolist() == [[0.0, 160.0], [1.0, 180.0], [2.0, 105.0]]
     assert ax.get_lines()[0].get_ydata()[0] == 500
     assert "peak" in [t.get_text() for t in ax.get_legend().get_texts()]
 
@@ -184,5 +185,31 @@ def test_a_split_backward_shows_its_weight_passes():
                               activation_mb=1.0))
     ax = plot_schedule(simulate(costs, schedule="zbv", micro_batches=2))
     assert [t.get_text() for t in ax.get_legend().get_texts()] == [
-        "forward (chunk 0)", "backward or input pass (chunk 0)", "weight pass (chunk 0)",
-        "forward (chunk 1)", "backward or input pass (chunk 1)", "weight pass (chunk 1)"]
+        "chunk 0", "chunk 1", "light forward, dark backward or input pass, darker weight pass"]
+
+
+def test_a_zero_bubble_plans_figure_is_readable_and_no_bar_is_taller_than_its_peak():
+    """Issue 39: zb_interleaved's overhead_mb is negative (-21 GB here: fewer activations are held at the peak
+    than every cell's in-flight count); it used to be stacked as positive, lifting the bars ~20 GB above the
+    peak, and the 12-entry legend of four chunks squeezed the Gantt chart to a sliver."""
+    from sappkit import balance, read_layers_json
+    from sappkit.widgets.search import _plan_figure
+
+    from ..bundled import DATA
+    from ..drawing import figure_overlaps
+
+    plan = balance(read_layers_json(DATA / "llama2_70b.json"), stages=4, micro_batches=8, chunks=4,
+                   schedule="zb_interleaved", memory_mb=70000)
+    assert (plan.stages["overhead_mb"] < 0).any()
+    figure = _plan_figure(plan)
+    assert figure_overlaps(figure) == []
+    gantt, memory = figure.axes[:2]
+    assert [text.get_text() for text in gantt.get_legend().get_texts()] == [
+        "chunk 0", "chunk 1", "chunk 2", "chunk 3", "light forward, dark backward or input pass, darker weight pass",
+        "recompute"]
+    tops = {}
+    for bar in memory.patches:
+        x = round(bar.get_x() + bar.get_width() / 2)
+        tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
+    assert [tops[stage] for stage in range(4)] == pytest.approx(plan.stages["memory_mb"].tolist())
+    plt.close(figure)

@@ -152,7 +152,7 @@ def test_bad_notebook_arguments_are_named(tmp_path):
     cases = [
         ([text], tmp_path / "r", f"notebooks: {str(text)!r} is not an .ipynb file or a folder of them"),
         ([tmp_path / "missing.ipynb"], tmp_path / "r",
-         f"notebooks: {str(tmp_path / 'missing.ipynb')!r} is not an .ipynb file or a folder of them"),
+         f"notebooks: {str(tmp_path / 'missing.ipynb')!r}: no such file or folder"),
         ([], tmp_path / "r", "notebooks must name at least one .ipynb file; got none"),
         ([tmp_path / "empty"], tmp_path / "r", "notebooks must name at least one .ipynb file; got none"),
         ([first, second], tmp_path / "r", (f"notebooks: {str(first)!r} and {str(second)!r} would both render "

@@ -24,3 +24,17 @@ def test_tour_dashboard_follows_its_controls(llama):
                                limit_mb=58000)
     assert dashboard.last.step_time == expected.step_time
     assert plt.get_fignums() == []
+
+
+def test_every_dashboard_label_shows_whole(llama):
+    """ipywidgets cuts a label past its default width: the tour's and the balance dashboard's slider read
+    'micro-bat…' (issue 39)."""
+    pytest.importorskip("ipywidgets")
+    from sappkit.widgets.balance import BalanceDashboard
+    from sappkit.widgets.tour import TourDashboard
+
+    for dashboard in (TourDashboard(llama, stages=4, micro_batches=8, option="selective", limit_mb=58000),
+                      BalanceDashboard(llama, stages=4, micro_batches=8)):
+        widths = {name: control.style.description_width for name, control in dashboard.controls.items()}
+        assert widths["micro_batches"] == "initial" and set(widths.values()) == {"initial"}, widths
+    plt.close("all")

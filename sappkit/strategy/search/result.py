@@ -151,6 +151,19 @@ class StrategySearch:
             lines.append(f"{which}; {could:,} strategies not balanced have a bound below the best step, so "
                          f"balancing them (a larger balance_top) might beat it")
         return lines
+
+    def why_nothing_ranks(self) -> str:
+        """Why no strategy is ranked, one line: each trainer rule that rejected strategies, with how many
+        and its first reason, when none passed the rules; else what the memory pruning and pricing left."""
+        frame = self.frame
+        accepted = frame[RULE].isna()
+        if accepted.any():
+            return (f"no strategy fits the device: all {int(accepted.sum()):,} the trainers accept need more "
+                    f"than {format_mb(self.memory_mb)}")
+        rules = frame.groupby(RULE, sort=False)[REASON].agg(["size", "first"]).sort_values("size", ascending=False)
+        said = "; ".join(f"{rule} {row['size']:,} (e.g. {row['first']})" for rule, row in rules.iterrows())
+        return f"no strategy is accepted: the trainers' rules rejected all {len(frame):,}: {said}"
+
     def describe(self) -> str:
         """A few lines, each under 100 columns: what was searched, how it was pruned, the best, the limits (the
         wall time is :attr:`seconds`, left out so that the text is the same on every run)."""
@@ -164,7 +177,7 @@ class StrategySearch:
                  ", ".join(f"{counts[s]:,} {s.replace('_', ' ')}" for s in STATUSES)]
         best = self.best
         if best is None:
-            return lines + ["no strategy fits the device"]
+            return lines + [textwrap.fill(self.why_nothing_ranks(), 100, subsequent_indent="  ")]
         return lines + [f"best: {best['label']}",
                         f"  step {best[STEP_MS]:,.0f} ms, {best[TOKENS]:,.0f} tokens/s/device, "
                         f"{best[TFLOPS]:.0f} TFLOP/s/device, MFU {best[MFU]:.1%}, peak {format_mb(best[PEAK_MB])}"]
