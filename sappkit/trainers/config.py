@@ -24,12 +24,12 @@ from ..balancer.setup import make_setup
 from ..columns import CHUNK, COUNT, KIND, LAYERS, OPTION, ROLE, STAGE
 from ..errors import InputError
 from ..layers.table import as_layer_table
-from ..limits import MAX_MEMORY_MB
+from ..limits import MAX_DEVICES, MAX_MEMORY_MB, Limit
 from ..pipeline.schedules import model_order
 from ..recompute import RecomputeChoice
 from ..strategy import Strategy
 
-__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "section"]
+__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "flag", "section"]
 
 #: The trainers sappkit speaks, as ``trainer=`` names them.
 TRAINERS = ("megatron", "torchtitan", "mindformers", "hyperparallel")
@@ -229,9 +229,19 @@ def layer_options(schedule: str, layer_counts, options: list[str]) -> list[list[
     return cells
 
 
-def whole(what: str, mapping: dict, key: str, default: int, *, minimum: int = 1, maximum=None) -> int:
-    """``mapping[key]`` (``default`` when absent) as an int >= ``minimum``, else an InputError naming the key."""
+def whole(what: str, mapping: dict, key: str, default: int, *, minimum: int = 1, maximum: Limit = MAX_DEVICES) -> int:
+    """``mapping[key]`` (``default`` when absent) as an int in ``minimum..maximum``, else an InputError naming the
+    key (every count a config holds has a limit; the default one is :data:`~sappkit.limits.MAX_DEVICES`)."""
     return check_int(f"{what}: {key}", mapping.get(key, default), minimum=minimum, maximum=maximum)
+
+
+def flag(what: str, mapping: dict, key: str, default: bool) -> bool:
+    """``mapping[key]`` (``default`` when absent) as a bool: YAML, TOML and JSON write real booleans, and a string
+    such as ``'no'`` or ``"false"`` is refused rather than read as true."""
+    value = mapping.get(key, default)
+    if isinstance(value, bool):
+        return value
+    raise InputError(f"{what}: {key} must be true or false (a boolean, unquoted); got {short(value)}")
 
 
 def section(what: str, mapping, key: str) -> dict:

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from .._check import check_int
 from ..balancer.grammar import Policy, TRAINER_SCHEDULES, matching_policy, policy_options
 from ..errors import InputError
+from ..limits import (MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_MICROBATCH_SIZE,
+                      MAX_STAGES)
 from ..strategy import Strategy
 from .config import Finding, Pipeline, TrainerConfig, pipeline_of
 from .megatron_layout import format_layout, parse_layout
@@ -60,6 +62,13 @@ MEGATRON_FLAGS = {
 _WHAT = "Megatron-LM arguments"
 #: Integer flags that may be 0 (the others count something there is at least one of).
 _MAY_BE_ZERO = ("--mtp-num-layers", "--recompute-num-layers")
+#: The limit each integer flag is checked against as it is read (:mod:`sappkit.limits`).
+_FLAG_LIMITS = {"--pipeline-model-parallel-size": MAX_STAGES, "--num-virtual-stages-per-pipeline-rank": MAX_CHUNKS,
+                "--micro-batch-size": MAX_MICROBATCH_SIZE, "--global-batch-size": MAX_GLOBAL_BATCH,
+                "--microbatch-group-size-per-virtual-pipeline-stage": MAX_MICRO_BATCHES,
+                **dict.fromkeys(("--tensor-model-parallel-size", "--context-parallel-size", "--nproc-per-node",
+                                 "--nnodes", "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
+                                MAX_DEVICES)}
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     flags = read_flags(words, MEGATRON_FLAGS, what=_WHAT)
     for flag, value in flags.items():
         if MEGATRON_FLAGS[flag] == "int":
-            check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1)
+            check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1,
+                      maximum=_FLAG_LIMITS.get(flag, MAX_LAYERS))
     if "--num-layers" not in flags:
         raise InputError(f"{_WHAT}: --num-layers is missing (sappkit needs the decoder layer count)")
     p = flags.get("--pipeline-model-parallel-size", 1)
@@ -256,7 +266,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     if batch % (dp * b):
         raise InputError(f"{_WHAT}: --global-batch-size {batch} is not a multiple of data-parallel size x "
                          f"--micro-batch-size = {dp} x {b}")
-    m = batch // (dp * b)
+    m = check_int(f"{_WHAT}: micro-batches (--global-batch-size / (data-parallel size x --micro-batch-size))",
+                  batch // (dp * b), maximum=MAX_MICRO_BATCHES)
     schedule = "interleaved" if v > 1 else "1f1b"
     strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=flags.get("--expert-model-parallel-size", 1),
@@ -278,7 +289,7 @@ def _data_parallel(flags, world_size, model_parallel: int) -> tuple[int, str]:
         world_size = flags["--nproc-per-node"] * flags.get("--nnodes", 1)
     if world_size is None:
         return 1, "no world size given: data-parallel size taken as 1 (pass world_size=)"
-    world = check_int("world_size", world_size, minimum=1)
+    world = check_int("world_size", world_size, minimum=1, maximum=MAX_DEVICES)
     if world % model_parallel:
         raise InputError(f"world_size {world} is not a multiple of t x p x cp = {model_parallel}")
     return world // model_parallel, ""
