@@ -19,7 +19,7 @@ from __future__ import annotations
 __all__ = ["Limit", "MAX_STAGES", "MAX_CHUNKS", "MAX_MICRO_BATCHES", "MAX_SEQ_SPLIT", "MAX_LAYERS",
            "MAX_SIMULATED_PASSES", "MAX_MEMORY_MB", "MAX_TIME", "MAX_BUCKETS", "MAX_SWEEP_POINTS", "MAX_DRY_RUNS",
            "MAX_THREADS", "MAX_FILE_MB", "MAX_DOCUMENT_VALUES", "MAX_MICROBATCH_SIZE", "MAX_DEVICES",
-           "MAX_GLOBAL_BATCH", "MAX_SEQ_LENGTH", "MAX_EXPANDED_CHARS", "MAX_NESTING"]
+           "MAX_GLOBAL_BATCH", "MAX_SEQ_LENGTH", "MAX_EXPANDED_CHARS", "MAX_NESTING", "MAX_WIDTH"]
 
 
 class Limit(int):
@@ -79,3 +79,5 @@ MAX_SEQ_LENGTH = Limit(16_777_216, "MAX_SEQ_LENGTH")
 MAX_EXPANDED_CHARS = Limit(1_000_000, "MAX_EXPANDED_CHARS")
 #: Nesting depth of an expression sappkit reads (a ``$((...))``, a recipe's Python): real ones nest a few levels.
 MAX_NESTING = Limit(100, "MAX_NESTING")
+#: A model's widths and counts: hidden, FFN and head sizes, heads, vocabulary, experts (real ones stay below ~10**6).
+MAX_WIDTH = Limit(16_777_216, "MAX_WIDTH")
