@@ -35,40 +35,16 @@ from dataclasses import dataclass
 from .._check import check_int
 from ..balancer.grammar import Policy, TRAINER_SCHEDULES, matching_policy, policy_options
 from ..errors import InputError
-from ..limits import (MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_MICROBATCH_SIZE,
-                      MAX_STAGES)
+from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
 from .config import Finding, Pipeline, TrainerConfig, pipeline_of
 from .megatron_layout import format_layout, parse_layout
-from .shell import read_flags, shell_tokens
+from .megatron_flags import MEGATRON_FLAGS, read_megatron_flags
+from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
 
-#: The flags sappkit reads and writes, and the kind of value each takes.
-MEGATRON_FLAGS = {
-    "--num-layers": "int", "--tensor-model-parallel-size": "int", "--pipeline-model-parallel-size": "int",
-    "--num-virtual-stages-per-pipeline-rank": "int", "--num-layers-per-virtual-pipeline-stage": "int",
-    "--context-parallel-size": "int", "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int",
-    "--micro-batch-size": "int", "--global-batch-size": "int", "--pipeline-model-parallel-layout": "str",
-    "--decoder-first-pipeline-num-layers": "int", "--decoder-last-pipeline-num-layers": "int",
-    "--account-for-embedding-in-pipeline-split": "bool", "--account-for-loss-in-pipeline-split": "bool",
-    "--mtp-num-layers": "int", "--microbatch-group-size-per-virtual-pipeline-stage": "int",
-    "--recompute-granularity": "str", "--recompute-method": "str", "--recompute-num-layers": "int",
-    "--recompute-modules": "list", "--recompute-activations": "bool", "--sequence-parallel": "bool",
-    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool",
-    # torchrun's, for the world size
-    "--nproc-per-node": "int", "--nnodes": "int",
-}
 _WHAT = "Megatron-LM arguments"
-#: Integer flags that may be 0 (the others count something there is at least one of).
-_MAY_BE_ZERO = ("--mtp-num-layers", "--recompute-num-layers")
-#: The limit each integer flag is checked against as it is read (:mod:`sappkit.limits`).
-_FLAG_LIMITS = {"--pipeline-model-parallel-size": MAX_STAGES, "--num-virtual-stages-per-pipeline-rank": MAX_CHUNKS,
-                "--micro-batch-size": MAX_MICROBATCH_SIZE, "--global-batch-size": MAX_GLOBAL_BATCH,
-                "--microbatch-group-size-per-virtual-pipeline-stage": MAX_MICRO_BATCHES,
-                **dict.fromkeys(("--tensor-model-parallel-size", "--context-parallel-size", "--nproc-per-node",
-                                 "--nnodes", "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
-                                MAX_DEVICES)}
 
 
 @dataclass(frozen=True)
@@ -246,12 +222,7 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     ``world_size``, or let the script's ``torchrun --nproc-per-node ...
     --nnodes ...`` give it; without either it is 1 (said in the notes).
     """
-    words = shell_tokens(source) if isinstance(source, str) else list(source)
-    flags = read_flags(words, MEGATRON_FLAGS, what=_WHAT)
-    for flag, value in flags.items():
-        if MEGATRON_FLAGS[flag] == "int":
-            check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1,
-                      maximum=_FLAG_LIMITS.get(flag, MAX_LAYERS))
+    flags = read_megatron_flags(shell_tokens(source) if isinstance(source, str) else list(source))
     if "--num-layers" not in flags:
         raise InputError(f"{_WHAT}: --num-layers is missing (sappkit needs the decoder layer count)")
     p = flags.get("--pipeline-model-parallel-size", 1)
@@ -266,8 +237,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     if batch % (dp * b):
         raise InputError(f"{_WHAT}: --global-batch-size {batch} is not a multiple of data-parallel size x "
                          f"--micro-batch-size = {dp} x {b}")
-    m = check_int(f"{_WHAT}: micro-batches (--global-batch-size / (data-parallel size x --micro-batch-size))",
-                  batch // (dp * b), maximum=MAX_MICRO_BATCHES)
+    m = check_int(f"{_WHAT}: micro-batches (--global-batch-size / (dp x b))", batch // (dp * b),
+                  maximum=MAX_MICRO_BATCHES)
     schedule = "interleaved" if v > 1 else "1f1b"
     strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=flags.get("--expert-model-parallel-size", 1),
