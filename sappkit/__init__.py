@@ -28,7 +28,7 @@ _EXPORTS = {
                      "even_plan"), "balancer"),
     **dict.fromkeys(("Strategy", "evaluate_strategy", "StrategyEvaluation", "validate", "search_strategies",
                      "StrategySearch"), "strategy"),
-    **dict.fromkeys(("read_trainer_config", "check_config", "export_config", "read_profile_times",
+    **dict.fromkeys(("read_trainer_config", "check_config", "export_config", "read_profile_times", "profile_layer_table",
                      "TrainerConfig", "ConfigCheck", "TrainerExport", "torchtitan_config", "TorchtitanConfig"),
                     "trainers"),
     **dict.fromkeys(("plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"),

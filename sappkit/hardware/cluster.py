@@ -111,7 +111,7 @@ class Cluster:
                    inter_node_gbs=device.link_gbs, name=f"{device.name} nodes")
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> Cluster:
+    def preset(cls, name: str, /, **overrides) -> Cluster:
         """A cluster preset by name (:data:`sappkit.hardware.CLUSTER_PRESETS`), any field overridden.
 
         Examples

@@ -86,7 +86,7 @@ class DeviceConfig:
             raise InputError(f"name must be a non-empty string; got {self.name!r}")
 
     @classmethod
-    def preset(cls, name: str, **overrides) -> DeviceConfig:
+    def preset(cls, name: str, /, **overrides) -> DeviceConfig:
         """A device preset by name (:data:`sappkit.hardware.DEVICE_PRESETS`), any field overridden.
 
         Examples

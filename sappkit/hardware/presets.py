@@ -173,11 +173,11 @@ def _lookup(kind: str, presets: dict, name, config: type, overrides: dict):
     return presets[name](**overrides)
 
 
-def device_preset(name: str, **overrides) -> DeviceConfig:
+def device_preset(name: str, /, **overrides) -> DeviceConfig:
     """The device preset ``name`` with ``overrides`` (see :data:`DEVICE_PRESETS`)."""
     return _lookup("device", DEVICE_PRESETS, name, DeviceConfig, overrides)
 
 
-def cluster_preset(name: str, **overrides) -> Cluster:
+def cluster_preset(name: str, /, **overrides) -> Cluster:
     """The cluster preset ``name`` with ``overrides`` (see :data:`CLUSTER_PRESETS`)."""
     return _lookup("cluster", CLUSTER_PRESETS, name, Cluster, overrides)

@@ -115,9 +115,15 @@ class TrainerConfig:
         difference, and the plan's notes say so. ``seq_params`` overrides
         :attr:`seq_params` (SeqPipe with more than one slice needs them).
         """
+        if layers is None:
+            raise InputError("layers must be the model's layer table (a LayerTable or its DataFrame); got None")
         table = _built_table(as_layer_table(layers), self)
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
+        if s.pipeline_parallel == 1:
+            raise InputError(f"{self.source}: the config runs no pipeline (pipeline parallel size 1), and its plan "
+                             "prices a pipeline's stages; price one stage with sappkit.evaluate_strategy("
+                             "model, config.strategy, ...)")
         setup = make_setup(table, stages=s.pipeline_parallel, micro_batches=self.micro_batches,
                            memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
                            less_memory=less_memory, seq_split=self.seq_split, objective=objective,
