@@ -29,7 +29,7 @@ from ..pipeline.schedules import model_order
 from ..recompute import RecomputeChoice
 from ..strategy import Strategy
 
-__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "flag", "section"]
+__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "flag", "section", "strategy_of"]
 
 #: The trainers sappkit speaks, as ``trainer=`` names them.
 TRAINERS = ("megatron", "torchtitan", "mindformers", "hyperparallel")
@@ -248,6 +248,14 @@ def flag(what: str, mapping: dict, key: str, default: bool) -> bool:
     if isinstance(value, bool):
         return value
     raise InputError(f"{what}: {key} must be true or false (a boolean, unquoted); got {short(value)}")
+
+
+def strategy_of(what: str, **fields) -> Strategy:
+    """``Strategy(**fields)``, a refusal naming the config it was read from."""
+    try:
+        return Strategy(**fields)
+    except InputError as error:
+        raise error.with_prefix(f"{what}: ") from None
 
 
 def section(what: str, mapping, key: str) -> dict:

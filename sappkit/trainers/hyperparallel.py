@@ -29,7 +29,7 @@ from .._files import as_path, load_yaml
 from ..errors import InputError
 from ..limits import MAX_DEVICES, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_STAGES
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, flag, pipeline_of, section, whole
+from .config import Finding, TrainerConfig, flag, pipeline_of, section, strategy_of, whole
 
 __all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel", "layer_plan", "TRAINER_MODES"]
 
@@ -147,7 +147,7 @@ def read_hyperparallel(source, *, num_layers: int | None = None, micro_batches: 
     t, cp = whole(_WHAT, accelerator, "tp_size", 1), whole(_WHAT, accelerator, "cp_size", 1)
     dp = 1 if world_size is None else max(1, check_int("world_size", world_size, minimum=1, maximum=MAX_DEVICES)
                                           // (t * cp * p))
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, data_parallel=dp, context_parallel=cp,
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, data_parallel=dp, context_parallel=cp,
                         expert_parallel=whole(_WHAT, accelerator, "ep_size", 1),
                         sequence_parallel=flag(_WHAT, accelerator, "sequence_parallel", False))
     m = p if micro_batches is None else check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)

@@ -37,7 +37,7 @@ from ..balancer.grammar import Policy, TRAINER_SCHEDULES, matching_policy, polic
 from ..errors import InputError
 from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
-from .config import Finding, Pipeline, TrainerConfig, pipeline_of
+from .config import Finding, Pipeline, TrainerConfig, pipeline_of, strategy_of
 from .megatron_layout import format_layout, parse_layout
 from .megatron_flags import MEGATRON_FLAGS, read_megatron_flags
 from .shell import shell_tokens
@@ -240,7 +240,7 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     m = check_int(f"{_WHAT}: micro-batches (--global-batch-size / (dp x b))", batch // (dp * b),
                   maximum=MAX_MICRO_BATCHES)
     schedule = "interleaved" if v > 1 else "1f1b"
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=flags.get("--expert-model-parallel-size", 1),
                         expert_tensor_parallel=flags.get("--expert-tensor-parallel-size", 1), micro_batch_size=b,
                         schedule=schedule, zero=1 if flags.get("--use-distributed-optimizer") else 0,

@@ -43,7 +43,8 @@ from ..limits import (MAX_CHUNKS, MAX_DEVICES, MAX_LAYERS, MAX_MICRO_BATCHES, MA
                       MAX_SEQ_SPLIT, MAX_STAGES, Limit)
 from ..pipeline.schedules import model_order
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, flag, layer_options, pipeline_of, section, whole
+from .config import (Finding, TrainerConfig, flag, layer_options, pipeline_of, section, strategy_of,
+                     whole)
 
 __all__ = ["MindFormersConfig", "mindformers_config", "read_mindformers", "RECOMPUTE_FIELDS", "SCHEDULERS"]
 
@@ -199,7 +200,7 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
                                             maximum=MAX_DEVICES) != dp * p * t * cp:
         notes.append(f"world_size {world_size} is not data_parallel x model_parallel x context_parallel x "
                      "pipeline_stage, as MindFormers requires")
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=whole(_WHAT, parallel, "expert_parallel", 1),
                         micro_batch_size=whole(_WHAT, section(_WHAT, document, "runner_config"), "batch_size", 1,
                                                maximum=MAX_MICROBATCH_SIZE),
@@ -278,7 +279,8 @@ def _recompute_grid(key: str, value, counts: np.ndarray, notes: list[str]) -> np
         return np.max(grids, axis=0) if grids else np.zeros_like(counts)
     if isinstance(value, bool):
         return counts.copy() if value else np.zeros_like(counts)
-    expected = f"recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got {short(value)}"
+    expected = (f"{_WHAT}: recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got "
+                f"{short(value)}")
     if not isinstance(value, list | tuple) or len(value) not in (p, v):
         raise InputError(expected)
     items = [x for row in value for x in (row if isinstance(row, list | tuple) else [row])]

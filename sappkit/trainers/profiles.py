@@ -209,7 +209,7 @@ def _sequence(path, event: dict, args: dict, index: int) -> int | None:
 def _micros(path, event: dict, key: str, index: int) -> float:
     try:
         value = float(event[key])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         raise InputError(f"{path}: trace event {index} ({short(event.get('name'))}): {key} must be a number of "
                          f"microseconds; got {short(event.get(key))}") from None
     if not np.isfinite(value) or (key == "dur" and value < 0):

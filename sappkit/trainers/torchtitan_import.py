@@ -37,9 +37,8 @@ from ..limits import (MAX_CHUNKS, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHE
                       MAX_NESTING, MAX_SEQ_LENGTH, MAX_STAGES)
 from .._files import as_path, load_toml, read_text
 from ..errors import InputError
-from ..strategy import Strategy
 from ..balancer.grammar import Policy, policy_options
-from .config import Finding, TrainerConfig, flag, section, whole
+from .config import Finding, TrainerConfig, flag, section, strategy_of, whole
 from .torchtitan import TORCHTITAN_SCHEDULES
 
 __all__ = ["read_torchtitan", "python_settings", "split_layers"]
@@ -80,7 +79,7 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
         schedule = "interleaved"  # torchtitan picks Interleaved1F1B for 1F1B with more stages a rank
     findings += _schedule_findings(schedule, p, v, m)
     dp, zero = _data_parallel(par, world_size, p, notes)
-    strategy = Strategy(tensor_parallel=whole(_WHAT, par, "tensor_parallel_degree", 1), pipeline_parallel=p,
+    strategy = strategy_of(_WHAT, tensor_parallel=whole(_WHAT, par, "tensor_parallel_degree", 1), pipeline_parallel=p,
                         virtual_stages=v, data_parallel=dp,
                         context_parallel=whole(_WHAT, par, "context_parallel_degree", 1),
                         expert_parallel=whole(_WHAT, par, "expert_parallel_degree", 1),

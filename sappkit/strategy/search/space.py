@@ -39,15 +39,13 @@ and with one slice per micro-batch it is the interleaved schedule.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
-import numpy as np
 import pandas as pd
 
 from ..._check import check_bool, check_choice, check_int, short
 from ...errors import InputError
 from ...layers import TransformerConfig
-from ...limits import MAX_SIMULATED_PASSES, MAX_STAGES
+from ...limits import MAX_STAGES
 from ...pipeline.schedules import SCHEDULES, V_SHAPED
 from ..legality import MICRO_BATCHES, REASON, RULE, RULES, RuledModel, apply_rules
 
