@@ -106,7 +106,10 @@ def load_yaml(path: Path, what: str):
     """The YAML document at ``path`` (safe types only; see the module docstring for what is refused)."""
     import yaml
 
-    return _document(path, what, "YAML", yaml.safe_load, _yaml_problem, (ValueError, yaml.YAMLError))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where installed: ~10x faster
+
+    return _document(path, what, "YAML", lambda text: yaml.load(text, Loader=loader), _yaml_problem,
+                     (ValueError, yaml.YAMLError))
 
 
 def load_toml(path: Path, what: str):

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 __all__ = ["Limit", "MAX_STAGES", "MAX_CHUNKS", "MAX_MICRO_BATCHES", "MAX_SEQ_SPLIT", "MAX_LAYERS",
            "MAX_SIMULATED_PASSES", "MAX_MEMORY_MB", "MAX_TIME", "MAX_BUCKETS", "MAX_SWEEP_POINTS", "MAX_DRY_RUNS",
-           "MAX_THREADS", "MAX_FILE_MB", "MAX_DOCUMENT_VALUES", "MAX_MICROBATCH_SIZE"]
+           "MAX_THREADS", "MAX_FILE_MB", "MAX_DOCUMENT_VALUES", "MAX_MICROBATCH_SIZE", "MAX_DEVICES",
+           "MAX_GLOBAL_BATCH", "MAX_SEQ_LENGTH", "MAX_EXPANDED_CHARS", "MAX_NESTING", "MAX_WIDTH"]
 
 
 class Limit(int):
@@ -68,3 +69,15 @@ MAX_FILE_MB = Limit(16, "MAX_FILE_MB")
 MAX_DOCUMENT_VALUES = Limit(1_000_000, "MAX_DOCUMENT_VALUES")
 #: Samples per micro-batch a trainer configuration may ask for (real runs use 1 to a few dozen).
 MAX_MICROBATCH_SIZE = Limit(1_048_576, "MAX_MICROBATCH_SIZE")
+#: Devices of one run, and so any parallel degree (the largest published runs use ~100 000).
+MAX_DEVICES = Limit(1_048_576, "MAX_DEVICES")
+#: Samples per step (real runs use up to ~16 000 sequences).
+MAX_GLOBAL_BATCH = Limit(16_777_216, "MAX_GLOBAL_BATCH")
+#: Tokens per sequence (real runs use up to ~1 000 000).
+MAX_SEQ_LENGTH = Limit(16_777_216, "MAX_SEQ_LENGTH")
+#: Characters a config may expand to: a launch script after its variables, a layout after its repeats.
+MAX_EXPANDED_CHARS = Limit(1_000_000, "MAX_EXPANDED_CHARS")
+#: Nesting depth of an expression sappkit reads (a ``$((...))``, a recipe's Python): real ones nest a few levels.
+MAX_NESTING = Limit(100, "MAX_NESTING")
+#: A model's widths and counts: hidden, FFN and head sizes, heads, vocabulary, experts (real ones stay below ~10**6).
+MAX_WIDTH = Limit(16_777_216, "MAX_WIDTH")

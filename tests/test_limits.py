@@ -30,7 +30,9 @@ def test_every_limit_is_generous_and_cited_by_name():
         ("MAX_STAGES", 256), ("MAX_CHUNKS", 32), ("MAX_MICRO_BATCHES", 65536), ("MAX_SEQ_SPLIT", 1024),
         ("MAX_LAYERS", 2048), ("MAX_SIMULATED_PASSES", 1_000_000), ("MAX_MEMORY_MB", 2**30), ("MAX_TIME", 10**15),
         ("MAX_BUCKETS", 2**24), ("MAX_SWEEP_POINTS", 1000), ("MAX_DRY_RUNS", 64), ("MAX_THREADS", 256),
-        ("MAX_FILE_MB", 16), ("MAX_DOCUMENT_VALUES", 1_000_000), ("MAX_MICROBATCH_SIZE", 2**20)]
+        ("MAX_FILE_MB", 16), ("MAX_DOCUMENT_VALUES", 1_000_000), ("MAX_MICROBATCH_SIZE", 2**20),
+        ("MAX_DEVICES", 2**20), ("MAX_GLOBAL_BATCH", 2**24), ("MAX_SEQ_LENGTH", 2**24),
+        ("MAX_EXPANDED_CHARS", 1_000_000), ("MAX_NESTING", 100), ("MAX_WIDTH", 2**24)]
     assert limits.MAX_STAGES.cited == "256 (sappkit.limits.MAX_STAGES)"
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from .._files import output_path
+from .._files import output_path, shown
 from ..errors import InputError
 from ..layers import write_layers_json
 from ..trainers.profiles import profile_layer_table, read_profile_times
@@ -48,7 +48,10 @@ def _run(args) -> int:
     if (args.into is None) != (args.out is None):
         raise InputError("--into and --out go together: the table to update and where to write it")
     if args.out is not None:
-        output_path("--out", args.out)
+        out_path = output_path("--out", args.out)
+        for flag, read in (("--from-trace", args.from_trace), ("--into", args.into)):
+            if Path(read).resolve() == out_path.resolve():
+                raise InputError(f"--out {shown(out_path)} is the file {flag} reads; write the table elsewhere")
     times = read_profile_times(args.from_trace, args.layer_pattern, head_pattern=args.head_pattern,
                                tail_pattern=args.tail_pattern, trace_format=args.trace_format)
     out = Output(args, "ms")

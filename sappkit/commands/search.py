@@ -10,9 +10,11 @@ global batch taken from the strategy.
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
+from .._check import short
 from ..errors import InputError
 from ..layers import KernelConfig
 from ..models import PRESETS, read_model_config
@@ -182,15 +184,23 @@ def _model(name: str, seq_length: int | None):
     return read_model_config(path, seq_length=seq_length)
 
 
+#: A scheduler address sappkit connects to: tcp://, a host name or address, a port.
+_ADDRESS = re.compile(r"tcp://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?|tcp://\[[0-9A-Fa-f:]+\](?::[0-9]{1,5})?")
+
+
 def _dask_client(address: str):
+    if not _ADDRESS.fullmatch(address):
+        raise InputError(f"--scheduler must be a Dask scheduler's address, tcp://HOST:PORT (tls:// and inproc:// "
+                         f"need settings sappkit does not pass); got {short(address)}")
     try:
         from distributed import Client
     except ImportError:
         raise InputError("--scheduler needs Dask's distributed scheduler: pip install 'sappkit[cluster]'") from None
     try:
         return Client(address, timeout=10)
-    except (OSError, TimeoutError) as error:
-        raise InputError(f"--scheduler: no Dask scheduler answers at {address!r} ({error})") from None
+    except (OSError, TimeoutError, ValueError, TypeError, RuntimeError) as error:
+        reason = " ".join(str(error).split())[:200]
+        raise InputError(f"--scheduler: no Dask scheduler answers at {short(address)} ({reason})") from None
 
 
 def _shown(table):

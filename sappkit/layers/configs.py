@@ -10,7 +10,7 @@ from typing import Literal
 from .._check import check_bool, check_choice, check_int
 from ..errors import InputError
 from ..hardware import DeviceConfig
-from ..limits import MAX_LAYERS
+from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
 
 __all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
 
@@ -73,14 +73,15 @@ class TransformerConfig:
 
     def __post_init__(self):
         check_int("layers", self.layers, minimum=1, maximum=MAX_LAYERS)
-        for field in ("hidden_size", "num_heads", "ffn_size", "seq_length"):
-            check_int(field, getattr(self, field), minimum=1)
+        for field in ("hidden_size", "num_heads", "ffn_size"):
+            check_int(field, getattr(self, field), minimum=1, maximum=MAX_WIDTH)
+        check_int("seq_length", self.seq_length, minimum=1, maximum=MAX_SEQ_LENGTH)
         for field in ("vocab_size", "patch_size", "q_lora_rank", "kv_lora_rank", "rope_head_dim", "experts",
                       "top_k", "shared_experts", "dense_layers"):
-            check_int(field, getattr(self, field), minimum=0)
+            check_int(field, getattr(self, field), minimum=0, maximum=MAX_WIDTH)
         mla = self.kv_lora_rank > 0
         kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
-        check_int("num_kv_heads", kv_heads, minimum=1)
+        check_int("num_kv_heads", kv_heads, minimum=1, maximum=MAX_WIDTH)
         if self.num_heads % kv_heads or (mla and kv_heads != self.num_heads):
             raise InputError(f"num_kv_heads must divide num_heads={self.num_heads} (and equal it under MLA); "
                              f"got {self.num_kv_heads!r}")
@@ -88,7 +89,7 @@ class TransformerConfig:
             raise InputError(f"hidden_size={self.hidden_size} is not a multiple of num_heads={self.num_heads}; "
                              "give head_dim explicitly")
         head_dim = check_int("head_dim", self.hidden_size // self.num_heads if self.head_dim is None
-                             else self.head_dim, minimum=1)
+                             else self.head_dim, minimum=1, maximum=MAX_WIDTH)
         if (self.rope_head_dim or self.q_lora_rank) and not mla:
             raise InputError("rope_head_dim and q_lora_rank are MLA settings; set kv_lora_rank > 0 to use MLA, "
                              f"got kv_lora_rank=0 with rope_head_dim={self.rope_head_dim!r}, "
@@ -117,9 +118,9 @@ class TransformerConfig:
                 raise InputError(f"{field} must be a non-empty string; got {value!r}")
         resolved = dict(num_kv_heads=kv_heads, head_dim=head_dim,
                         v_head_dim=check_int("v_head_dim", head_dim if self.v_head_dim is None
-                                             else self.v_head_dim, minimum=1),
+                                             else self.v_head_dim, minimum=1, maximum=MAX_WIDTH),
                         expert_ffn_size=check_int("expert_ffn_size", self.ffn_size if self.expert_ffn_size is None
-                                                  else self.expert_ffn_size, minimum=1),
+                                                  else self.expert_ffn_size, minimum=1, maximum=MAX_WIDTH),
                         moe_name=f"{self.name}_moe" if self.moe_name is None else self.moe_name,
                         hidden_dropout=self.dropout if self.hidden_dropout is None else self.hidden_dropout)
         for field, value in resolved.items():

@@ -17,9 +17,11 @@ The keys read, by family (a multimodal config's ``text_config`` is read the same
 
 from __future__ import annotations
 
+from .._check import as_finite, short
 from .._files import as_path, load_json
 from ..errors import InputError
 from ..layers import TransformerConfig
+from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH, Limit
 
 __all__ = ["read_model_config"]
 
@@ -58,11 +60,12 @@ def read_model_config(path, *, seq_length: int | None = None, name: str = "decod
     if not isinstance(config, dict):
         raise InputError(f"{path}: 'text_config' must be a JSON object; got {type(config).__name__}")
     keys = _Keys(path, config)
-    fields = dict(layers=keys.int("num_hidden_layers"), hidden_size=keys.int("hidden_size"),
+    fields = dict(layers=keys.int("num_hidden_layers", maximum=MAX_LAYERS), hidden_size=keys.int("hidden_size"),
                   num_heads=keys.int("num_attention_heads"), vocab_size=keys.int("vocab_size"),
-                  seq_length=keys.int("max_position_embeddings") if seq_length is None else seq_length,
-                  ffn_size=keys.int("intermediate_size"), gated_mlp=str(config.get("hidden_act", "gelu")) in _GATED,
-                  dropout=bool(config.get("attention_dropout", 0.0)), name=name)
+                  seq_length=keys.int("max_position_embeddings", maximum=MAX_SEQ_LENGTH) if seq_length is None
+                  else seq_length,
+                  ffn_size=keys.int("intermediate_size"), gated_mlp=keys.activation() in _GATED,
+                  dropout=keys.dropout() > 0, name=name)
     fields["num_kv_heads"] = keys.int("num_key_value_heads", fields["num_heads"])
     if "head_dim" in config and config["head_dim"] is not None:
         fields["head_dim"] = keys.int("head_dim")
@@ -70,7 +73,7 @@ def read_model_config(path, *, seq_length: int | None = None, name: str = "decod
     if kind.startswith("deepseek"):
         fields.update(_deepseek(keys))
     elif "num_local_experts" in config:
-        fields.update(experts=keys.int("num_local_experts"), top_k=keys.int("num_experts_per_tok"))
+        fields.update(experts=keys.int("num_local_experts"), top_k=keys.int("num_experts_per_tok", minimum=1))
     elif "num_experts" in config and keys.int("num_experts", 0):
         fields.update(_qwen_moe(keys))
     try:
@@ -85,19 +88,41 @@ class _Keys:
     def __init__(self, path, config: dict):
         self.path, self.config = path, config
 
-    def int(self, key: str, default: int | None = None) -> int:
+    def int(self, key: str, default: int | None = None, *, minimum: int = 0, maximum: Limit = MAX_WIDTH,
+            null: int | None = None) -> int:
+        """``key`` as an int in ``minimum..maximum``; ``null`` stands for a JSON null where the format allows one."""
         value = self.config.get(key, default)
+        if value is None and null is not None:
+            return null
         if value is None:
             raise InputError(f"{self.path}: missing key {key!r} (a whole number)")
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise InputError(f"{self.path}: key {key!r} must be a whole number >= 0; got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise InputError(f"{self.path}: key {key!r} must be a whole number in {minimum}..{maximum.cited}; "
+                             f"got {short(value)}")
         return value
+
+    def activation(self) -> str:
+        """``hidden_act`` (default ``gelu``), which must be a name."""
+        value = self.config.get("hidden_act", "gelu")
+        if not isinstance(value, str) or not value:
+            raise InputError(f"{self.path}: key 'hidden_act' must be an activation's name (e.g. 'silu'); got "
+                             f"{short(value)}")
+        return value
+
+    def dropout(self) -> float:
+        """``attention_dropout`` (default 0), a probability written as a number."""
+        value = self.config.get("attention_dropout", 0.0)
+        number = as_finite(value)
+        if number is None or not 0 <= number < 1:
+            raise InputError(f"{self.path}: key 'attention_dropout' must be a number in [0, 1) (a probability, "
+                             f"unquoted); got {short(value)}")
+        return number
 
 
 def _deepseek(keys: _Keys) -> dict:
     nope, rope = keys.int("qk_nope_head_dim"), keys.int("qk_rope_head_dim")
     heads = keys.int("num_attention_heads")
-    return dict(head_dim=nope + rope, v_head_dim=keys.int("v_head_dim"), q_lora_rank=keys.int("q_lora_rank", 0),
+    return dict(head_dim=nope + rope, v_head_dim=keys.int("v_head_dim"), q_lora_rank=keys.int("q_lora_rank", null=0),
                 kv_lora_rank=keys.int("kv_lora_rank"), rope_head_dim=rope, num_kv_heads=heads,
                 experts=keys.int("n_routed_experts"), top_k=keys.int("num_experts_per_tok"),
                 shared_experts=keys.int("n_shared_experts", 0), expert_ffn_size=keys.int("moe_intermediate_size"),
@@ -105,7 +130,7 @@ def _deepseek(keys: _Keys) -> dict:
 
 
 def _qwen_moe(keys: _Keys) -> dict:
-    expert = keys.int("moe_intermediate_size")
+    expert = keys.int("moe_intermediate_size", minimum=1)
     shared = keys.int("shared_expert_intermediate_size", 0)
     dense = keys.config.get("mlp_only_layers") or []
     if not isinstance(dense, list) or dense != list(range(len(dense))):

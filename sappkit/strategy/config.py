@@ -14,7 +14,7 @@ from typing import Literal
 from .._check import check_bool, check_choice, check_int
 from ..errors import InputError
 from ..layers import ParallelConfig
-from ..limits import MAX_CHUNKS, MAX_STAGES
+from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MICROBATCH_SIZE, MAX_STAGES
 from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, schedule_chunks
 
 __all__ = ["Strategy"]
@@ -75,8 +75,9 @@ class Strategy:
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
-                      "expert_tensor_parallel", "micro_batch_size"):
-            check_int(field, getattr(self, field), minimum=1)
+                      "expert_tensor_parallel"):
+            check_int(field, getattr(self, field), minimum=1, maximum=MAX_DEVICES)
+        check_int("micro_batch_size", self.micro_batch_size, minimum=1, maximum=MAX_MICROBATCH_SIZE)
         check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
@@ -123,7 +124,7 @@ class Strategy:
 
     def micro_batches(self, global_batch: int) -> int:
         """Micro-batches per step ``m = global_batch / (dp · b)``, or raise when it does not divide."""
-        batch = check_int("global_batch", global_batch, minimum=1)
+        batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
         per_step = self.data_parallel * self.micro_batch_size
         if batch % per_step:
             raise InputError(f"global_batch must be a multiple of data_parallel * micro_batch_size = "

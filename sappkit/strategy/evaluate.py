@@ -33,15 +33,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from .._check import check_choice, check_int
+from .._check import check_choice, check_int, check_number, short
 from ..columns import SAPP_OPTIONS
 from ..errors import InputError
 from ..hardware import Cluster
 from ..layers import KernelConfig, TransformerConfig
 from ..layers.comm import boundary_ms
 from ..layers.flops import model_flops
+from ..limits import MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_TIME
 from .compiled import compile_shape
 from .config import Strategy
+from .legality import check_strategy_fits
 from .result import StrategyEvaluation
 from .step import price_pipeline, price_single_stage
 
@@ -95,13 +97,14 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     models = resolve_model(model)
     cluster = resolve_cluster(cluster)
     placement = check_choice("placement", placement, PLACEMENTS)
-    batch = check_int("global_batch", global_batch, minimum=1)
-    m = strategy.micro_batches(batch)
+    batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
+    m = check_strategy_fits(strategy, models, global_batch=batch)
     options = _options(placement, recompute)
     if cluster.devices is not None and strategy.devices > cluster.devices:
         raise InputError(f"the strategy needs {strategy.devices} devices; the cluster has {cluster.devices} "
                          f"({cluster.nodes} nodes of {cluster.devices_per_node})")
-    limit = cluster.device.hbm_gb * 1e9 / 2**20 if memory_mb is None else memory_mb
+    limit = cluster.device.hbm_gb * 1e9 / 2**20 if memory_mb is None else check_number(
+        "memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     parallel = strategy.parallel
     compiled = compile_shape(models, parallel, cluster, kernels=kernels, options=options)
     layers = compiled.table(parallel, cluster)
@@ -111,6 +114,9 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     else:
         priced = price_pipeline(layers, strategy, cluster, micro_batches=m, options=options, placement=placement,
                                 memory_mb=limit, p2p_ms=p2p)
+    if not 0 < priced.step_time <= MAX_TIME:
+        raise InputError(f"the strategy prices a step of {priced.step_time:.3g} ms, beyond what sappkit reports "
+                         f"({MAX_TIME.cited} ms): check the device's and the cluster's overridden fields")
     flops = model_flops(*models, batch=batch)
     seconds = priced.step_time / 1e3
     tflops = flops / seconds / strategy.devices / 1e12
@@ -146,10 +152,13 @@ def resolve_cluster(cluster) -> Cluster:
 def _options(placement: str, recompute) -> tuple[str, ...]:
     if recompute is None:
         return ("none",) if placement == "even" else SAPP_OPTIONS
+    if not isinstance(recompute, str | Sequence):
+        raise InputError(f"recompute must be an option or a sequence of options among "
+                         f"{', '.join(map(repr, SAPP_OPTIONS))}; got {short(recompute)}")
     chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
     if not chosen or any(option not in SAPP_OPTIONS for option in chosen) or len(set(chosen)) != len(chosen):
         raise InputError(f"recompute must be distinct options among {', '.join(map(repr, SAPP_OPTIONS))}; "
-                         f"got {recompute!r}")
+                         f"got {short(recompute)}")
     if placement == "even" and len(chosen) != 1:
         raise InputError(f"recompute must be one option for placement='even' (every layer runs it); got {recompute!r}")
     return tuple(option for option in SAPP_OPTIONS if option in chosen)

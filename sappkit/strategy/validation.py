@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from .._check import check_int, check_number, short
 from .._files import as_path, bundled, read_csv
 from .._frames import check_frame
 from ..errors import InputError
@@ -94,22 +95,47 @@ def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
 
 
 def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
-    """A published run's model, strategy and global batch."""
-    model = TransformerConfig(**{name: int(row[name]) for name in _SHAPE}, name="layer")
-    v = int(row["virtual_stages"])
-    strategy = Strategy(**{name: int(row[name]) for name in _STRATEGY},
+    """A published run's model, strategy and global batch (each count a whole number, each flag true or false)."""
+    model = TransformerConfig(**{name: _whole(row, name) for name in _SHAPE}, name="layer")
+    v = _whole(row, "virtual_stages")
+    strategy = Strategy(**{name: _whole(row, name) for name in _STRATEGY},
                         schedule="interleaved" if v > 1 else "1f1b", dtype=row["dtype"],
-                        sequence_parallel=_flag(row["sequence_parallel"]),
-                        overlap_grad_reduce=_flag(row["overlap_grad_reduce"]),
-                        overlap_p2p_comm=_flag(row["overlap_p2p_comm"]))
-    if strategy.devices != int(row["devices"]):
-        raise InputError(f"run {row['run']!r}: t·cp·dp·p = {strategy.devices} devices, but the row says "
-                         f"{int(row['devices'])}")
-    return model, strategy, int(row["global_batch"])
+                        sequence_parallel=_flag(row, "sequence_parallel"),
+                        overlap_grad_reduce=_flag(row, "overlap_grad_reduce"),
+                        overlap_p2p_comm=_flag(row, "overlap_p2p_comm"))
+    if strategy.devices != _whole(row, "devices"):
+        raise InputError(f"t·cp·dp·p = {strategy.devices} devices, but the row says {_whole(row, 'devices')}")
+    return model, strategy, _whole(row, "global_batch")
 
 
-def _flag(value) -> bool:
-    return value if isinstance(value, bool | np.bool_) else str(value).strip().lower() == "true"
+def _whole(row, name: str) -> int:
+    return check_int(name, row[name], minimum=0)
+
+
+def _flag(row, name: str) -> bool:
+    """A CSV cell as a bool: a boolean, or ``true`` / ``false`` in any case; anything else is refused."""
+    value = row[name]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    text = value.strip().lower() if isinstance(value, str) else None
+    if text not in ("true", "false"):
+        raise InputError(f"{name} must be true or false; got {short(value)}")
+    return text == "true"
+
+
+def _per_row(rows: pd.DataFrame, what: str, measured: str, compare) -> list[dict]:
+    """``compare(row)`` for each row of a non-empty table whose measured value is a number > 0; a refusal names
+    the row."""
+    if not isinstance(rows, pd.DataFrame) or rows.empty:
+        raise InputError(f"{what} holds no rows: there is nothing to compare")
+    compared = []
+    for index, row in rows.iterrows():
+        try:
+            check_number(measured, row[measured], minimum=0, strict=True)
+            compared.append(compare(row))
+        except InputError as error:
+            raise error.with_prefix(f"{what} row {index} ({short(row.get('run'))}): ") from None
+    return compared
 
 
 @dataclass(frozen=True, eq=False)
@@ -166,17 +192,18 @@ def validate(runs: pd.DataFrame | None = None, *, clusters: dict[str, Cluster] |
     [{'run': 'sc21-1.7b', 'measured': 137.0}]
     """
     runs = published_runs() if runs is None else runs
-    rows = []
-    for _, row in runs.iterrows():
-        model, strategy, batch, result = _priced(row, clusters)
-        seconds = result.step_time / 1e3
-        if row["metric"] == "tflops_sc21":
-            flops = megatron_sc21_flops(model, batch=batch, recompute=row["recompute"] == "full")
-            predicted = flops / seconds / strategy.devices / 1e12
-        else:
-            predicted = seconds
-        rows.append(_compared(row, row["metric"], float(row["measured"]), predicted, step_s=seconds))
-    return Validation(pd.DataFrame(rows))
+    return Validation(pd.DataFrame(_per_row(runs, "runs", "measured", lambda row: _run_compared(row, clusters))))
+
+
+def _run_compared(row, clusters) -> dict:
+    model, strategy, batch, result = _priced(row, clusters)
+    seconds = result.step_time / 1e3
+    if row["metric"] == "tflops_sc21":
+        flops = megatron_sc21_flops(model, batch=batch, recompute=row["recompute"] == "full")
+        predicted = flops / seconds / strategy.devices / 1e12
+    else:
+        predicted = seconds
+    return _compared(row, row["metric"], float(row["measured"]), predicted, step_s=seconds)
 
 
 def validate_memory(rows: pd.DataFrame | None = None, *,
@@ -190,18 +217,20 @@ def validate_memory(rows: pd.DataFrame | None = None, *,
     True
     """
     rows = published_memory() if rows is None else rows
-    compared = []
-    for _, row in rows.iterrows():
-        _, strategy, _, result = _priced(row, clusters)
-        stages = result.stages
-        if row["part"] == "activation":
-            predicted = float(stages["activation_mb"].iloc[0] + stages["overhead_mb"].iloc[0]) / 1024
-        else:
-            body_only = stages.iloc[1:-1] if len(stages) > 2 else stages.iloc[:1]
-            predicted = float(body_only["param_mb"].min()) / 1024
-        compared.append(_compared(row, f"{row['part']}_gib", float(row["measured_gib"]), predicted,
-                                  step_s=result.step_time / 1e3))
-    return Validation(pd.DataFrame(compared))
+    return Validation(pd.DataFrame(_per_row(rows, "memory rows", "measured_gib",
+                                            lambda row: _memory_compared(row, clusters))))
+
+
+def _memory_compared(row, clusters) -> dict:
+    _, _, _, result = _priced(row, clusters)
+    stages = result.stages
+    if row["part"] == "activation":
+        predicted = float(stages["activation_mb"].iloc[0] + stages["overhead_mb"].iloc[0]) / 1024
+    else:
+        body_only = stages.iloc[1:-1] if len(stages) > 2 else stages.iloc[:1]
+        predicted = float(body_only["param_mb"].min()) / 1024
+    return _compared(row, f"{row['part']}_gib", float(row["measured_gib"]), predicted,
+                     step_s=result.step_time / 1e3)
 
 
 def _priced(row, clusters):

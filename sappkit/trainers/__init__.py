@@ -1,6 +1,6 @@
 """Each trainer's language both ways: Megatron-LM, torchtitan, MindFormers and HyperParallel's trainer.
 
-One module per trainer holds its grammar (:mod:`.megatron` with
+One module per trainer holds its grammar (:mod:`.megatron` with :mod:`.megatron_flags` and
 :mod:`.megatron_layout`, :mod:`.torchtitan` with :mod:`.torchtitan_import`,
 :mod:`.mindformers`, :mod:`.hyperparallel`); :mod:`.exchange` is the door
 (:func:`read_trainer_config`, :func:`export_config`, :func:`check_config`);

@@ -24,12 +24,12 @@ from ..balancer.setup import make_setup
 from ..columns import CHUNK, COUNT, KIND, LAYERS, OPTION, ROLE, STAGE
 from ..errors import InputError
 from ..layers.table import as_layer_table
-from ..limits import MAX_MEMORY_MB
+from ..limits import MAX_DEVICES, MAX_MEMORY_MB, Limit
 from ..pipeline.schedules import model_order
 from ..recompute import RecomputeChoice
 from ..strategy import Strategy
 
-__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "section"]
+__all__ = ["TrainerConfig", "Finding", "Pipeline", "TRAINERS", "pipeline_of", "layer_options", "whole", "flag", "section", "strategy_of"]
 
 #: The trainers sappkit speaks, as ``trainer=`` names them.
 TRAINERS = ("megatron", "torchtitan", "mindformers", "hyperparallel")
@@ -115,9 +115,15 @@ class TrainerConfig:
         difference, and the plan's notes say so. ``seq_params`` overrides
         :attr:`seq_params` (SeqPipe with more than one slice needs them).
         """
+        if layers is None:
+            raise InputError("layers must be the model's layer table (a LayerTable or its DataFrame); got None")
         table = _built_table(as_layer_table(layers), self)
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
+        if s.pipeline_parallel == 1:
+            raise InputError(f"{self.source}: the config runs no pipeline (pipeline parallel size 1), and its plan "
+                             "prices a pipeline's stages; price one stage with sappkit.evaluate_strategy("
+                             "model, config.strategy, ...)")
         setup = make_setup(table, stages=s.pipeline_parallel, micro_batches=self.micro_batches,
                            memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
                            less_memory=less_memory, seq_split=self.seq_split, objective=objective,
@@ -229,9 +235,27 @@ def layer_options(schedule: str, layer_counts, options: list[str]) -> list[list[
     return cells
 
 
-def whole(what: str, mapping: dict, key: str, default: int, *, minimum: int = 1, maximum=None) -> int:
-    """``mapping[key]`` (``default`` when absent) as an int >= ``minimum``, else an InputError naming the key."""
+def whole(what: str, mapping: dict, key: str, default: int, *, minimum: int = 1, maximum: Limit = MAX_DEVICES) -> int:
+    """``mapping[key]`` (``default`` when absent) as an int in ``minimum..maximum``, else an InputError naming the
+    key (every count a config holds has a limit; the default one is :data:`~sappkit.limits.MAX_DEVICES`)."""
     return check_int(f"{what}: {key}", mapping.get(key, default), minimum=minimum, maximum=maximum)
+
+
+def flag(what: str, mapping: dict, key: str, default: bool) -> bool:
+    """``mapping[key]`` (``default`` when absent) as a bool: YAML, TOML and JSON write real booleans, and a string
+    such as ``'no'`` or ``"false"`` is refused rather than read as true."""
+    value = mapping.get(key, default)
+    if isinstance(value, bool):
+        return value
+    raise InputError(f"{what}: {key} must be true or false (a boolean, unquoted); got {short(value)}")
+
+
+def strategy_of(what: str, **fields) -> Strategy:
+    """``Strategy(**fields)``, a refusal naming the config it was read from."""
+    try:
+        return Strategy(**fields)
+    except InputError as error:
+        raise error.with_prefix(f"{what}: ") from None
 
 
 def section(what: str, mapping, key: str) -> dict:

@@ -14,11 +14,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from .._check import check_choice
+from .._check import check_choice, short
 from .._files import as_path, load_yaml, read_text
 from ..balancer.plan import Plan
 from ..errors import InputError
@@ -93,6 +93,9 @@ def export_config(source, trainer: str, *, strategy: Strategy | None = None, glo
     --bf16
     """
     trainer = check_choice("trainer", trainer, TRAINERS)
+    if strategy is not None and not isinstance(strategy, Strategy):
+        raise InputError(f"strategy must be a sappkit.Strategy (e.g. Strategy(tensor_parallel=2)); got "
+                         f"{short(strategy)}")
     if form is not None and (trainer != "torchtitan" or form not in ("toml", "python")):
         raise InputError(f"form must be 'toml' or 'python', for trainer 'torchtitan' only; got form={form!r} with "
                          f"trainer {trainer!r}")
@@ -138,35 +141,49 @@ def read_trainer_config(source, *, trainer: str | None = None, layers=None, memo
     -------
     TrainerConfig
     """
-    trainer, origin = _trainer_of(source, trainer)
+    trainer, origin, document = _trainer_of(source, trainer)
     table = None if layers is None else as_layer_table(layers)
     depth = None if table is None else table.body_layers
-    if trainer == "megatron":
-        config = _read_megatron(source, origin, world_size)
-    elif trainer == "torchtitan":
-        config = read_torchtitan(source, num_layers=depth, world_size=world_size)
-    elif trainer == "mindformers":
-        config = read_mindformers(source, world_size=world_size)
-    else:
-        config = read_hyperparallel(source, num_layers=depth, micro_batches=micro_batches, world_size=world_size)
+    read = source if document is None else document  # a YAML file is parsed once
+    try:
+        if trainer == "megatron":
+            config = _read_megatron(source, origin, world_size)
+        elif trainer == "torchtitan":
+            config = read_torchtitan(source, num_layers=depth, world_size=world_size)
+        elif trainer == "mindformers":
+            config = read_mindformers(read, world_size=world_size)
+        else:
+            config = read_hyperparallel(read, num_layers=depth, micro_batches=micro_batches, world_size=world_size)
+    except InputError as error:  # every refusal names the file it read
+        raise (error if origin in str(error) else error.with_prefix(f"{origin}: ")) from None
+    config = config if document is None else replace(config, source=origin)
     if table is not None and memory_mb is not None:
         config = config.with_plan(table, memory_mb=memory_mb)
     return config
 
 
-def _trainer_of(source, trainer) -> tuple[str, str]:
-    if trainer is not None:
-        return check_choice("trainer", trainer, TRAINERS), str(source)
+def _trainer_of(source, trainer) -> tuple[str, str, dict | None]:
+    """``(trainer, where the config comes from, its YAML document when it is a YAML file)``."""
     if isinstance(source, list | tuple):
-        return "megatron", "arguments"
+        return (check_choice("trainer", trainer, ("megatron",)) if trainer is not None else "megatron",
+                "arguments", None)
+    if trainer is not None:
+        trainer = check_choice("trainer", trainer, TRAINERS)
+        if trainer in ("mindformers", "hyperparallel") and not isinstance(source, dict):
+            path = as_path("source", source)
+            return trainer, str(path), load_yaml(path, f"a {trainer} config")
+        return trainer, str(source), None
     path = as_path("source", source)
     found = _BY_SUFFIX.get(path.suffix.lower())
     if found is None:
         raise InputError(f"{path}: give trainer= for a config named like this (sappkit reads .sh Megatron-LM "
                          ".toml/.py torchtitan, .yaml MindFormers or HyperParallel)")
-    if found == "mindformers" and "accelerator" in (load_yaml(path, "a trainer config") or {}):
-        found = "hyperparallel"
-    return found, str(path)
+    if found != "mindformers":
+        return found, str(path), None
+    document = load_yaml(path, "a trainer config")
+    if not isinstance(document, dict):
+        raise InputError(f"{path}: a MindFormers or HyperParallel config is a YAML mapping; got {short(document)}")
+    return ("hyperparallel" if "accelerator" in document else "mindformers"), str(path), document
 
 
 def _read_megatron(source, origin: str, world_size) -> TrainerConfig:
@@ -189,6 +206,9 @@ def check_config(source, layers, *, memory_mb: float, trainer: str | None = None
         ``.findings`` (``finding``, ``severity``, ``message``, ``fix``),
         ``.plan``, ``.step_time``, ``.describe()``.
     """
+    if layers is None:
+        raise InputError("layers must be the model's layer table (a LayerTable or its DataFrame), which prices the "
+                         "config; got None")
     if isinstance(source, TrainerConfig):
         config = source.with_plan(layers, memory_mb=memory_mb)
     else:

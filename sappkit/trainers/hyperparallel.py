@@ -23,15 +23,15 @@ from dataclasses import dataclass
 
 import yaml
 
-from .._check import check_bool, short
+from .._check import check_bool, check_int, short
 from .._files import as_path, load_yaml
 from ..errors import InputError
 from ..layers.units import format_time
-from ..limits import MAX_STAGES
+from ..limits import MAX_DEVICES, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_STAGES
 from ..recompute.choice import RecomputeChoice
 from ..recompute.trainer_plan import layer_plan
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, pipeline_of, section, whole
+from .config import Finding, TrainerConfig, flag, pipeline_of, section, strategy_of, whole
 from .layer_plans import one_mode_fallback, trainer_runs_layer_plans
 
 __all__ = ["HyperParallelConfig", "hyperparallel_config", "read_hyperparallel"]
@@ -132,17 +132,19 @@ def read_hyperparallel(source, *, num_layers: int | None = None, micro_batches: 
     checkpoint = section(_WHAT, document, "activation_checkpoint")
     if num_layers is None:
         raise InputError(f"{_WHAT}: the config does not name the model's depth; give num_layers (or the layer table)")
+    num_layers = check_int("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)
     p = whole(_WHAT, accelerator, "pp_size", 1, maximum=MAX_STAGES)
     if num_layers % p:
         raise InputError(f"{_WHAT}: {num_layers} layers over pp_size {p}: the config states no split, and sappkit "
                          "reads an even one")
     modes = _modes(checkpoint, num_layers)
     t, cp = whole(_WHAT, accelerator, "tp_size", 1), whole(_WHAT, accelerator, "cp_size", 1)
-    dp = 1 if world_size is None else max(1, world_size // (t * cp * p))
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, data_parallel=dp, context_parallel=cp,
+    dp = 1 if world_size is None else max(1, check_int("world_size", world_size, minimum=1, maximum=MAX_DEVICES)
+                                          // (t * cp * p))
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, data_parallel=dp, context_parallel=cp,
                         expert_parallel=whole(_WHAT, accelerator, "ep_size", 1),
-                        sequence_parallel=bool(accelerator.get("sequence_parallel", False)))
-    m = micro_batches if micro_batches is not None else p
+                        sequence_parallel=flag(_WHAT, accelerator, "sequence_parallel", False))
+    m = p if micro_batches is None else check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)
     findings = []
     if checkpoint.get("layers"):
         findings.append(Finding("layer_plan_ignored", "note", "activation_checkpoint.layers names per-layer modes, "

@@ -35,31 +35,16 @@ from dataclasses import dataclass
 from .._check import check_int
 from ..balancer.grammar import Policy, TRAINER_SCHEDULES, matching_policy, policy_options
 from ..errors import InputError
+from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
-from .config import Finding, Pipeline, TrainerConfig, pipeline_of
+from .config import Finding, Pipeline, TrainerConfig, pipeline_of, strategy_of
 from .megatron_layout import format_layout, parse_layout
-from .shell import read_flags, shell_tokens
+from .megatron_flags import MEGATRON_FLAGS, read_megatron_flags
+from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
 
-#: The flags sappkit reads and writes, and the kind of value each takes.
-MEGATRON_FLAGS = {
-    "--num-layers": "int", "--tensor-model-parallel-size": "int", "--pipeline-model-parallel-size": "int",
-    "--num-virtual-stages-per-pipeline-rank": "int", "--num-layers-per-virtual-pipeline-stage": "int",
-    "--context-parallel-size": "int", "--expert-model-parallel-size": "int", "--expert-tensor-parallel-size": "int",
-    "--micro-batch-size": "int", "--global-batch-size": "int", "--pipeline-model-parallel-layout": "str",
-    "--decoder-first-pipeline-num-layers": "int", "--decoder-last-pipeline-num-layers": "int",
-    "--account-for-embedding-in-pipeline-split": "bool", "--account-for-loss-in-pipeline-split": "bool",
-    "--mtp-num-layers": "int", "--microbatch-group-size-per-virtual-pipeline-stage": "int",
-    "--recompute-granularity": "str", "--recompute-method": "str", "--recompute-num-layers": "int",
-    "--recompute-modules": "list", "--recompute-activations": "bool", "--sequence-parallel": "bool",
-    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool",
-    # torchrun's, for the world size
-    "--nproc-per-node": "int", "--nnodes": "int",
-}
 _WHAT = "Megatron-LM arguments"
-#: Integer flags that may be 0 (the others count something there is at least one of).
-_MAY_BE_ZERO = ("--mtp-num-layers", "--recompute-num-layers")
 
 
 @dataclass(frozen=True)
@@ -237,11 +222,7 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     ``world_size``, or let the script's ``torchrun --nproc-per-node ...
     --nnodes ...`` give it; without either it is 1 (said in the notes).
     """
-    words = shell_tokens(source) if isinstance(source, str) else list(source)
-    flags = read_flags(words, MEGATRON_FLAGS, what=_WHAT)
-    for flag, value in flags.items():
-        if MEGATRON_FLAGS[flag] == "int":
-            check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1)
+    flags = read_megatron_flags(shell_tokens(source) if isinstance(source, str) else list(source))
     if "--num-layers" not in flags:
         raise InputError(f"{_WHAT}: --num-layers is missing (sappkit needs the decoder layer count)")
     p = flags.get("--pipeline-model-parallel-size", 1)
@@ -256,9 +237,10 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     if batch % (dp * b):
         raise InputError(f"{_WHAT}: --global-batch-size {batch} is not a multiple of data-parallel size x "
                          f"--micro-batch-size = {dp} x {b}")
-    m = batch // (dp * b)
+    m = check_int(f"{_WHAT}: micro-batches (--global-batch-size / (dp x b))", batch // (dp * b),
+                  maximum=MAX_MICRO_BATCHES)
     schedule = "interleaved" if v > 1 else "1f1b"
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=flags.get("--expert-model-parallel-size", 1),
                         expert_tensor_parallel=flags.get("--expert-tensor-parallel-size", 1), micro_batch_size=b,
                         schedule=schedule, zero=1 if flags.get("--use-distributed-optimizer") else 0,
@@ -278,7 +260,7 @@ def _data_parallel(flags, world_size, model_parallel: int) -> tuple[int, str]:
         world_size = flags["--nproc-per-node"] * flags.get("--nnodes", 1)
     if world_size is None:
         return 1, "no world size given: data-parallel size taken as 1 (pass world_size=)"
-    world = check_int("world_size", world_size, minimum=1)
+    world = check_int("world_size", world_size, minimum=1, maximum=MAX_DEVICES)
     if world % model_parallel:
         raise InputError(f"world_size {world} is not a multiple of t x p x cp = {model_parallel}")
     return world // model_parallel, ""

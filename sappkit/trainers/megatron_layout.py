@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from .._check import short
 from ..errors import InputError
+from ..limits import MAX_EXPANDED_CHARS
 
 __all__ = ["Layout", "parse_layout", "format_layout", "LAYER_CHARS"]
 
@@ -30,8 +31,6 @@ __all__ = ["Layout", "parse_layout", "format_layout", "LAYER_CHARS"]
 LAYER_CHARS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
 #: Longest layout string accepted (a 1,024-stage layout with run-length groups is far shorter).
 _MAX_TEXT = 100_000
-#: Most layer characters a layout may expand to.
-_MAX_EXPANDED = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -114,31 +113,47 @@ def parse_layout(text: str) -> Layout:
 
 def _unroll_groups(text: str) -> str:
     """Replace every ``(group)*n`` by ``n`` copies of ``group`` (the group holds no ``)`` ), left to right."""
-    out, i = [], 0
+    out, size, i = [], _Size(text), 0
     while i < len(text):
         close = text.find(")", i + 1) if text[i] == "(" else -1
         count, end = _count_after(text, close + 1) if close > i + 1 else (None, i)
         if count is None:
-            out.append(text[i])
+            out.append(size.add(text[i]))
             i += 1
             continue
-        out.append(_repeat(text[i + 1:close], count, text))
+        group = text[i + 1:close]
+        # what the group's own x*n repeats will expand to, so the total is bounded before anything is built
+        out.append(size.add(group, count, weight=len(_unroll_repeats(group, _Size(text)))))
         i = end
     return "".join(out)
 
 
-def _unroll_repeats(text: str) -> str:
+def _unroll_repeats(text: str, size: _Size | None = None) -> str:
     """Replace every ``x*n`` (one character ``x``) by ``n`` copies of ``x``, left to right."""
-    out, i = [], 0
+    out, size, i = [], size or _Size(text), 0
     while i < len(text):
         count, end = _count_after(text, i + 1) if i + 1 < len(text) else (None, i)
         if count is None:
-            out.append(text[i])
+            out.append(size.add(text[i]))
             i += 1
         else:
-            out.append(_repeat(text[i], count, text))
+            out.append(size.add(text[i], count))
             i = end
     return "".join(out)
+
+
+class _Size:
+    """The running size of an expansion: each piece is counted before it is built, the total bounded."""
+
+    def __init__(self, text: str):
+        self.text, self.total = text, 0
+
+    def add(self, piece: str, count: int = 1, *, weight: int | None = None) -> str:
+        self.total += (len(piece) if weight is None else weight) * count
+        if self.total > MAX_EXPANDED_CHARS:
+            raise InputError(f"pipeline layout {short(self.text)} expands to more than "
+                             f"{MAX_EXPANDED_CHARS.cited} layer characters")
+        return piece * count
 
 
 def _count_after(text: str, star: int) -> tuple[int | None, int]:
@@ -146,15 +161,12 @@ def _count_after(text: str, star: int) -> tuple[int | None, int]:
     if star >= len(text) or text[star] != "*":
         return None, star
     end = star + 1
-    while end < len(text) and text[end].isdigit():
+    while end < len(text) and text[end] in "0123456789":
         end += 1
+    if end - star - 1 > 7:  # more than MAX_EXPANDED_CHARS copies of anything
+        raise InputError(f"pipeline layout {short(text)}: the repeat count {short(text[star + 1:end])} exceeds "
+                         f"{MAX_EXPANDED_CHARS.cited}")
     return (int(text[star + 1:end]), end) if end > star + 1 else (None, star)
-
-
-def _repeat(piece: str, count: int, text: str) -> str:
-    if len(piece) * count > _MAX_EXPANDED:
-        raise InputError(f"pipeline layout {short(text)} expands to more than {_MAX_EXPANDED:,} layer characters")
-    return piece * count
 
 
 def format_layout(stages) -> str:

@@ -34,14 +34,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._check import check_bool, short
+from .._check import check_int, short
 from .._files import as_path, load_yaml
 from ..balancer.mindformers_yaml import check_scheduler, pipeline_sections, sections_yaml
 from ..errors import InputError
-from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_SEQ_SPLIT, MAX_STAGES
+from ..limits import (MAX_CHUNKS, MAX_DEVICES, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_MICROBATCH_SIZE, MAX_SEQ_LENGTH,
+                      MAX_SEQ_SPLIT, MAX_STAGES, Limit)
 from ..pipeline.schedules import model_order
 from ..strategy import Strategy
-from .config import Finding, TrainerConfig, layer_options, pipeline_of, section, whole
+from .config import (Finding, TrainerConfig, flag, layer_options, pipeline_of, section, strategy_of,
+                     whole)
 
 __all__ = ["MindFormersConfig", "mindformers_config", "read_mindformers"]
 
@@ -164,7 +166,7 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
                    maximum=MAX_LAYERS)
     p = whole(_WHAT, parallel, "pipeline_stage", 1, maximum=MAX_STAGES)
     m = whole(_WHAT, parallel, "micro_batch_num", 1, maximum=MAX_MICRO_BATCHES)
-    interleave = check_bool(f"{_WHAT}: pipeline_interleave", pipeline.get("pipeline_interleave", False))
+    interleave = flag(_WHAT, pipeline, "pipeline_interleave", False)
     v = whole(_WHAT, model, "pp_interleave_num", 1, maximum=MAX_CHUNKS) if interleave else 1
     scheduler = pipeline.get("pipeline_scheduler", "1f1b")
     schedule = {"1f1b": "interleaved" if v > 1 else "1f1b", "seqpipe": "seqpipe", "seqvpp": "seqpipe",
@@ -177,13 +179,15 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
     options = _options(recompute, counts, schedule, notes)
     findings += _rules(parallel, scheduler, p, m)
     dp, t, cp = (whole(_WHAT, parallel, key, 1) for key in ("data_parallel", "model_parallel", "context_parallel"))
-    if world_size is not None and world_size != dp * p * t * cp:
+    if world_size is not None and check_int("world_size", world_size, minimum=1,
+                                            maximum=MAX_DEVICES) != dp * p * t * cp:
         notes.append(f"world_size {world_size} is not data_parallel x model_parallel x context_parallel x "
                      "pipeline_stage, as MindFormers requires")
-    strategy = Strategy(tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
+    strategy = strategy_of(_WHAT, tensor_parallel=t, pipeline_parallel=p, virtual_stages=v, data_parallel=dp,
                         context_parallel=cp, expert_parallel=whole(_WHAT, parallel, "expert_parallel", 1),
-                        micro_batch_size=whole(_WHAT, section(_WHAT, document, "runner_config"), "batch_size", 1),
-                        schedule=schedule, sequence_parallel=bool(parallel.get("use_seq_parallel", False)))
+                        micro_batch_size=whole(_WHAT, section(_WHAT, document, "runner_config"), "batch_size", 1,
+                                               maximum=MAX_MICROBATCH_SIZE),
+                        schedule=schedule, sequence_parallel=flag(_WHAT, parallel, "use_seq_parallel", False))
     seq_split = whole(_WHAT, parallel, "seq_split_num", 1, maximum=MAX_SEQ_SPLIT) if schedule == "seqpipe" else 1
     return TrainerConfig(trainer="mindformers", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=layers, micro_batches=m,
@@ -192,14 +196,18 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
 
 
 def _seq_params(document: dict, model: dict, parallel: dict) -> dict | None:
-    """SeqPipe's model sizes from the model config, where it gives them all (else None)."""
-    heads = model.get("num_heads", model.get("num_attention_heads"))
-    hidden = model.get("hidden_size")
-    params = {"batch_size": section(_WHAT, document, "runner_config").get("batch_size", 1), "num_heads": heads,
-              "seq_length": model.get("seq_length"), "hidden_size": hidden, "vocab_size": model.get("vocab_size"),
-              "model_parallel": parallel.get("model_parallel", 1),
-              "head_dim": model.get("head_dim", hidden // heads if isinstance(hidden, int) and heads else None)}
-    ffn = model.get("intermediate_size", model.get("ffn_hidden_size"))
+    """SeqPipe's model sizes from the model config, where it gives them all (else None), each a checked int."""
+    def size(mapping: dict, *keys: str, default=None, maximum: Limit = MAX_SEQ_LENGTH):
+        key = next((key for key in keys if key in mapping), keys[0])
+        return None if mapping.get(key, default) is None else whole(_WHAT, mapping, key, default, maximum=maximum)
+
+    heads, hidden = size(model, "num_heads", "num_attention_heads"), size(model, "hidden_size")
+    params = {"batch_size": size(section(_WHAT, document, "runner_config"), "batch_size", default=1,
+                                 maximum=MAX_MICROBATCH_SIZE),
+              "num_heads": heads, "seq_length": size(model, "seq_length"), "hidden_size": hidden,
+              "vocab_size": size(model, "vocab_size"), "model_parallel": size(parallel, "model_parallel", default=1),
+              "head_dim": size(model, "head_dim", default=hidden // heads if hidden and heads else None)}
+    ffn = size(model, "intermediate_size", "ffn_hidden_size")
     if ffn is not None:
         params["ffn_size"] = ffn
     return params if all(value is not None for value in params.values()) else None
@@ -211,8 +219,8 @@ def _cell_counts(offset, layers: int, p: int, v: int, findings: list[Finding]) -
     flat = offset if isinstance(offset, list) and not any(isinstance(x, list) for x in offset) else (
         [x for row in offset for x in (row if isinstance(row, list) else [row])] if isinstance(offset, list)
         else [offset])
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in flat):
-        raise InputError(expected)
+    if not all(isinstance(x, int) and not isinstance(x, bool) and abs(x) <= MAX_LAYERS for x in flat):
+        raise InputError(f"{expected} (each within +-{MAX_LAYERS.cited})")
     try:
         grid = np.broadcast_to(np.array(offset, dtype=int), (v, p))
     except ValueError:
@@ -254,11 +262,12 @@ def _recompute_grid(key: str, value, counts: np.ndarray, notes: list[str]) -> np
         return np.max(grids, axis=0) if grids else np.zeros_like(counts)
     if isinstance(value, bool):
         return counts.copy() if value else np.zeros_like(counts)
-    expected = f"recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got {short(value)}"
+    expected = (f"{_WHAT}: recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got "
+                f"{short(value)}")
     if not isinstance(value, list | tuple) or len(value) not in (p, v):
         raise InputError(expected)
     items = [x for row in value for x in (row if isinstance(row, list | tuple) else [row])]
-    if not all(isinstance(x, int) and x >= 0 for x in items) or (
+    if not all(isinstance(x, int) and 0 <= x <= MAX_LAYERS for x in items) or (
             any(isinstance(row, list | tuple) for row in value) and not all(
             isinstance(row, list | tuple) and len(row) == p for row in value)):
         raise InputError(expected)

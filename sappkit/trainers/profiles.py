@@ -42,13 +42,16 @@ MindFormers' pipeline balance ``ComputationAnalyzer`` (its trace reader).
 
 from __future__ import annotations
 
+import bisect
 import re
+import re._constants as re_constants
+import re._parser as re_parser
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from .._check import check_choice, short
+from .._check import as_whole, check_choice, short
 from .._files import as_path, load_json
 from ..columns import BACKWARD_TIME, BODY, FORWARD_TIME, HEAD, KIND, OPTION, ROLE, TAIL
 from ..errors import InputError
@@ -61,6 +64,8 @@ PROFILE_COLUMNS = ("layer", "role", "passes", "forward_time", "backward_time")
 _BACKWARD = "autograd::engine::evaluate_function: "
 _SCOPE_LAYER = "Scope Layer"
 _PHASES = {"Default": "forward", "Gradients": "backward", "recompute_Default": "backward"}
+#: Longest layer, head or tail pattern accepted.
+_MAX_PATTERN = 1000
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,8 @@ class _Event:
     ts: float
     dur: float
     args: dict
+    sequence: int | None = None
+    """The autograd ``Sequence number`` the event records (PyTorch), if any."""
 
     @property
     def end(self) -> float:
@@ -124,12 +131,39 @@ def read_profile_times(path, layer_pattern: str, *, head_pattern: str | None = N
 
 
 def _pattern(name: str, value) -> re.Pattern:
-    if not isinstance(value, str) or not value:
-        raise InputError(f"{name} must be a regular expression (a non-empty string); got {short(value)}")
+    """``value`` compiled; one that could backtrack for ever (a repeat of a repeat or of an alternation) refused."""
+    if not isinstance(value, str) or not value or len(value) > _MAX_PATTERN:
+        raise InputError(f"{name} must be a regular expression (a non-empty string of at most {_MAX_PATTERN} "
+                         f"characters); got {short(value)}")
     try:
-        return re.compile(value)
-    except re.error as error:
-        raise InputError(f"{name} {value!r} is not a regular expression ({error})") from None
+        pattern = re.compile(value)
+        nested = _repeats_a_choice(re_parser.parse(value))
+    except (re.error, RecursionError, OverflowError) as error:
+        raise InputError(f"{name} {short(value)} is not a regular expression ({error})") from None
+    if nested:
+        raise InputError(f"{name} {short(value)} repeats a group that itself repeats or alternates, which "
+                         "backtracks exponentially on names that almost match; write it without the nesting "
+                         "(e.g. '(a+)+' as 'a+')")
+    return pattern
+
+
+def _repeats_a_choice(parsed, repeated: bool = False) -> bool:
+    """Whether a repeat (``*``, ``+``, ``{m,n}`` with n > 1) holds another repeat or an alternation."""
+    for op, argument in parsed:
+        if op in (re_constants.MAX_REPEAT, re_constants.MIN_REPEAT):
+            low, high, inner = argument
+            if repeated and high > 1:
+                return True
+            if _repeats_a_choice(inner, repeated or high > 1):
+                return True
+        elif op is re_constants.BRANCH:
+            if repeated or any(_repeats_a_choice(branch, repeated) for branch in argument[1]):
+                return True
+        elif op is re_constants.SUBPATTERN and _repeats_a_choice(argument[-1], repeated):
+            return True
+        elif op in (re_constants.ASSERT, re_constants.ASSERT_NOT) and _repeats_a_choice(argument[1], repeated):
+            return True
+    return False
 
 
 def _events(path) -> tuple[list[_Event], list[dict]]:
@@ -140,24 +174,47 @@ def _events(path) -> tuple[list[_Event], list[dict]]:
         raise InputError(f"{path}: a Chrome trace is a list of events or an object with 'traceEvents'")
     events, meta = [], []
     for index, event in enumerate(raw):
-        if not isinstance(event, dict):
+        if not isinstance(event, dict) or event.get("ph") not in ("M", "X"):
             continue
-        if event.get("ph") == "M":
+        args = event.get("args")
+        if args is not None and not isinstance(args, dict):
+            raise InputError(f"{path}: trace event {index} ({short(event.get('name'))}): args must be an object; "
+                             f"got {short(args)}")
+        if event["ph"] == "M":
             meta.append(event)
-        elif event.get("ph") == "X":
-            events.append(_Event(str(event.get("name", "")), event.get("pid"), event.get("tid"),
-                                 _micros(event, "ts", index), _micros(event, "dur", index), event.get("args") or {}))
+        else:
+            events.append(_Event(str(event.get("name", "")), _key(event.get("pid")), _key(event.get("tid")),
+                                 _micros(path, event, "ts", index), _micros(path, event, "dur", index), args or {},
+                                 _sequence(path, event, args or {}, index)))
     return events, meta
 
 
-def _micros(event: dict, key: str, index: int) -> float:
+def _key(value) -> str:
+    """A pid or tid as the text it is compared by (profilers write ints or strings)."""
+    return str(value) if isinstance(value, str | int | float | bool | type(None)) else short(value)
+
+
+def _sequence(path, event: dict, args: dict, index: int) -> int | None:
+    number = args.get("Sequence number")
+    if number is None:
+        return None
+    whole = as_whole(number) if not isinstance(number, str) else (int(number) if number.isdigit() and
+                                                                    len(number) <= 19 else None)
+    if whole is None or whole < 0:
+        raise InputError(f"{path}: trace event {index} ({short(event.get('name'))}): args 'Sequence number' must "
+                         f"be a whole number >= 0; got {short(number)}")
+    return whole
+
+
+def _micros(path, event: dict, key: str, index: int) -> float:
     try:
         value = float(event[key])
-    except (KeyError, TypeError, ValueError):
-        raise InputError(f"trace event {index} ({short(event.get('name'))}): {key} must be a number of "
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise InputError(f"{path}: trace event {index} ({short(event.get('name'))}): {key} must be a number of "
                          f"microseconds; got {short(event.get(key))}") from None
     if not np.isfinite(value) or (key == "dur" and value < 0):
-        raise InputError(f"trace event {index}: {key} is {value}")
+        raise InputError(f"{path}: trace event {index} ({short(event.get('name'))}): {key} must be a finite "
+                         f"number of microseconds{' >= 0' if key == 'dur' else ''}; got {value}")
     return value
 
 
@@ -171,7 +228,7 @@ def _scope_pid(meta: list[dict]):
 def _matches(events: list[_Event], patterns: dict) -> list[tuple[str, str, _Event]]:
     """``(role, layer, event)`` for every outermost matched event (per pid and tid)."""
     found = []
-    for event in sorted(events, key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur)):
+    for event in sorted(events, key=lambda e: (e.pid, e.tid, e.ts, -e.dur)):
         for role, pattern in patterns.items():
             match = pattern.search(event.name)
             if match:
@@ -180,7 +237,7 @@ def _matches(events: list[_Event], patterns: dict) -> list[tuple[str, str, _Even
                 break
     outer, last = [], {}
     for role, layer, event in found:
-        key = (str(event.pid), str(event.tid))
+        key = (event.pid, event.tid)
         if key in last and event.ts < last[key].end and event.end <= last[key].end:
             continue
         last[key] = event
@@ -191,17 +248,21 @@ def _matches(events: list[_Event], patterns: dict) -> list[tuple[str, str, _Even
 def _pytorch_rows(events: list[_Event], patterns: dict) -> list[tuple]:
     spans = _matches(events, patterns)
     by_thread: dict[tuple, list[_Event]] = {}
-    for event in events:
-        if "Sequence number" in event.args and not event.name.startswith(_BACKWARD):
-            by_thread.setdefault((str(event.pid), str(event.tid)), []).append(event)
     backward: dict[int, list[_Event]] = {}
     for event in events:
-        if event.name.startswith(_BACKWARD) and "Sequence number" in event.args:
-            backward.setdefault(int(event.args["Sequence number"]), []).append(event)
+        if event.sequence is not None and event.name.startswith(_BACKWARD):
+            backward.setdefault(event.sequence, []).append(event)
+        elif event.sequence is not None:
+            by_thread.setdefault((event.pid, event.tid), []).append(event)
+    starts = {}
+    for thread, ops in by_thread.items():  # each thread's ops by start, so a span finds its own by bisection
+        ops.sort(key=lambda op: op.ts)
+        starts[thread] = [op.ts for op in ops]
     totals: dict[tuple, list] = {}
     for role, layer, span in spans:
-        ops = by_thread.get((str(span.pid), str(span.tid)), [])
-        numbers = {int(op.args["Sequence number"]) for op in ops if span.ts <= op.ts and op.end <= span.end}
+        ops, at = by_thread.get((span.pid, span.tid), []), starts.get((span.pid, span.tid), [])
+        inside = ops[bisect.bisect_left(at, span.ts):bisect.bisect_right(at, span.end)]
+        numbers = {op.sequence for op in inside if op.end <= span.end}
         passes = _outermost([event for number in numbers for event in backward.get(number, [])])
         entry = totals.setdefault((role, layer), [0, 0.0, 0.0])
         entry[0] += 1
@@ -213,8 +274,8 @@ def _pytorch_rows(events: list[_Event], patterns: dict) -> list[tuple]:
 def _outermost(events: list[_Event]) -> list[_Event]:
     """Events not inside another of the list (same thread)."""
     kept, last = [], {}
-    for event in sorted(events, key=lambda e: (str(e.pid), str(e.tid), e.ts, -e.dur)):
-        key = (str(event.pid), str(event.tid))
+    for event in sorted(events, key=lambda e: (e.pid, e.tid, e.ts, -e.dur)):
+        key = (event.pid, event.tid)
         if key in last and event.end <= last[key].end:
             continue
         last[key] = event
@@ -223,7 +284,7 @@ def _outermost(events: list[_Event]) -> list[_Event]:
 
 
 def _mindspore_rows(events: list[_Event], scope, patterns: dict) -> list[tuple]:
-    scoped = [event for event in events if event.pid == scope]
+    scoped = [event for event in events if event.pid == _key(scope)]
     phases = sorted(((event.ts, event.end, _PHASES[event.name]) for event in scoped
                      if event.name in _PHASES and str(event.tid) == "0"), key=lambda phase: phase[0])
     if not phases:

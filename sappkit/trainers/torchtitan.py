@@ -30,6 +30,7 @@ What torchtitan runs differently from the plan is said in ``notes``.
 
 from __future__ import annotations
 
+import json
 import string
 import textwrap
 from dataclasses import dataclass, field
@@ -134,8 +135,8 @@ def _literal(value, *, toml: bool) -> str:
         return ("true" if value else "false") if toml else repr(value)
     if isinstance(value, int):
         return str(value)
-    if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, str):  # JSON's escapes are also TOML's basic-string escapes and Python's (TOML: DEL too)
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     return "[" + ", ".join(_literal(item, toml=toml) for item in value) + "]"
 
 

@@ -33,12 +33,12 @@ import math
 import re
 
 from .._check import check_int, short
-from ..limits import MAX_MICRO_BATCHES, MAX_STAGES
+from ..limits import (MAX_CHUNKS, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_MICROBATCH_SIZE,
+                      MAX_NESTING, MAX_SEQ_LENGTH, MAX_STAGES)
 from .._files import as_path, load_toml, read_text
 from ..errors import InputError
-from ..strategy import Strategy
 from ..balancer.grammar import Policy, policy_options
-from .config import Finding, TrainerConfig, section, whole
+from .config import Finding, TrainerConfig, flag, section, strategy_of, whole
 from .torchtitan import TORCHTITAN_SCHEDULES
 
 __all__ = ["read_torchtitan", "python_settings", "split_layers"]
@@ -79,16 +79,16 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
         schedule = "interleaved"  # torchtitan picks Interleaved1F1B for 1F1B with more stages a rank
     findings += _schedule_findings(schedule, p, v, m)
     dp, zero = _data_parallel(par, world_size, p, notes)
-    strategy = Strategy(tensor_parallel=whole(_WHAT, par, "tensor_parallel_degree", 1), pipeline_parallel=p,
+    strategy = strategy_of(_WHAT, tensor_parallel=whole(_WHAT, par, "tensor_parallel_degree", 1), pipeline_parallel=p,
                         virtual_stages=v, data_parallel=dp,
                         context_parallel=whole(_WHAT, par, "context_parallel_degree", 1),
                         expert_parallel=whole(_WHAT, par, "expert_parallel_degree", 1),
                         expert_tensor_parallel=whole(_WHAT, par, "expert_tensor_parallel_degree", 1), micro_batch_size=b,
                         schedule=schedule, zero=zero,
-                        sequence_parallel=bool(par.get("enable_sequence_parallel", True)))
+                        sequence_parallel=flag(_WHAT, par, "enable_sequence_parallel", True))
     options = policy_options(_checkpoint_policy(section(_WHAT, settings, "activation_checkpoint"), notes), schedule,
                              counts)
-    batch = whole(_WHAT, training, "global_batch_size", -1, minimum=-1)
+    batch = whole(_WHAT, training, "global_batch_size", -1, minimum=-1, maximum=MAX_GLOBAL_BATCH)
     return TrainerConfig(trainer="torchtitan", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=declared, micro_batches=m,
                          global_batch=batch if batch > 0 else None, findings=tuple(findings), settings=settings, notes=tuple(notes), source=origin)
@@ -124,10 +124,7 @@ def python_settings(text: str) -> dict:
     ...     return config''')
     {'parallelism': {'pipeline_parallel_degree': 4, 'num_pp_microbatches': 8}, 'activation_checkpoint': {'mode': 'full'}}
     """
-    try:
-        tree = ast.parse(text)
-    except SyntaxError as error:
-        raise InputError(f"{_WHAT}: the recipe is not valid Python ({error.msg} at line {error.lineno})") from None
+    tree = _parsed(text.removeprefix("\ufeff"))
     found: dict[str, dict] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign):
@@ -155,10 +152,37 @@ def _assignment(target, value, found: dict) -> None:
                                                               if mode == "selective" else {})
 
 
+def _parsed(text: str) -> ast.Module:
+    """The recipe's syntax tree; one nested past what Python's parser (or :data:`MAX_NESTING`) takes is refused."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as error:
+        raise InputError(f"{_WHAT}: the recipe is not valid Python ({error.msg} at line {error.lineno})") from None
+    except (RecursionError, MemoryError):
+        tree = None
+    if tree is None or _depth(tree) > MAX_NESTING:
+        raise InputError(f"{_WHAT}: the recipe nests its expressions deeper than {MAX_NESTING.cited} levels; "
+                         "sappkit reads recipes of literal settings")
+    return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    """The deepest node's depth, found without recursion."""
+    deepest, stack = 0, [(tree, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if depth <= MAX_NESTING:
+            stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest
+
+
 def _dotted(node) -> list[str]:
-    if isinstance(node, ast.Attribute):
-        return _dotted(node.value) + [node.attr]
-    return [node.id] if isinstance(node, ast.Name) else []
+    chain = []
+    while isinstance(node, ast.Attribute):
+        chain.append(node.attr)
+        node = node.value
+    return [node.id, *reversed(chain)] if isinstance(node, ast.Name) else []
 
 
 def _name(node) -> str:
@@ -178,19 +202,23 @@ def _micro_batches(par, training, notes, findings) -> tuple[int, int]:
     """``(micro-batches, samples per micro-batch)``."""
     if "num_pp_microbatches" in par:  # the main branch
         m = whole(_WHAT, par, "num_pp_microbatches", 1, maximum=MAX_MICRO_BATCHES)
-        tokens, context = training.get("num_tokens_per_microbatch_per_dp_rank"), training.get("max_context_length")
+        tokens, context = (None if training.get(key) is None else
+                           whole(_WHAT, training, key, 1, maximum=MAX_GLOBAL_BATCH * MAX_SEQ_LENGTH // 2**24)
+                           for key in ("num_tokens_per_microbatch_per_dp_rank", "max_context_length"))
         if tokens and context:
-            return m, max(1, tokens // context)
+            return m, check_int(f"{_WHAT}: num_tokens_per_microbatch_per_dp_rank / max_context_length",
+                                max(1, tokens // context), maximum=MAX_MICROBATCH_SIZE)
         notes.append("micro-batch size taken as 1 sample (num_tokens_per_microbatch_per_dp_rank and "
                      "max_context_length not both set)")
         return m, 1
-    size = whole(_WHAT, par, "pipeline_parallel_microbatch_size", 1)
-    local = whole(_WHAT, training, "local_batch_size", 8)
+    size = whole(_WHAT, par, "pipeline_parallel_microbatch_size", 1, maximum=MAX_MICROBATCH_SIZE)
+    local = whole(_WHAT, training, "local_batch_size", 8, maximum=MAX_GLOBAL_BATCH)
     if local % size:
         findings.append(Finding("microbatches_unsupported", "error",
                                 f"local_batch_size {local} is not a multiple of pipeline_parallel_microbatch_size "
                                 f"{size}: torchtitan refuses it", "make local_batch_size a multiple of it"))
-    return max(1, local // size), size
+    return check_int(f"{_WHAT}: local_batch_size / pipeline_parallel_microbatch_size", max(1, local // size),
+                     maximum=MAX_MICRO_BATCHES), size
 
 
 def _generated_parts(par, p: int, schedule: str, num_layers) -> list[list[str]]:
@@ -198,11 +226,11 @@ def _generated_parts(par, p: int, schedule: str, num_layers) -> list[list[str]]:
     if num_layers is None:
         raise InputError(f"{_WHAT}: module_fqns_per_model_part is not set, so torchtitan splits the model's layers "
                          "itself: give num_layers (or the layer table) to read it")
-    n = check_int("num_layers", num_layers, minimum=1)
-    first, last = (whole(_WHAT, par, f"pipeline_parallel_{end}_stage_less_layers", 1, minimum=0)
+    n = check_int("num_layers", num_layers, minimum=1, maximum=MAX_LAYERS)
+    first, last = (whole(_WHAT, par, f"pipeline_parallel_{end}_stage_less_layers", 1, minimum=0, maximum=MAX_LAYERS)
                    for end in ("first", "last"))
     per_stage = (None if par.get("pipeline_parallel_layers_per_stage") is None else
-                 whole(_WHAT, par, "pipeline_parallel_layers_per_stage", 1))
+                 whole(_WHAT, par, "pipeline_parallel_layers_per_stage", 1, maximum=MAX_LAYERS))
     single = schedule in _SINGLE
     if per_stage is None:
         total = p * (1 if single else 2)
@@ -249,6 +277,9 @@ def _cells(parts, p: int, schedule: str, num_layers, findings) -> tuple[list[lis
     if not isinstance(parts, list) or not parts or not all(isinstance(part, list) for part in parts):
         raise InputError(f"{_WHAT}: module_fqns_per_model_part must be a list of lists of module names; got "
                          f"{short(parts)}")
+    if len(parts) > MAX_STAGES * MAX_CHUNKS:
+        raise InputError(f"{_WHAT}: module_fqns_per_model_part lists {len(parts):,} model parts; sappkit reads at "
+                         f"most pipeline stages x chunks = {MAX_STAGES.cited} x {MAX_CHUNKS.cited}")
     if len(parts) % p:
         raise InputError(f"{_WHAT}: {len(parts)} model parts for pipeline_parallel_degree {p}: torchtitan needs "
                          "a multiple")
@@ -257,7 +288,11 @@ def _cells(parts, p: int, schedule: str, num_layers, findings) -> tuple[list[lis
     if (schedule in _SINGLE and v != 1) or (v_shaped and v != 2):
         raise InputError(f"{_WHAT}: {schedule!r} runs {'one model part' if v == 1 else 'two'} per rank; the config "
                          f"gives {v}")
-    indices = [[int(match.group(1)) for name in part if (match := _LAYER.match(str(name)))] for part in parts]
+    indices = [[int(match.group(1)) for name in part if isinstance(name, str) and (match := _LAYER.match(name))]
+               for part in parts]
+    if sum(map(len, indices)) > MAX_LAYERS or any(i >= MAX_LAYERS for part in indices for i in part):
+        raise InputError(f"{_WHAT}: module_fqns_per_model_part names more layers, or a higher layer index, than "
+                         f"{MAX_LAYERS.cited}")
     flat = [i for part in indices for i in part]
     if flat != sorted(set(flat)):
         raise InputError(f"{_WHAT}: module_fqns_per_model_part must list each layer once, in order; got "
@@ -324,10 +359,14 @@ def _data_parallel(par, world_size, p: int, notes: list[str]) -> tuple[int, int]
 
 def _checkpoint_policy(checkpoint: dict, notes: list[str]) -> Policy:
     mode = checkpoint.get("mode", "selective")
-    option = str(checkpoint.get("selective_ac_option", "2"))
+    option = checkpoint.get("selective_ac_option", "2")
+    if mode == "selective" and not (isinstance(option, str) and (option == "op" or re.fullmatch("[0-9]{1,4}", option)
+                                                                 and int(option) >= 1)):
+        raise InputError(f"{_WHAT}: activation_checkpoint.selective_ac_option must be 'op' or a positive layer "
+                         f"count as a string ('2': every second layer), as torchtitan requires; got {short(option)}")
     if mode == "none":
         return Policy("uniform", "none")
-    if mode == "full" or (mode == "selective" and option.isdigit() and int(option) <= 1):
+    if mode == "full" or (mode == "selective" and option == "1"):
         return Policy("uniform", "full")
     if mode == "selective" and option.isdigit():
         return Policy("every", n=int(option))

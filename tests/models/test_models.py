@@ -66,7 +66,16 @@ def test_presets_carry_sources_and_price_end_to_end():
 
 
 @pytest.mark.parametrize("keys, message", [
-    ({**LLAMA3_70B, "num_hidden_layers": "80"}, "key 'num_hidden_layers' must be a whole number >= 0; got '80'"),
+    ({**LLAMA3_70B, "num_hidden_layers": "80"}, "key 'num_hidden_layers' must be a whole number in "
+                                                "0..2048 (sappkit.limits.MAX_LAYERS); got '80'"),
+    ({**LLAMA3_70B, "hidden_size": 10**30}, "key 'hidden_size' must be a whole number in 0..16777216 "
+                                            "(sappkit.limits.MAX_WIDTH); got 1000000000000000000000000000000"),
+    ({**LLAMA3_70B, "attention_dropout": "0.0"}, "key 'attention_dropout' must be a number in [0, 1) (a "
+                                                 "probability, unquoted); got '0.0'"),
+    ({**LLAMA3_70B, "hidden_act": ["silu"]}, "key 'hidden_act' must be an activation's name (e.g. 'silu'); got "
+                                             "['silu']"),
+    ({**QWEN2_57B_A14B, "moe_intermediate_size": 0}, "key 'moe_intermediate_size' must be a whole number in "
+                                                     "1..16777216 (sappkit.limits.MAX_WIDTH); got 0"),
     ({k: v for k, v in LLAMA3_70B.items() if k != "hidden_size"}, "missing key 'hidden_size' (a whole number)"),
     ({**LLAMA3_70B, "num_key_value_heads": 7}, "num_kv_heads must divide num_heads=64 (and equal it under MLA); "
                                                "got 7"),

@@ -65,5 +65,5 @@ def test_bad_tables_are_refused(tmp_path):
     with pytest.raises(InputError, match=r"^runs is missing column\(s\) 'measured'; published runs needs run, "):
         published_runs(path)
     published_runs().assign(devices=7).iloc[:1].to_csv(path, index=False)
-    with pytest.raises(InputError, match=r"^run 'sc21-1.7b': t·cp·dp·p = 32 devices, but the row says 7$"):
+    with pytest.raises(InputError, match=r"^runs row 0 \('sc21-1.7b'\): t·cp·dp·p = 32 devices, but the row says 7$"):
         validate(published_runs(path))

@@ -98,7 +98,10 @@ def test_megatrons_layout_checks(text, p, layers, mtp, problems):
     ("E t|tL", "pipeline layout 'E t|tL': ' ' is not a layer character (Megatron knows E (embedding), t (decoder), "
                "m (mtp), L (loss))"),
     (7, "pipeline layout must be a string; got 7"),
-    ("t*9999999", "pipeline layout 't*9999999' expands to more than 1,000,000 layer characters"),
+    ("t*9999999", "pipeline layout 't*9999999' expands to more than 1000000 (sappkit.limits.MAX_EXPANDED_CHARS) "
+                   "layer characters"),
+    ("(t*999999|)*100000", "pipeline layout '(t*999999|)*100000' expands to more than 1000000 "
+                            "(sappkit.limits.MAX_EXPANDED_CHARS) layer characters"),
 ])
 def test_what_megatron_refuses_is_refused_with_the_character(text, message):
     with pytest.raises(InputError) as caught:

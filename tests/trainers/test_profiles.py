@@ -84,10 +84,11 @@ def test_a_list_of_events_without_the_scope_layer_is_not_a_mindspore_trace(tmp_p
 @pytest.mark.parametrize("document, kwargs, message", [
     ({"traceEvents": {"a": 1}}, {}, "{path}: a Chrome trace is a list of events or an object with 'traceEvents'"),
     ([{"ph": "X", "name": "x", "pid": 1, "tid": 1, "ts": "soon", "dur": 1}], {},
-     "trace event 0 ('x'): ts must be a number of microseconds; got 'soon'"),
+     "{path}: trace event 0 ('x'): ts must be a number of microseconds; got 'soon'"),
     ([], {"layer_pattern": "("}, "layer_pattern '(' is not a regular expression (missing ), unterminated "
                                  "subpattern at position 0)"),
-    ([], {"head_pattern": ""}, "head_pattern must be a regular expression (a non-empty string); got ''"),
+    ([], {"head_pattern": ""}, "head_pattern must be a regular expression (a non-empty string of at most 1000 "
+                               "characters); got ''"),
 ])
 def test_bad_traces_and_patterns_are_refused_naming_what(tmp_path, document, kwargs, message):
     path = tmp_path / "trace.json"

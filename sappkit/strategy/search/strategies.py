@@ -17,7 +17,7 @@ from ...hardware import CLUSTER_PRESETS, Cluster, DeviceConfig
 from ...layers import KernelConfig
 from ...layers.flops import model_flops
 from ...layers.units import format_mb
-from ...limits import MAX_MEMORY_MB
+from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
 from ..evaluate import resolve_cluster, resolve_model
 from .engine import Found, local_executor, run_search
 from .result import COLUMNS, STEP_MS, StrategySearch
@@ -113,11 +113,11 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     started = time.perf_counter()
     models = resolve_model(model)
     if seq_length is not None:
-        length = check_int("seq_length", seq_length, minimum=1)
+        length = check_int("seq_length", seq_length, minimum=1, maximum=MAX_SEQ_LENGTH)
         models = (*models[:-1], replace(models[-1], seq_length=length))
     cluster = cluster_for(cluster, device)
-    devices = check_int("devices", devices, minimum=1)
-    batch = check_int("global_batch", global_batch, minimum=1)
+    devices = check_int("devices", devices, minimum=1, maximum=MAX_DEVICES)
+    batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
     check_choice("objective", objective, OBJECTIVES)
     top = check_int("balance_top", balance_top, minimum=1)
     check_bool("progress", progress)
@@ -135,6 +135,9 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     space = enumerate_strategies(models, devices=devices, devices_per_node=cluster.devices_per_node,
                                  global_batch=batch, dims=dims, schedules=schedules,
                                  tensor_across_nodes=tensor_across_nodes)
+    if space.empty:
+        raise InputError(f"no strategy was laid out: no t * cp * p * dp of the searched values makes {devices} "
+                         f"devices{'' if dims is None else f' (dims={short(dims)})'}; search other values")
     accepted = space[space[RULE].isna()].copy()
     keys = [tuple(row) for row in accepted[list(SHAPE_DIMENSIONS)].itertuples(index=False)]
     ids = {key: i for i, key in enumerate(sorted(set(keys)))}

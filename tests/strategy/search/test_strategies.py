@@ -129,7 +129,8 @@ def test_a_search_that_finds_nothing_says_so():
     assert nothing.why_nothing_ranks() in nothing.describe()
     with pytest.raises(InputError, match="^no strategy fits the device: there is no best row$"):
         nothing.plan()
-    with ThreadPoolExecutor(1) as pool:
-        none = search_strategies(GPT, cluster="dgx-a100", devices=16, global_batch=64, executor=pool,
-                                 dims={"tensor_parallel": [3]}, progress=False)
-    assert none.frame.empty and none.best is None
+    with ThreadPoolExecutor(1) as pool, pytest.raises(InputError) as caught:  # none laid out: said, not "fits"
+        search_strategies(GPT, cluster="dgx-a100", devices=16, global_batch=64, executor=pool,
+                          dims={"tensor_parallel": [3]}, progress=False)
+    assert str(caught.value) == ("no strategy was laid out: no t * cp * p * dp of the searched values makes 16 "
+                                 "devices (dims={'tensor_parallel': [3]}); search other values")

@@ -1,0 +1,163 @@
+"""The rules a trainer holds a strategy to, shared by the strategy search, :func:`sappkit.evaluate_strategy` and
+the trainer config readers: one check, so they accept exactly the same strategies.
+
+The rules, in the order they are checked (a strategy keeps the first it breaks):
+
+- ``heads``: ``t`` divides the attention heads and the key/value heads of
+  every stack (Megatron-LM splits whole heads and whole query groups over
+  the tensor-parallel ranks).
+- ``node``: ``t`` divides the devices of a node, so a tensor-parallel group
+  stays on the node's links (the search's default; ``tensor_across_nodes``
+  and :func:`check_strategy_fits` lift it: pricing a group across nodes is
+  a question one may ask).
+- ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
+  (Megatron-LM's load-balanced causal ring attention), and with sequence
+  parallelism a rank's share splits again over ``t``.
+- ``experts``: a dense model runs ``ep = 1``; a MoE model's ``ep`` divides
+  its routed experts, and ``ep · etp`` divides ``t · cp · dp``.
+- ``batch``: ``dp · b`` divides the global batch (whole micro-batches).
+- ``cells``: every (chunk, stage) cell holds at least one body layer.
+- ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`).
+- ``size``: the step stays within what sappkit simulates
+  (:data:`~sappkit.limits.MAX_SIMULATED_PASSES` forward passes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..errors import InputError
+from ..layers import TransformerConfig
+from ..limits import MAX_SIMULATED_PASSES
+from ..pipeline.schedules import check_pipeline
+from .config import Strategy
+
+__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "check_strategy_fits"]
+
+#: The rules, in the order they are checked (module docstring).
+RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
+RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
+#: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
+_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
+           "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule")
+
+
+@dataclass(frozen=True)
+class RuledModel:
+    """What the rules read of a model: its stacks' heads, its body layers, its experts, its sequence."""
+
+    heads: tuple[tuple[int, int], ...]
+    layers: int
+    experts: int
+    seq_length: int
+
+    @classmethod
+    def of(cls, models: Sequence[TransformerConfig]) -> RuledModel:
+        return cls(heads=tuple((m.num_heads, m.num_kv_heads) for m in models),
+                   layers=sum(m.layers for m in models), experts=max(m.experts for m in models),
+                   seq_length=models[-1].seq_length)
+
+
+def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, global_batch: int,
+                 tensor_across_nodes: bool) -> None:
+    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
+    t, cp, p, v, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel",
+                                                         "pipeline_parallel", "virtual_stages", "data_parallel"))
+    ep, etp, b, m = (frame[key].to_numpy() for key in ("expert_parallel", "expert_tensor_parallel",
+                                                       "micro_batch_size", MICRO_BATCHES))
+    seq = model.seq_length
+
+    def reject(rule: str, broken: np.ndarray, reason) -> None:
+        rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
+        frame.loc[frame.index[rows], RULE] = rule
+        frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
+
+    for heads, kv in model.heads:
+        reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
+        reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
+                                               "(whole key/value heads per rank)")
+    if not tensor_across_nodes:
+        reject("node", devices_per_node % t != 0,
+               lambda i: f"tensor_parallel={t[i]} does not divide devices_per_node={devices_per_node} "
+                         "(a tensor-parallel group stays inside a node)")
+    reject("sequence", (cp > 1) & (seq % (2 * cp) != 0),
+           lambda i: f"seq_length={seq} does not split into 2 * context_parallel = {2 * cp[i]} equal chunks "
+                     "(Megatron-LM's load-balanced ring attention)")
+    shard = seq // cp
+    reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
+           lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
+                     "(sequence parallelism)")
+    _expert_rules(reject, model, t * cp * dp, ep, etp)
+    reject("batch", global_batch % (dp * b) != 0,
+           lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
+                     f"global_batch={global_batch}")
+    reject("cells", p * v > model.layers,
+           lambda i: f"pipeline_parallel * virtual_stages = {p[i]} * {v[i]} = {p[i] * v[i]} cells exceed the "
+                     f"{model.layers} body layers (each cell holds at least one)")
+    refusals = _schedule_refusals(frame)
+    reject("schedule", refusals.notna().to_numpy(), lambda i: refusals.iloc[i])
+    reject("size", p * v * m > MAX_SIMULATED_PASSES,
+           lambda i: f"p * v * m = {p[i]} * {v[i]} * {m[i]} = {p[i] * v[i] * m[i]:,} forward passes; sappkit "
+                     f"simulates at most {MAX_SIMULATED_PASSES.cited}")
+
+
+def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:
+    if not model.experts:
+        def dense(i):
+            set_ = [f"{name}={value}" for name, value in (("expert_parallel", ep[i]), ("expert_tensor_parallel",
+                                                                                       etp[i])) if value > 1]
+            return f"{' and '.join(set_)} {'needs' if len(set_) == 1 else 'need'} a MoE model (this one has no experts)"
+
+        reject("experts", (ep > 1) | (etp > 1), dense)
+        return
+    reject("experts", model.experts % ep != 0,
+           lambda i: f"expert_parallel={ep[i]} does not divide the {model.experts} routed experts")
+    reject("experts", ranks % (ep * etp) != 0,
+           lambda i: f"expert_parallel * expert_tensor_parallel = {ep[i] * etp[i]} does not divide tensor_parallel "
+                     f"* context_parallel * data_parallel = {ranks[i]}")
+
+
+def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
+    """Per row, what :func:`check_pipeline` refuses (None where it accepts, and without a pipeline)."""
+    keys = ["schedule", "pipeline_parallel", MICRO_BATCHES, "virtual_stages"]
+    shapes = frame.loc[frame["pipeline_parallel"] > 1, keys].drop_duplicates()
+    refused = {}
+    for schedule, p, m, v in shapes.itertuples(index=False):
+        try:
+            check_pipeline(schedule, int(p), max(int(m), 1), int(v))
+        except InputError as error:
+            refused[(schedule, p, m, v)] = str(error)
+    index = pd.MultiIndex.from_frame(frame[keys])
+    return pd.Series([refused.get(key) for key in index], index=frame.index, dtype=object)
+
+
+def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig], *, global_batch: int,
+                        devices_per_node: int | None = None) -> int:
+    """Raise the rule ``strategy`` breaks for ``models`` (module docstring), else return its micro-batches ``m``.
+
+    ``devices_per_node`` checks the ``node`` rule too (the search's default).
+
+    Examples
+    --------
+    >>> from sappkit import Strategy, TransformerConfig
+    >>> gpt = TransformerConfig(layers=32, hidden_size=2048, num_heads=16, ffn_size=8192, seq_length=2048,
+    ...                         vocab_size=51200)
+    >>> check_strategy_fits(Strategy(pipeline_parallel=4), [gpt], global_batch=64)
+    64
+    >>> check_strategy_fits(Strategy(pipeline_parallel=64), [gpt], global_batch=64)
+    Traceback (most recent call last):
+    ...
+    sappkit.errors.InputError: strategy t1 p64 v1 dp1 cp1 ep1 b1 1f1b zero1 breaks the 'cells' rule: pipeline_parallel * virtual_stages = 64 * 1 = 64 cells exceed the 32 body layers (each cell holds at least one)
+    """
+    m = strategy.micro_batches(global_batch)
+    frame = pd.DataFrame([{field: getattr(strategy, field) for field in _FIELDS} | {MICRO_BATCHES: m}])
+    frame[RULE], frame[REASON] = None, ""
+    model = RuledModel.of(models)
+    apply_rules(frame, model, devices_per_node or 1, global_batch, devices_per_node is None)
+    if frame.at[0, RULE] is not None:
+        raise InputError(f"strategy {strategy.label} breaks the {frame.at[0, RULE]!r} rule: {frame.at[0, REASON]}")
+    return m
