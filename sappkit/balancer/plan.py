@@ -43,11 +43,8 @@ OFFSET_KEYS = ("offset", "recompute", "select_recompute", "select_comm_recompute
 class ConstraintCost:
     """What planning within a trainer's grammar costs against the unconstrained plan (``balance(trainer=...)``).
 
-    ``unconstrained`` and ``constrained`` are the two plans' objectives (the
-    simulated step time for ``objective="step"``), in :attr:`time_unit`;
-    :attr:`time` is their difference and :attr:`percent` it against the
-    unconstrained plan. Never negative: the grammar's plans are plans the
-    unconstrained balancer may choose.
+    ``unconstrained`` and ``constrained`` are the two plans' objectives in :attr:`time_unit`; :attr:`time` is
+    their difference, never negative (the grammar's plans are plans the unconstrained balancer may choose).
     """
 
     trainer: str
