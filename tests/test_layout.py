@@ -29,7 +29,7 @@ ROOM_ORDER = {
                                ("route",)),
     "sappkit.balancer.exact.boundary": (("stage_cells",), ("cap_search",), ("stage_tables",), ("stage_dp",),
                                         ("split_search",), ("search",)),
-    "sappkit.strategy": (("config", "compiled"), ("step",), ("result",), ("evaluate",), ("validation", "search")),
+    "sappkit.strategy": (("config", "compiled"), ("rules",), ("step",), ("result",), ("evaluate",), ("validation", "search")),
     "sappkit.strategy.search": (("space", "shapes"), ("bounds",), ("even_bounds",), ("tasks",), ("engine", "result"),
                                 ("strategies",)),
 }

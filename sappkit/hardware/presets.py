@@ -36,19 +36,20 @@ def a100_80g(**overrides) -> DeviceConfig:
 
     NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-nvidia-us-2188504-web, June 2021): BF16/FP16
     tensor 312 TFLOP/s dense (624 sparse), TF32 156, FP32 19.5; 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s
-    (both directions: 300 GB/s each way). Efficiencies: :data:`A100_CALIBRATION`.
+    (both directions: 300 GB/s each way). As the card reports it (``nvidia-smi`` memory.total, listed in
+    modal-labs/modal-client pull request #2797): 81,920 MiB. Efficiencies: :data:`A100_CALIBRATION`.
     """
     return DeviceConfig(**{**dict(name="a100-80g", tflops=312.0, fp32_tflops=156.0, hbm_gb=80.0, hbm_gbs=2039.0,
-                                  link_gbs=300.0, **A100_CALIBRATION), **overrides})
+                                  memory_mib=81920.0, link_gbs=300.0, **A100_CALIBRATION), **overrides})
 
 
 def a100_40g(**overrides) -> DeviceConfig:
     """NVIDIA A100 SXM4 40 GB.
 
-    NVIDIA A100 Tensor Core GPU datasheet (as :func:`a100_80g`): the same peaks; 40 GB HBM2 at 1,555 GB/s.
-    Efficiencies: the A100 80 GB's (the same chip).
+    NVIDIA A100 Tensor Core GPU datasheet (as :func:`a100_80g`): the same peaks; 40 GB HBM2 at 1,555 GB/s;
+    reported 40,960 MiB (the same list). Efficiencies: the A100 80 GB's (the same chip).
     """
-    return a100_80g(**{**dict(name="a100-40g", hbm_gb=40.0, hbm_gbs=1555.0), **overrides})
+    return a100_80g(**{**dict(name="a100-40g", hbm_gb=40.0, hbm_gbs=1555.0, memory_mib=40960.0), **overrides})
 
 
 def h100_sxm(**overrides) -> DeviceConfig:
@@ -56,20 +57,23 @@ def h100_sxm(**overrides) -> DeviceConfig:
 
     NVIDIA H100 Tensor Core GPU datasheet (h100-datasheet-2287922, 2023): BF16/FP16 tensor 1,979 TFLOP/s with
     sparsity, so 989.4 dense; FP8 3,958 sparse (1,978.9 dense); TF32 989 sparse (494.7 dense); 80 GB HBM3 at
-    3.35 TB/s; NVLink 900 GB/s (450 GB/s each way). No published run here calibrates it: efficiencies are the
-    A100's (:data:`A100_CALIBRATION`), an assumption.
+    3.35 TB/s; NVLink 900 GB/s (450 GB/s each way); reported 81,559 MiB (``nvidia-smi`` of an "H100 80GB HBM3":
+    modal-labs/modal-client pull request #2797, NVIDIA/nccl issue #1264). No published run here calibrates it:
+    efficiencies are the A100's (:data:`A100_CALIBRATION`), an assumption.
     """
     return DeviceConfig(**{**dict(name="h100-sxm", tflops=989.4, fp32_tflops=494.7, fp8_tflops=1978.9, hbm_gb=80.0,
-                                  hbm_gbs=3350.0, link_gbs=450.0, **A100_CALIBRATION), **overrides})
+                                  hbm_gbs=3350.0, memory_mib=81559.0, link_gbs=450.0, **A100_CALIBRATION),
+                           **overrides})
 
 
 def h200(**overrides) -> DeviceConfig:
     """NVIDIA H200 SXM 141 GB.
 
     NVIDIA H200 Tensor Core GPU datasheet (2024): the H100 SXM's peaks (BF16 1,979 TFLOP/s sparse, 989.4 dense;
-    FP8 3,958 sparse); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s. Efficiencies: the A100's (an assumption).
+    FP8 3,958 sparse); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s; reported 143,771 MiB (``nvidia-smi`` of an
+    "NVIDIA H200", as published logs of the card show it). Efficiencies: the A100's (an assumption).
     """
-    return h100_sxm(**{**dict(name="h200", hbm_gb=141.0, hbm_gbs=4800.0), **overrides})
+    return h100_sxm(**{**dict(name="h200", hbm_gb=141.0, hbm_gbs=4800.0, memory_mib=143771.0), **overrides})
 
 
 def b200(**overrides) -> DeviceConfig:
@@ -77,11 +81,13 @@ def b200(**overrides) -> DeviceConfig:
 
     NVIDIA DGX B200 datasheet (2024): 8 GPUs with 1,440 GB HBM3e (180 GB each) at 64 TB/s (8 TB/s each), 72
     PFLOP/s FP8 training with sparsity (9 per GPU, so 4.5 dense), NVLink 5 at 1.8 TB/s per GPU (900 GB/s each
-    way); HGX B200 datasheet: BF16/FP16 tensor 4.5 PFLOP/s sparse per GPU (2,250 dense), TF32 2.2 sparse.
-    Efficiencies: the A100's (an assumption).
+    way); HGX B200 datasheet: BF16/FP16 tensor 4.5 PFLOP/s sparse per GPU (2,250 dense), TF32 2.2 sparse;
+    reported 183,359 MiB (``nvidia-smi`` of an "NVIDIA B200": NVIDIA/TensorRT-LLM issue #10278). Efficiencies:
+    the A100's (an assumption).
     """
     return DeviceConfig(**{**dict(name="b200", tflops=2250.0, fp32_tflops=1100.0, fp8_tflops=4500.0, hbm_gb=180.0,
-                                  hbm_gbs=8000.0, link_gbs=900.0, **A100_CALIBRATION), **overrides})
+                                  hbm_gbs=8000.0, memory_mib=183359.0, link_gbs=900.0, **A100_CALIBRATION),
+                           **overrides})
 
 
 def ascend_910b(**overrides) -> DeviceConfig:
@@ -91,6 +97,7 @@ def ascend_910b(**overrides) -> DeviceConfig:
     section 2.2): FP16 280 TFLOP/s, 64 GB HBM2e, HCCS full mesh between the 8 NPUs of a server. Not sourced
     (sappkit's previous generic defaults, kept): HBM bandwidth 1,600 GB/s and a 50 GB/s NPU-to-NPU link.
     Efficiencies: :class:`DeviceConfig`'s defaults (matmuls at a flat 40%), no published run calibrates them.
+    Memory as reported: not sourced, ``hbm_gb`` bytes.
     """
     return DeviceConfig(**{**dict(name="ascend-910b", tflops=280.0, hbm_gb=64.0, hbm_gbs=1600.0, link_gbs=50.0),
                            **overrides})

@@ -24,7 +24,12 @@ from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms
 from ..layers.estimate import param_bytes
 from ..layers.timing import DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS
 
-__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache"]
+__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache", "DEFAULT_KERNELS"]
+
+#: The kernels a strategy's layers run unless told otherwise: flash attention (every modern trainer runs flash or
+#: cuDNN fused attention: Megatron-Core's and NeMo's default ``attention_backend``, torchtitan's SDPA), the rest as
+#: :class:`~sappkit.layers.KernelConfig`'s defaults.
+DEFAULT_KERNELS = KernelConfig(attention="flash")
 
 _MB = 2**20
 #: Compiled shapes kept (a search visits a few dozen shapes; each holds one small table).
@@ -88,7 +93,8 @@ def shape_key(models: tuple, parallel: ParallelConfig, cluster: Cluster, kernels
 
 def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig, cluster: Cluster, *,
                   kernels: KernelConfig | None = None, options: tuple[str, ...]) -> CompiledShape:
-    """The compiled shape of ``models`` under ``parallel`` on ``cluster`` (cached per :func:`shape_key`).
+    """The compiled shape of ``models`` under ``parallel`` on ``cluster`` (cached per :func:`shape_key`); ``kernels``
+    default :data:`DEFAULT_KERNELS`.
 
     Examples
     --------
@@ -101,10 +107,10 @@ def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfi
     ...                     options=("none",))
     >>> one is two, one.table(ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0), cluster).frame.equals(
     ...     estimate_layers(gpt, parallel=ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0),
-    ...                     cluster=cluster, options=("none",)).frame)
+    ...                     cluster=cluster, options=("none",), kernels=DEFAULT_KERNELS).frame)
     (True, True)
     """
-    kernels = KernelConfig() if kernels is None else kernels
+    kernels = DEFAULT_KERNELS if kernels is None else kernels
     key = shape_key(models, parallel, cluster, kernels, options)
     compiled = _cache.get(key)
     if compiled is None:

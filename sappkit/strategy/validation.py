@@ -3,7 +3,9 @@
 ``data/published_runs.csv`` (``data/README.md`` describes it) holds runs
 whose model shape, strategy and cluster are published, each with what was
 measured and where (paper, table, page or file); ``assumed`` says what a row
-had to assume where its source is silent. A row's metric is what its source
+had to assume where its source is silent. An optional ``attention`` column names the attention kernel a run
+ran (:class:`~sappkit.layers.KernelConfig`'s ``attention``); without it, a row ran
+:data:`PUBLISHED_ATTENTION`. A row's metric is what its source
 measured (:data:`METRICS`); the prediction is
 :func:`sappkit.evaluate_strategy`'s step priced in the same unit, and the
 error ``predicted / measured - 1``.
@@ -29,14 +31,14 @@ from .._files import as_path, bundled, read_csv
 from .._frames import check_frame
 from ..errors import InputError
 from ..hardware import Cluster
-from ..layers import TransformerConfig
+from ..layers import KernelConfig, TransformerConfig
 from ..layers.flops import megatron_sc21_flops
 from ..layers.units import text_table
 from .config import Strategy
 from .evaluate import evaluate_strategy
 
 __all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
-           "validate_memory", "Validation", "run_inputs"]
+           "validate_memory", "Validation", "run_inputs", "PUBLISHED_ATTENTION"]
 
 #: The bundled tables of published runs and of published per-device memory.
 PUBLISHED_RUNS, PUBLISHED_MEMORY = "published_runs.csv", "published_memory.csv"
@@ -57,6 +59,9 @@ _SETTINGS = (*_SHAPE, *_STRATEGY, "global_batch", "devices", "cluster", "dtype",
 _COLUMNS = ("run", "source", "where", "metric", "measured", *_SETTINGS)
 _MEMORY_COLUMNS = ("run", "source", "where", "part", "measured_gib", *_SETTINGS)
 _NUMERIC = (*_SHAPE, *_STRATEGY, "global_batch", "devices")
+#: The attention a row ran where it has no ``attention`` column: the materialised attention of Megatron-LM's
+#: 2021-22 runs (flash attention came after them).
+PUBLISHED_ATTENTION = "paper"
 
 
 def published_runs(path=None) -> pd.DataFrame:
@@ -207,7 +212,9 @@ def validate_memory(rows: pd.DataFrame | None = None, *,
 def _priced(row, clusters):
     model, strategy, batch = run_inputs(row)
     cluster = (clusters or {}).get(row["cluster"]) or Cluster.preset(row["cluster"])
-    result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"])
+    kernels = KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)))
+    result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"],
+                               kernels=kernels)
     return model, strategy, batch, result
 
 

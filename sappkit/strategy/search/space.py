@@ -3,30 +3,9 @@
 :func:`enumerate_strategies` lays out every way to run a model on exactly
 ``devices`` devices (``t · cp · dp · p = devices``) over the values of each
 searched dimension (:func:`default_dims`, or the caller's), for every
-schedule and its chunk counts, and checks each against the rules below, in
-this order. A strategy that breaks one keeps the first it breaks (its name
-in ``rule``, the numbers in ``reason``) and is never ranked.
-
-- ``heads``: ``t`` divides the attention heads and the key/value heads of
-  every stack (Megatron-LM splits whole heads and whole query groups over
-  the tensor-parallel ranks).
-- ``node``: ``t`` divides the devices of a node, so a tensor-parallel group
-  (two collectives per layer, forward and backward) stays on the node's
-  links; ``tensor_across_nodes=True`` lifts it.
-- ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
-  (Megatron-LM's load-balanced causal ring attention), and with sequence
-  parallelism a rank's share splits again over ``t``.
-- ``experts``: a dense model runs ``ep = 1``; a MoE model's ``ep`` divides
-  its routed experts, and ``ep · etp`` divides ``t · cp · dp`` (Megatron-Core's
-  expert grid is carved out of those ranks).
-- ``batch``: ``dp · b`` divides the global batch (whole micro-batches).
-- ``cells``: every (chunk, stage) cell holds at least one body layer
-  (``p · v`` cells).
-- ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`: an interleaved
-  schedule with ``v > 1`` needs ``m >= p``, DualPipeV ``m >= 2p``, PyTorch's zero-bubble interleaved equal
-  rounds; the V schedules run ``v = 2``).
-- ``size``: the step stays within what sappkit simulates
-  (:data:`~sappkit.limits.MAX_SIMULATED_PASSES` forward passes).
+schedule and its chunk counts, and checks each against a trainer's rules (:mod:`sappkit.strategy.rules`, the check
+:func:`sappkit.evaluate_strategy` holds a strategy to as well). A strategy that breaks one keeps the first it
+breaks (its name in ``rule``, the numbers in ``reason``) and is never ranked.
 
 Strategies that differ only in a setting without effect are not laid out
 twice: without a pipeline (``p = 1``) only ``1f1b`` with ``v = 1``;
@@ -39,7 +18,6 @@ and with one slice per micro-batch it is the interleaved schedule.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -47,8 +25,9 @@ import pandas as pd
 from ..._check import check_bool, check_choice, check_int, short
 from ...errors import InputError
 from ...layers import TransformerConfig
-from ...limits import MAX_SIMULATED_PASSES, MAX_STAGES
-from ...pipeline.schedules import SCHEDULES, V_SHAPED, check_pipeline
+from ...limits import MAX_STAGES
+from ...pipeline.schedules import SCHEDULES, V_SHAPED
+from ..rules import MICRO_BATCHES, REASON, RULE, RULES, RuleModel, apply_rules
 
 __all__ = ["DIMENSIONS", "SEARCHED_SCHEDULES", "RULES", "default_dims", "check_dims", "enumerate_strategies",
            "RULE", "REASON", "MICRO_BATCHES", "DEFAULT_CHUNKS",
@@ -59,31 +38,12 @@ DIMENSIONS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_pa
               "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel")
 #: The schedules the search lays out by default (module docstring: not ``seqpipe``).
 SEARCHED_SCHEDULES = tuple(name for name in SCHEDULES if name != "seqpipe")
-#: The rules, in the order they are checked (module docstring).
-RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
-RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The most chunks a stage runs by default: the balancer's exact search grows steeply with a stage's chunks (a
 #: 70B-class model on 4 stages balances in about a second at 4 chunks and a minute or more at 8); ``dims`` asks for
 #: more, up to :data:`~sappkit.limits.MAX_CHUNKS`.
 DEFAULT_CHUNKS = 4
 #: Schedules that run one chunk, two (the V), or any number from their least.
 _ONE_CHUNK, _LEAST_CHUNKS = ("1f1b", "gpipe"), {"interleaved": 2, "looped_bfs": 2, "zb_interleaved": 1}
-
-
-@dataclass(frozen=True)
-class _Model:
-    """What the rules read of a model: its stacks' heads, its body layers, its experts, its sequence."""
-
-    heads: tuple[tuple[int, int], ...]
-    layers: int
-    experts: int
-    seq_length: int
-
-    @classmethod
-    def of(cls, models: Sequence[TransformerConfig]) -> _Model:
-        return cls(heads=tuple((m.num_heads, m.num_kv_heads) for m in models),
-                   layers=sum(m.layers for m in models), experts=max(m.experts for m in models),
-                   seq_length=models[-1].seq_length)
 
 
 def _divisors(n: int, upto: int | None = None) -> tuple[int, ...]:
@@ -110,7 +70,7 @@ def default_dims(models: Sequence[TransformerConfig], devices: int, devices_per_
     >>> dims["tensor_parallel"], dims["pipeline_parallel"], dims["expert_parallel"]
     ((1, 2, 4, 8), (1, 2, 4, 8), (1,))
     """
-    model = _Model.of(models)
+    model = RuleModel.of(models)
     tensor = _divisors(devices, max(h for h, _ in model.heads)) if tensor_across_nodes else _divisors(devices_per_node)
     return {"tensor_parallel": tensor, "context_parallel": (1, 2, 4, 8, 16),
             "pipeline_parallel": _divisors(devices, min(model.layers, MAX_STAGES)),
@@ -217,7 +177,7 @@ def enumerate_strategies(models: Sequence[TransformerConfig], *, devices: int, d
     'tensor_parallel=16 does not divide devices_per_node=8 (a tensor-parallel group stays inside a node)'
     """
     check_bool("tensor_across_nodes", tensor_across_nodes)
-    model = _Model.of(models)
+    model = RuleModel.of(models)
     space = check_dims(dims, default_dims(models, devices, devices_per_node, tensor_across_nodes=tensor_across_nodes))
     pairs = _schedule_chunks(check_schedules(schedules), space["virtual_stages"])
     frame = _grid(_layouts(devices, space), space, pairs)
@@ -225,78 +185,5 @@ def enumerate_strategies(models: Sequence[TransformerConfig], *, devices: int, d
         frame = frame[frame["pipeline_parallel"] * frame["virtual_stages"] <= model.layers]
     frame[MICRO_BATCHES] = global_batch // (frame["data_parallel"] * frame["micro_batch_size"])
     frame[RULE], frame[REASON] = None, ""
-    _apply_rules(frame, model, devices_per_node, global_batch, tensor_across_nodes)
+    apply_rules(frame, model, devices_per_node, global_batch, tensor_across_nodes)
     return frame.sort_values(list(DIMENSIONS) + ["schedule"], kind="stable").reset_index(drop=True)
-
-
-def _apply_rules(frame: pd.DataFrame, model: _Model, devices_per_node: int, global_batch: int,
-                 tensor_across_nodes: bool) -> None:
-    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
-    t, cp, p, v, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel",
-                                                         "pipeline_parallel", "virtual_stages", "data_parallel"))
-    ep, etp, b, m = (frame[key].to_numpy() for key in ("expert_parallel", "expert_tensor_parallel",
-                                                       "micro_batch_size", MICRO_BATCHES))
-    seq = model.seq_length
-
-    def reject(rule: str, broken: np.ndarray, reason) -> None:
-        rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
-        frame.loc[frame.index[rows], RULE] = rule
-        frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
-
-    for heads, kv in model.heads:
-        reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
-        reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
-                                               "(whole key/value heads per rank)")
-    if not tensor_across_nodes:
-        reject("node", devices_per_node % t != 0,
-               lambda i: f"tensor_parallel={t[i]} does not divide devices_per_node={devices_per_node} "
-                         "(a tensor-parallel group stays inside a node)")
-    reject("sequence", (cp > 1) & (seq % (2 * cp) != 0),
-           lambda i: f"seq_length={seq} does not split into 2 * context_parallel = {2 * cp[i]} equal chunks "
-                     "(Megatron-LM's load-balanced ring attention)")
-    shard = seq // cp
-    reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
-           lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
-                     "(sequence parallelism)")
-    _expert_rules(reject, model, t * cp * dp, ep, etp)
-    reject("batch", global_batch % (dp * b) != 0,
-           lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
-                     f"global_batch={global_batch}")
-    reject("cells", p * v > model.layers,
-           lambda i: f"pipeline_parallel * virtual_stages = {p[i]} * {v[i]} = {p[i] * v[i]} cells exceed the "
-                     f"{model.layers} body layers (each cell holds at least one)")
-    refusals = _schedule_refusals(frame)
-    reject("schedule", refusals.notna().to_numpy(), lambda i: refusals.iloc[i])
-    reject("size", p * v * m > MAX_SIMULATED_PASSES,
-           lambda i: f"p * v * m = {p[i]} * {v[i]} * {m[i]} = {p[i] * v[i] * m[i]:,} forward passes; sappkit "
-                     f"simulates at most {MAX_SIMULATED_PASSES.cited}")
-
-
-def _expert_rules(reject, model: _Model, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:
-    if not model.experts:
-        def dense(i):
-            set_ = [f"{name}={value}" for name, value in (("expert_parallel", ep[i]), ("expert_tensor_parallel",
-                                                                                       etp[i])) if value > 1]
-            return f"{' and '.join(set_)} {'needs' if len(set_) == 1 else 'need'} a MoE model (this one has no experts)"
-
-        reject("experts", (ep > 1) | (etp > 1), dense)
-        return
-    reject("experts", model.experts % ep != 0,
-           lambda i: f"expert_parallel={ep[i]} does not divide the {model.experts} routed experts")
-    reject("experts", ranks % (ep * etp) != 0,
-           lambda i: f"expert_parallel * expert_tensor_parallel = {ep[i] * etp[i]} does not divide tensor_parallel "
-                     f"* context_parallel * data_parallel = {ranks[i]}")
-
-
-def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
-    """Per row, what :func:`check_pipeline` refuses (None where it accepts, and without a pipeline)."""
-    keys = ["schedule", "pipeline_parallel", MICRO_BATCHES, "virtual_stages"]
-    shapes = frame.loc[frame["pipeline_parallel"] > 1, keys].drop_duplicates()
-    refused = {}
-    for schedule, p, m, v in shapes.itertuples(index=False):
-        try:
-            check_pipeline(schedule, int(p), max(int(m), 1), int(v))
-        except InputError as error:
-            refused[(schedule, p, m, v)] = str(error)
-    index = pd.MultiIndex.from_frame(frame[keys])
-    return pd.Series([refused.get(key) for key in index], index=frame.index, dtype=object)
