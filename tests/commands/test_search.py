@@ -129,18 +129,18 @@ def test_cli_search_exports_the_best_to_torchtitan_and_reads_back_to_its_plan(ca
 
 
 def test_cli_search_exports_a_best_without_a_pipeline_as_megatrons_degrees(capsys):
-    assert main([*PIPELINED, "--memory", "16000", "--export", "megatron"]) == 0
+    assert main([*PIPELINED, "--memory", "30000", "--export", "megatron"]) == 0
     text = capsys.readouterr().out
-    assert ("the best strategy t1 p1 v1 dp8 cp2 ep1 b1 1f1b zero3, every layer recomputing 'both':\n"
-            "megatron config (arguments):\n--pipeline-model-parallel-size 1 \\\n--context-parallel-size 2 \\\n"
-            "--micro-batch-size 1 \\\n--global-batch-size 32 \\\n") in text
-    assert ("note: recompute not set: add Megatron-LM's --recompute-* flags for 'both' (or export a strategy with\n"
+    assert ("the best strategy t1 p1 v1 dp16 cp1 ep1 b2 1f1b zero3, every layer recomputing 'comm':\n"
+            "megatron config (arguments):\n--pipeline-model-parallel-size 1 \\\n"
+            "--micro-batch-size 2 \\\n--global-batch-size 32 \\\n") in text
+    assert ("note: recompute not set: add Megatron-LM's --recompute-* flags for 'comm' (or export a strategy with\n"
             "  a pipeline: its plan carries them)\n") in text
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--memory", "16000", "--export", "torchtitan"],
-     "sappkit search: --export torchtitan: the best strategy t1 p1 v1 dp8 cp2 ep1 b1 1f1b zero3 runs no pipeline "
+    (["--memory", "30000", "--export", "torchtitan"],
+     "sappkit search: --export torchtitan: the best strategy t1 p1 v1 dp16 cp1 ep1 b2 1f1b zero3 runs no pipeline "
      "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; use --export megatron\n"),
     (["--schedules", "interleaved", "--export", "hyperparallel"],
      "sappkit search: --export hyperparallel: the best strategy t2 p2 v4 dp2 cp2 ep1 b1 interleaved zero3: "
