@@ -8,9 +8,9 @@ there. Presets by name: ``DeviceConfig.preset("h100-sxm")``,
 """
 
 from .cluster import DEFAULT_RANK_ORDER, RANK_DIMENSIONS, Cluster, GroupSizes
-from .collectives import COLLECTIVES, Link, collective_ms
+from .collectives import COLLECTIVES, Link, collective_ms, overlap_ms
 from .device import DTYPES, DeviceConfig
 from .presets import CLUSTER_PRESETS, DEVICE_PRESETS
 
 __all__ = ["DeviceConfig", "DTYPES", "Cluster", "GroupSizes", "RANK_DIMENSIONS", "DEFAULT_RANK_ORDER", "Link",
-           "COLLECTIVES", "collective_ms", "DEVICE_PRESETS", "CLUSTER_PRESETS"]
+           "COLLECTIVES", "collective_ms", "overlap_ms", "DEVICE_PRESETS", "CLUSTER_PRESETS"]

@@ -78,6 +78,10 @@ class DeviceConfig:
     memory_mib: float | None = None
     """Device memory as the card reports it (``nvidia-smi``'s ``memory.total``), MiB; None: ``hbm_gb`` bytes.
     The presets cite each card's report (an "80 GB" H100 reports 81,559 MiB)."""
+    comm_sm_share: float = 0.12
+    """Share of the device's SMs a collective's kernels take while they overlap compute, in [0, 1): the compute
+    under an overlapped collective runs that much slower (:func:`sappkit.hardware.overlap_ms`). Default: Transformer
+    Engine's 16 SMs per overlapped collective (``initialize_ub``'s ``add_ub(num_sm=16)``) of an H100's 132."""
     reserved_mib: float = RESERVED_MIB
     """Memory a training process cannot give to tensors, MiB: the CUDA context, the communication library's
     buffers and workspaces, and the caching allocator's fragmentation (:data:`RESERVED_MIB`)."""
@@ -93,6 +97,8 @@ class DeviceConfig:
                 raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
         check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
         check_number("kernel_us", self.kernel_us, minimum=0)
+        if not 0 <= check_number("comm_sm_share", self.comm_sm_share) < 1:
+            raise InputError(f"comm_sm_share must be in [0, 1); got {self.comm_sm_share!r}")
         if self.memory_mib is not None:
             check_number("memory_mib", self.memory_mib, minimum=0, strict=True)
         if check_number("reserved_mib", self.reserved_mib, minimum=0) >= self.total_mb:

@@ -36,11 +36,13 @@ def a100_80g(**overrides) -> DeviceConfig:
 
     NVIDIA A100 Tensor Core GPU datasheet (nvidia-a100-datasheet-nvidia-us-2188504-web, June 2021): BF16/FP16
     tensor 312 TFLOP/s dense (624 sparse), TF32 156, FP32 19.5; 80 GB HBM2e at 2,039 GB/s; NVLink 600 GB/s
-    (both directions: 300 GB/s each way). As the card reports it (``nvidia-smi`` memory.total, listed in
-    modal-labs/modal-client pull request #2797): 81,920 MiB. Efficiencies: :data:`A100_CALIBRATION`.
+    (both directions: 300 GB/s each way); 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper), 16 of
+    them taken by an overlapped collective (:class:`DeviceConfig`'s ``comm_sm_share``). As the card reports it
+    (``nvidia-smi`` memory.total, listed in modal-labs/modal-client pull request #2797): 81,920 MiB. Efficiencies: :data:`A100_CALIBRATION`.
     """
     return DeviceConfig(**{**dict(name="a100-80g", tflops=312.0, fp32_tflops=156.0, hbm_gb=80.0, hbm_gbs=2039.0,
-                                  memory_mib=81920.0, link_gbs=300.0, **A100_CALIBRATION), **overrides})
+                                  memory_mib=81920.0, comm_sm_share=16 / 108, link_gbs=300.0, **A100_CALIBRATION),
+                           **overrides})
 
 
 def a100_40g(**overrides) -> DeviceConfig:
@@ -58,11 +60,13 @@ def h100_sxm(**overrides) -> DeviceConfig:
     NVIDIA H100 Tensor Core GPU datasheet (h100-datasheet-2287922, 2023): BF16/FP16 tensor 1,979 TFLOP/s with
     sparsity, so 989.4 dense; FP8 3,958 sparse (1,978.9 dense); TF32 989 sparse (494.7 dense); 80 GB HBM3 at
     3.35 TB/s; NVLink 900 GB/s (450 GB/s each way); reported 81,559 MiB (``nvidia-smi`` of an "H100 80GB HBM3":
-    modal-labs/modal-client pull request #2797, NVIDIA/nccl issue #1264). No published run here calibrates it:
+    modal-labs/modal-client pull request #2797, NVIDIA/nccl issue #1264); 132 SMs (NVIDIA H100 Tensor Core GPU
+    Architecture whitepaper), 16 of them per overlapped collective. No published run here calibrates it:
     efficiencies are the A100's (:data:`A100_CALIBRATION`), an assumption.
     """
     return DeviceConfig(**{**dict(name="h100-sxm", tflops=989.4, fp32_tflops=494.7, fp8_tflops=1978.9, hbm_gb=80.0,
-                                  hbm_gbs=3350.0, memory_mib=81559.0, link_gbs=450.0, **A100_CALIBRATION),
+                                  hbm_gbs=3350.0, memory_mib=81559.0, comm_sm_share=16 / 132, link_gbs=450.0,
+                                  **A100_CALIBRATION),
                            **overrides})
 
 
@@ -82,11 +86,13 @@ def b200(**overrides) -> DeviceConfig:
     NVIDIA DGX B200 datasheet (2024): 8 GPUs with 1,440 GB HBM3e (180 GB each) at 64 TB/s (8 TB/s each), 72
     PFLOP/s FP8 training with sparsity (9 per GPU, so 4.5 dense), NVLink 5 at 1.8 TB/s per GPU (900 GB/s each
     way); HGX B200 datasheet: BF16/FP16 tensor 4.5 PFLOP/s sparse per GPU (2,250 dense), TF32 2.2 sparse;
-    reported 183,359 MiB (``nvidia-smi`` of an "NVIDIA B200": NVIDIA/TensorRT-LLM issue #10278). Efficiencies:
+    reported 183,359 MiB (``nvidia-smi`` of an "NVIDIA B200": NVIDIA/TensorRT-LLM issue #10278); 148 SMs (CUDA's
+    device query of a B200, as pytorch/ao pull request #4002 prints it), 16 per overlapped collective. Efficiencies:
     the A100's (an assumption).
     """
     return DeviceConfig(**{**dict(name="b200", tflops=2250.0, fp32_tflops=1100.0, fp8_tflops=4500.0, hbm_gb=180.0,
-                                  hbm_gbs=8000.0, memory_mib=183359.0, link_gbs=900.0, **A100_CALIBRATION),
+                                  hbm_gbs=8000.0, memory_mib=183359.0, comm_sm_share=16 / 148, link_gbs=900.0,
+                                  **A100_CALIBRATION),
                            **overrides})
 
 

@@ -25,9 +25,14 @@ parameters (:func:`grad_sync_ms`, :func:`optimizer_ms`): gradients are
 reduced over the ``dp·c`` ranks (experts' over ``t·c·dp/(etp·ep)``) in fp32
 for bf16 and fp32 training and in fp16 for fp16 training (Megatron's
 defaults); ZeRO stages 1 and 2 (the distributed optimizer) reduce-scatter them
-and all-gather the updated weights, stage 0 all-reduces; stage 3 (FSDP) also
-gathers every layer's weights forward and backward, which its prefetch hides behind the compute (assumed, not
-priced). The optimizer step
+and all-gather the updated weights, stage 0 all-reduces. Stage 3 (FSDP)
+works per micro-batch instead (:func:`zero3_comm_ms`): each layer all-gathers
+its weights (``e`` bytes per parameter) for its forward, again for its
+backward when it reshards after the forward (FSDP2's default), and
+reduce-scatters its gradients in the backward (FSDP2 reduces every
+micro-batch); :mod:`sappkit.strategy.compiled` overlaps each with the
+layer's own forward or backward (:func:`sappkit.hardware.overlap_ms`: the
+prefetch of the next layer runs under this one). The optimizer step
 (Adam) moves 34 bytes per parameter it updates: the fp32 master weight and
 two moments read and written (24), the gradient read for the norm and the
 step (8) and the new weight written (2).
@@ -41,7 +46,7 @@ from ..hardware import Cluster, GroupSizes, collective_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
-           "grad_sync_parts", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
+           "grad_sync_parts", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
 
 #: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
 GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4}
@@ -158,8 +163,11 @@ def grad_sync_ms(dense_params: float, expert_params: float, parallel: ParallelCo
 
 def grad_sync_parts(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
                     stages: int = 1) -> tuple[float, float]:
-    """(the gradient reduction, the weight gather after the optimizer step) of one step, ms."""
+    """(the gradient reduction, the weight gather after the optimizer step) of one step, ms; none under ZeRO 3,
+    which reduces and gathers per micro-batch (:func:`zero3_comm_ms`)."""
     reduce = gather = 0.0
+    if parallel.zero == 3:
+        return reduce, gather
     weight, grad = _BYTES[parallel.dtype], GRAD_BYTES[parallel.dtype]
     for params, sizes in ((dense_params, dense_sizes(parallel, stages)), (expert_params, expert_sizes(parallel, stages))):
         if not params:
@@ -171,6 +179,25 @@ def grad_sync_parts(dense_params: float, expert_params: float, parallel: Paralle
             reduce += collective_ms("reduce_scatter", grad * params, ranks, link)
             gather += collective_ms("all_gather", weight * params, ranks, link) if parallel.zero < 3 else 0.0
     return reduce, gather
+
+
+def zero3_comm_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
+                  stages: int = 1) -> tuple[float, float]:
+    """ZeRO 3's collectives of one layer per micro-batch, ms: (the forward's weight gather, the backward's: the
+    gather again when resharding after the forward, and the gradient reduce-scatter); zeros below ZeRO 3."""
+    if parallel.zero != 3:
+        return 0.0, 0.0
+    weight, grad = _BYTES[parallel.dtype], GRAD_BYTES[parallel.dtype]
+    forward = backward = 0.0
+    for params, sizes in ((dense_params, dense_sizes(parallel, stages)), (expert_params, expert_sizes(parallel, stages))):
+        if not params:
+            continue
+        ranks, link = _data_group(cluster, sizes)
+        gather = collective_ms("all_gather", weight * params, ranks, link)
+        forward += gather
+        backward += (gather if parallel.reshard_after_forward else 0.0) + collective_ms(
+            "reduce_scatter", grad * params, ranks, link)
+    return forward, backward
 
 
 def _data_group(cluster: Cluster, sizes: GroupSizes):

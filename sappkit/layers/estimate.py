@@ -62,7 +62,12 @@ stage 2 also ``g``, stage 3 (FSDP) also ``w``, over ``D`` = ``dp·c`` ranks
 (experts: ``dp·c·t/(ep·etp)``). Dense parameters are split over ``t``
 (norms, router and MLA down-projections too: < 10% of a layer), routed
 experts over ``ep·etp``. Under stage 3 a layer gathers its weights and
-gradients for compute: ``working_mb = (w + g)·P·(1 − 1/D)``.
+gradients for compute while the next layer's weights are prefetched (FSDP2
+prefetches one layer ahead, forward and backward): ``working_mb = (2w +
+g)·P·(1 − 1/D)``; without ``reshard_after_forward`` every layer keeps its
+gathered weights from its forward to its backward, so it also holds ``w·P·(1 −
+1/D)`` and its working set is the gradient's and the prefetch's, ``(w +
+g)·P·(1 − 1/D)``.
 
 **Time** (``time_model="roofline"``, the default): each op of the layer,
 forward and backward, priced on the device by the compute or memory roofline
@@ -315,10 +320,12 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple
     ranks = parallel.data_parallel * parallel.context_parallel
     expert_ranks = ranks * parallel.tensor_parallel // (parallel.expert_parallel * parallel.expert_tensor_parallel)
     held = working = 0.0
+    reshard = parallel.reshard_after_forward
     for params, shard in ((dense, ranks), (experts, expert_ranks)):
         kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
-        held += params * kept
-        working += params * (w + g) * (1 - 1 / shard) if parallel.zero == 3 else 0.0
+        gathered = params * (1 - 1 / shard) if parallel.zero == 3 else 0.0
+        held += params * kept + (0.0 if reshard else w * gathered)
+        working += (2 * w + g if reshard else w + g) * gathered
     return held, working
 
 

@@ -17,12 +17,12 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..columns import FIRST_WORKING_MB, KIND, PARAM_MB, WORKING_MB
-from ..hardware import Cluster
+from ..columns import BACKWARD_TIME, FIRST_WORKING_MB, FORWARD_TIME, KIND, OPTION, PARAM_MB, WORKING_MB
+from ..hardware import Cluster, overlap_ms
 from ..layers import KernelConfig, LayerTable, ParallelConfig, TransformerConfig, estimate_layers
-from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms
+from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms, zero3_comm_ms
 from ..layers.estimate import param_bytes
-from ..layers.timing import DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS
+from ..layers.timing import COMPUTE_MS, DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS, ZERO_COMM_MS
 
 __all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache", "DEFAULT_KERNELS"]
 
@@ -51,9 +51,9 @@ class CompiledShape:
 
     def table(self, parallel: ParallelConfig, cluster: Cluster) -> LayerTable:
         """The layer table with ``parallel``'s parameter memory and its data-parallel costs on ``cluster`` (of this
-        shape: the same links for the tensor, context and expert groups); made once per ``(dp, zero)`` and
+        shape: the same links for the tensor, context and expert groups); made once per ``(dp, zero, reshard)`` and
         cluster."""
-        key = (parallel.data_parallel, parallel.zero, cluster)
+        key = (parallel.data_parallel, parallel.zero, parallel.reshard_after_forward, cluster)
         if key not in self.tables:
             self.tables[key] = self._table(parallel, cluster)
         return self.tables[key]
@@ -67,8 +67,28 @@ class CompiledShape:
         pairs = list(zip(per_row[PARAMS].to_numpy(), per_row[EXPERT_PARAMS].to_numpy()))
         breakdown[DP_COMM_MS] = [grad_sync_ms(d, e, parallel, cluster) for d, e in pairs]
         breakdown[OPTIMIZER_MS] = [optimizer_ms(d, e, parallel, cluster) for d, e in pairs]
+        times = _zero3_times(frame, breakdown, self.params, parallel, cluster)
         return self.layers.with_columns(**{PARAM_MB: held / _MB, WORKING_MB: working / _MB,
-                                           FIRST_WORKING_MB: working / _MB}, breakdown=breakdown)
+                                           FIRST_WORKING_MB: working / _MB, **times}, breakdown=breakdown)
+
+
+def _zero3_times(frame: pd.DataFrame, breakdown: pd.DataFrame, params: pd.DataFrame, parallel: ParallelConfig,
+                 cluster: Cluster) -> dict:
+    """ZeRO 3's per-micro-batch gathers and reduce-scatters (:func:`~sappkit.layers.comm.zero3_comm_ms`), each
+    overlapped with its layer's forward or backward (:func:`~sappkit.hardware.overlap_ms`): the frame's times with
+    the exposed parts and the slowdowns added, and (in ``breakdown``, in place) ``zero_comm_ms``, the exposed
+    parts, with the slowdowns in ``compute_ms``."""
+    share = cluster.device.comm_sm_share
+    added = {}
+    for kind, option, forward, backward in zip(frame[KIND], frame[OPTION], frame[FORWARD_TIME], frame[BACKWARD_TIME]):
+        comm = zero3_comm_ms(params.at[kind, PARAMS], params.at[kind, EXPERT_PARAMS], parallel, cluster)
+        parts = [overlap_ms(c, window, share) for c, window in zip(comm, (forward, backward))]
+        added[(kind, option)] = parts
+    breakdown[ZERO_COMM_MS] = [sum(p[0] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
+    breakdown[COMPUTE_MS] += [sum(p[1] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
+    keys = list(zip(frame[KIND], frame[OPTION]))
+    return {FORWARD_TIME: frame[FORWARD_TIME].to_numpy() + [sum(added[key][0]) for key in keys],
+            BACKWARD_TIME: frame[BACKWARD_TIME].to_numpy() + [sum(added[key][1]) for key in keys]}
 
 
 def _param_bytes(dense: np.ndarray, experts: np.ndarray, parallel: ParallelConfig) -> tuple[np.ndarray, np.ndarray]:
@@ -86,7 +106,8 @@ def shape_key(models: tuple, parallel: ParallelConfig, cluster: Cluster, kernels
     """What a shape's times and activations depend on: everything but ``dp`` and ZeRO, and its groups' links."""
     links = (cluster.group(dense_sizes(parallel), "tp"), cluster.group(dense_sizes(parallel), "cp"),
              cluster.group(expert_sizes(parallel), "ep"))
-    base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1)
+    base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1,
+                   reshard_after_forward=True)
     return (models, base, parallel.expert_parallel, parallel.expert_tensor_parallel, cluster.device, kernels,
             options, links)
 

@@ -107,7 +107,8 @@ class Strategy:
         return ParallelConfig(micro_batch_size=self.micro_batch_size, tensor_parallel=self.tensor_parallel,
                               sequence_parallel=self.sequence_parallel, context_parallel=self.context_parallel,
                               data_parallel=self.data_parallel, expert_parallel=self.expert_parallel,
-                              expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype)
+                              expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype,
+                              reshard_after_forward=self.reshard_after_forward)
 
     @property
     def sharding(self) -> str:

@@ -55,7 +55,11 @@ def test_parameter_bytes_follow_the_zero_stage():
     for zero in (0, 1, 2, 3):
         row = body(estimate(tensor_parallel=2, data_parallel=4, zero=zero), "none")
         held[zero] = (row.param_mb * MB / params, row.working_mb * MB)
-    assert held == {0: (18, 0), 1: (2 + 4 + 12 / 4, 0), 2: (2 + 16 / 4, 0), 3: (18 / 4, 6 * params * 3 / 4)}
+    # ZeRO 3: the layer's weights and gradients gathered and the next layer's weights prefetched
+    assert held == {0: (18, 0), 1: (2 + 4 + 12 / 4, 0), 2: (2 + 16 / 4, 0), 3: (18 / 4, 8 * params * 3 / 4)}
+    kept = body(estimate(tensor_parallel=2, data_parallel=4, zero=3, reshard_after_forward=False), "none")
+    # without resharding the gathered weights stay from forward to backward: held, not in the working set
+    assert (kept.param_mb * MB / params, kept.working_mb * MB) == (18 / 4 + 2 * 3 / 4, 6 * params * 3 / 4)
 
 
 def test_time_is_six_params_tokens_plus_attention():
