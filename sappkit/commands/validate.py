@@ -19,7 +19,9 @@ def register(subparsers) -> None:
                     "sappkit's performance model and print what was measured, what sappkit predicts and the "
                     "error (predicted / measured - 1), then the mean and worst absolute errors. TFLOP/s/GPU "
                     "counts as the run's paper does; s/iteration is seconds per training step. Then the same "
-                    "for per-device memory where a source gives it (data/published_memory.csv), in GiB.")
+                    "for per-device memory where a source gives it (data/published_memory.csv), in GiB. After each "
+                    "table, the mean and worst absolute error per device, family (dense, fsdp, moe) and "
+                    "precision.")
     parser.add_argument("--runs", type=Path, default=None, metavar="FILE.csv",
                         help="a table of runs with the bundled table's columns (default: the bundled one)")
     parser.add_argument("--memory", type=Path, default=None, metavar="FILE.csv",
@@ -37,6 +39,10 @@ def _run(args) -> int:
                              measured=frame["measured"].round(2), predicted=frame["predicted"].round(2),
                              step_s=frame["step_s"].round(3))
         out.table(name, shown, key=KEY_COLUMNS, machine=frame)
+        groups = result.by_group()
+        out.table(f"{name}_by_group", groups.assign(**{column: [f"{e:.1%}" for e in groups[column]]
+                                                        for column in ("mean_error", "worst_error")}),
+                  machine=groups)
         what = "runs" if name == "runs" else "memory rows"
         out.line(f"mean |error| {result.mean_error:.2%}, worst {result.worst_error:.2%} over {len(frame)} {what} "
                  "(error = predicted / measured - 1)")

@@ -20,7 +20,8 @@ from ..errors import InputError
 from .cluster import Cluster
 from .device import DeviceConfig
 
-__all__ = ["DEVICE_PRESETS", "CLUSTER_PRESETS", "device_preset", "cluster_preset", "A100_CALIBRATION"]
+__all__ = ["DEVICE_PRESETS", "CLUSTER_PRESETS", "device_preset", "cluster_preset", "A100_CALIBRATION",
+           "H100_CALIBRATION"]
 
 #: The A100's efficiencies, fitted on the 18 published A100 runs of ``data/published_runs.csv`` by
 #: ``data/calibrate.py --fix inter_efficiency=0.86`` (then the DGX A100's intra-node link efficiency, fitted with
@@ -29,6 +30,11 @@ __all__ = ["DEVICE_PRESETS", "CLUSTER_PRESETS", "device_preset", "cluster_preset
 #: with the fitted 0.75).
 A100_CALIBRATION = dict(mfu=0.7312, matmul_half_gflop=0.75, hbm_efficiency=0.6125, kernel_us=5.0)
 _DGX_A100_LINKS = dict(intra_efficiency=0.75, inter_efficiency=0.86)
+#: The H100's compute efficiencies, fitted on the 33 dense BF16 NeMo rows of NVIDIA dgxc-benchmarking v25.04.01 in
+#: ``data/published_runs.csv`` (Llama 3.1 8B/70B/405B, Nemotron-4 15B/340B, GPT-3 175B on DGX H100) by
+#: ``data/calibrate.py --cluster dgx-h100`` with the memory-bound and link parameters held at the A100's (two
+#: fitted parameters: ``mfu`` and ``matmul_half_gflop``; ``data/README.md`` gives the command and the rows).
+H100_CALIBRATION = dict(mfu=0.65, matmul_half_gflop=7.5, hbm_efficiency=0.6125, kernel_us=5.0)
 
 
 def a100_80g(**overrides) -> DeviceConfig:
@@ -61,12 +67,11 @@ def h100_sxm(**overrides) -> DeviceConfig:
     sparsity, so 989.4 dense; FP8 3,958 sparse (1,978.9 dense); TF32 989 sparse (494.7 dense); 80 GB HBM3 at
     3.35 TB/s; NVLink 900 GB/s (450 GB/s each way); reported 81,559 MiB (``nvidia-smi`` of an "H100 80GB HBM3":
     modal-labs/modal-client pull request #2797, NVIDIA/nccl issue #1264); 132 SMs (NVIDIA H100 Tensor Core GPU
-    Architecture whitepaper), 16 of them per overlapped collective. No published run here calibrates it:
-    efficiencies are the A100's (:data:`A100_CALIBRATION`), an assumption.
+    Architecture whitepaper), 16 of them per overlapped collective. Efficiencies: :data:`H100_CALIBRATION`.
     """
     return DeviceConfig(**{**dict(name="h100-sxm", tflops=989.4, fp32_tflops=494.7, fp8_tflops=1978.9, hbm_gb=80.0,
                                   hbm_gbs=3350.0, memory_mib=81559.0, comm_sm_share=16 / 132, link_gbs=450.0,
-                                  **A100_CALIBRATION),
+                                  **H100_CALIBRATION),
                            **overrides})
 
 
@@ -75,7 +80,8 @@ def h200(**overrides) -> DeviceConfig:
 
     NVIDIA H200 Tensor Core GPU datasheet (2024): the H100 SXM's peaks (BF16 1,979 TFLOP/s sparse, 989.4 dense;
     FP8 3,958 sparse); 141 GB HBM3e at 4.8 TB/s; NVLink 900 GB/s; reported 143,771 MiB (``nvidia-smi`` of an
-    "NVIDIA H200", as published logs of the card show it). Efficiencies: the A100's (an assumption).
+    "NVIDIA H200", as published logs of the card show it). Efficiencies: the H100's (the same GH100 chip;
+    no H200 row calibrates them).
     """
     return h100_sxm(**{**dict(name="h200", hbm_gb=141.0, hbm_gbs=4800.0, memory_mib=143771.0), **overrides})
 
@@ -88,7 +94,7 @@ def b200(**overrides) -> DeviceConfig:
     way); HGX B200 datasheet: BF16/FP16 tensor 4.5 PFLOP/s sparse per GPU (2,250 dense), TF32 2.2 sparse;
     reported 183,359 MiB (``nvidia-smi`` of an "NVIDIA B200": NVIDIA/TensorRT-LLM issue #10278); 148 SMs (CUDA's
     device query of a B200, as pytorch/ao pull request #4002 prints it), 16 per overlapped collective. Efficiencies:
-    the A100's (an assumption).
+    the A100's (an assumption: the B200 rows here are MoE runs, whose errors are the MoE model's, not fitted).
     """
     return DeviceConfig(**{**dict(name="b200", tflops=2250.0, fp32_tflops=1100.0, fp8_tflops=4500.0, hbm_gb=180.0,
                                   hbm_gbs=8000.0, memory_mib=183359.0, comm_sm_share=16 / 148, link_gbs=900.0,

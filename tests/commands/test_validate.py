@@ -12,23 +12,29 @@ def test_cli_validate_prints_every_run_every_memory_row_and_the_errors(capsys):
     assert main(["validate"]) == 0
     out = capsys.readouterr().out.splitlines()
     runs, memory = validate(), validate_memory()
+    run_groups, memory_groups = len(runs.by_group()), len(memory.by_group())
     assert out[0].split() == ["run", "metric", "measured", "predicted", "error"]
-    assert len(out) == 2 * (1 + 1) + len(runs.frame) + len(memory.frame)
+    assert len(out) == 2 * (1 + 1 + 1) + len(runs.frame) + len(memory.frame) + run_groups + memory_groups
+    n = len(runs.frame)
     assert out[1].split()[0] == "sc21-1.7b" and "TFLOP/s/GPU" in out[1] and "s/iteration" in out[18]
-    assert out[19] == (f"mean |error| {runs.mean_error:.2%}, worst {runs.worst_error:.2%} over "
-                       f"{len(runs.frame)} runs (error = predicted / measured - 1)")
-    assert "param+opt GiB" in out[21] and out[-1] == (f"mean |error| {memory.mean_error:.2%}, worst "
-                                                      f"{memory.worst_error:.2%} over 12 memory rows (error = "
-                                                      "predicted / measured - 1)")
+    assert out[n + 1].split() == ["device", "family", "precision", "runs", "mean_error", "worst_error"]
+    assert out[n + 2].split()[:4] == ["a100-80g", "dense", "fp16", "18"]
+    assert out[n + 1 + run_groups].split()[:4] == ["all", "all", "all", str(n)]
+    assert out[n + 2 + run_groups] == (f"mean |error| {runs.mean_error:.2%}, worst {runs.worst_error:.2%} over "
+                                       f"{n} runs (error = predicted / measured - 1)")
+    assert "param+opt GiB" in out[n + 4 + run_groups] and out[-1] == (
+        f"mean |error| {memory.mean_error:.2%}, worst {memory.worst_error:.2%} over 12 memory rows (error = "
+        "predicted / measured - 1)")
     assert all(len(line) <= 100 for line in out)
 
 
 def test_cli_validate_reads_another_table_and_writes_json(tmp_path, capsys):
     runs = tmp_path / "runs.csv"
-    published_runs().iloc[[0, -1]].to_csv(runs, index=False)
+    published_runs().iloc[[0, 17]].to_csv(runs, index=False)
     assert main(["validate", "--runs", str(runs), "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert [row["run"] for row in document["runs"]] == ["sc21-1.7b", "mlsys23-1t-seqsel"]
+    assert [row["runs"] for row in document["runs_by_group"]] == [2, 2]
     assert document["runs_worst_error"] == pytest.approx(max(abs(row["error"]) for row in document["runs"]))
     assert len(document["memory"]) == 12
 
@@ -38,4 +44,4 @@ def test_cli_validate_refuses_a_bad_table(tmp_path, capsys):
     published_runs().assign(metric="mfu").iloc[:1].to_csv(runs, index=False)
     assert main(["validate", "--runs", str(runs)]) == 2
     assert capsys.readouterr().err == ("sappkit validate: runs row 0 ('sc21-1.7b'): metric must be one of "
-                                       "'tflops_sc21', 'iteration_s'; got 'mfu'\n")
+                                       "'tflops_sc21', 'iteration_s', 'tokens_per_s_per_gpu'; got 'mfu'\n")

@@ -104,11 +104,11 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
     ...                                     "context_parallel": [1]}, executor=pool, progress=False)
     >>> found
-    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 zbv zero1: 139 ms)
+    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 50 ms)
     >>> found.best["recompute"]
-    'selective 4, both 2, full 2'
+    'none 4, comm 4'
     >>> found.counts().to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'balanced': 2, 'evaluated': 44, 'infeasible': 2, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
+    {'balanced': 2, 'evaluated': 46, 'infeasible': 0, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
     """
     started = time.perf_counter()
     models = resolve_model(model)
