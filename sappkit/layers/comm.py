@@ -12,11 +12,13 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   tail gathers its input (or copies it, all-reducing the gradient) and
   all-reduces three ``4n``-byte statistics of the cross-entropy.
 - **CP** (ring attention): ``c − 1`` steps each sending the next rank this
-  rank's keys and values (``e·n·a_kv/t·(d + d_v)``; backward also their
+  rank's keys and values (off the node through the device's own card) (``e·n·a_kv/t·(d + d_v)``; backward also their
   gradients, twice the bytes) while the attention of the current block runs;
   a step costs what its transfer exceeds the block's attention.
 - **EP** (token dispatch): an all-to-all of the routed tokens
-  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward.
+  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward,
+  hierarchical (:meth:`sappkit.hardware.Cluster.all_to_all_ms`: the off-node
+  share through each device's own card).
 - **PP**: a send/receive of the activation ``e·n·h/t`` (each tensor rank
   sends its slice) at a stage boundary, forward and backward.
 
@@ -104,7 +106,8 @@ def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]
     c = parallel.context_parallel
     if c == 1:
         return 0.0, 0.0
-    ranks, link = cluster.group(dense_sizes(parallel), "cp")
+    ranks, stride = cluster.group_stride(dense_sizes(parallel), "cp")
+    link = cluster.nic_link(ranks, stride)
     kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
     block = _BYTES[parallel.dtype] * n * kv_heads / parallel.tensor_parallel * (model.head_dim + model.v_head_dim)
     exposed = []
@@ -115,9 +118,8 @@ def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]
 
 
 def _dispatch(model, parallel, cluster, n) -> tuple[float, float]:
-    ranks, link = cluster.group(expert_sizes(parallel), "ep")
     routed = _BYTES[parallel.dtype] * n / parallel.tensor_parallel * model.top_k * model.hidden_size
-    both = 2 * collective_ms("all_to_all", routed, ranks, link)
+    both = 2 * cluster.all_to_all_ms(expert_sizes(parallel), "ep", routed)
     return both, both
 
 

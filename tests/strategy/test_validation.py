@@ -19,7 +19,7 @@ BOUNDS = {
     "mlsys23-175b-seqsel": 0.014, "mlsys23-530b-full": 0.046, "mlsys23-530b-seqsel": 0.009,
     "mlsys23-1t-full": 0.070, "mlsys23-1t-seqsel": 0.054, "mb2604-gptoss-120b-h100-bf16": 0.546,
     "mb2604-gptoss-120b-b200-bf16": 1.364, "mb2511-gptoss-120b-b200-bf16": 2.876,
-    "mb2602-gptoss-120b-b200-bf16-ep64": 1.993, "dgxc-llama31-8b-bf16-8": 0.035, "dgxc-llama31-8b-bf16-16": 0.038,
+    "mb2602-gptoss-120b-b200-bf16-ep64": 0.249, "dgxc-llama31-8b-bf16-8": 0.035, "dgxc-llama31-8b-bf16-16": 0.038,
     "dgxc-llama31-8b-bf16-32": 0.040, "dgxc-llama31-8b-bf16-64": 0.041, "dgxc-llama31-8b-bf16-128": 0.041,
     "dgxc-llama31-70b-bf16-64": 0.011, "dgxc-llama31-70b-bf16-128": 0.011, "dgxc-llama31-70b-bf16-256": 0.010,
     "dgxc-llama31-70b-bf16-512": 0.010, "dgxc-llama31-70b-bf16-1024": 0.012, "dgxc-llama31-70b-bf16-2048": 0.011,
@@ -32,10 +32,10 @@ BOUNDS = {
     "dgxc-nemotron4-340b-bf16-512": 0.077, "dgxc-nemotron4-340b-bf16-1024": 0.073,
     "dgxc-nemotron4-340b-bf16-2048": 0.068, "dgxc-gpt3-175b-bf16-128": 0.012, "dgxc-gpt3-175b-bf16-256": 0.003,
     "dgxc-gpt3-175b-bf16-512": 0.005, "dgxc-gpt3-175b-bf16-1024": 0.009, "dgxc-gpt3-175b-bf16-2048": 0.013,
-    "dgxc-grok1proxy-314b-bf16-8": 0.201, "dgxc-grok1proxy-314b-bf16-16": 0.190,
-    "dgxc-grok1proxy-314b-bf16-32": 0.167, "dgxc-grok1proxy-314b-bf16-64": 0.209,
-    "dgxc-grok1proxy-314b-bf16-128": 0.183, "dgxc-grok1proxy-314b-bf16-256": 0.185,
-    "dgxc-grok1-314b-bf16-512": 0.188, "dgxc-grok1-314b-bf16-1024": 0.196, "dgxc-grok1-314b-bf16-2048": 0.199,
+    "dgxc-grok1proxy-314b-bf16-8": 0.201, "dgxc-grok1proxy-314b-bf16-16": 0.177,
+    "dgxc-grok1proxy-314b-bf16-32": 0.132, "dgxc-grok1proxy-314b-bf16-64": 0.174,
+    "dgxc-grok1proxy-314b-bf16-128": 0.147, "dgxc-grok1proxy-314b-bf16-256": 0.149,
+    "dgxc-grok1-314b-bf16-512": 0.153, "dgxc-grok1-314b-bf16-1024": 0.160, "dgxc-grok1-314b-bf16-2048": 0.164,
 }
 
 
