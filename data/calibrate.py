@@ -1,14 +1,18 @@
-"""Fit the A100's physical parameters on the published A100 runs (data/README.md, "Published runs").
+"""Fit a device generation's physical parameters on its published runs (data/README.md, "Published runs").
 
-Run from the repository root: ``python data/calibrate.py [--runs PREFIX ...] [--fix NAME=VALUE ...]``. It fits
-the A100's ``mfu`` (what large matmuls reach), ``matmul_half_gflop``, ``hbm_efficiency`` and ``kernel_us`` and
+Run from the repository root: ``python data/calibrate.py [--cluster NAME] [--runs PREFIX ...] [--fix NAME=VALUE
+...]``. ``--cluster`` (default ``dgx-a100``) picks the rows run on that cluster preset and the device it holds;
+on the A100 it fits the A100's ``mfu`` (what large matmuls reach), ``matmul_half_gflop``, ``hbm_efficiency`` and ``kernel_us`` and
 the DGX A100's ``intra_efficiency`` and ``inter_efficiency`` (less those ``--fix`` holds), by minimising the root
 mean square of the rows' errors with a coordinate search (each parameter in turn, steps halved until none helps
 and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
-``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). Uses only sappkit's
-public API and numpy.
+``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's came
+from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
+hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
+dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's). Uses only
+sappkit's public API and numpy.
 """
 
 import argparse
@@ -31,23 +35,24 @@ PARAMETERS = {
 _CLUSTER_FIELDS = ("intra_efficiency", "inter_efficiency")
 
 
-def errors(values: dict, runs) -> np.ndarray:
-    device = DeviceConfig.preset("a100-80g", **{k: v for k, v in values.items() if k not in _CLUSTER_FIELDS})
-    cluster = Cluster.preset("dgx-a100", device=device, **{k: values[k] for k in _CLUSTER_FIELDS})
-    return validate(runs, clusters={"dgx-a100": cluster}).frame["error"].to_numpy()
+def errors(values: dict, runs, cluster: str = "dgx-a100") -> np.ndarray:
+    name = Cluster.preset(cluster).device.name
+    device = DeviceConfig.preset(name, **{k: v for k, v in values.items() if k not in _CLUSTER_FIELDS})
+    nodes = Cluster.preset(cluster, device=device, **{k: values[k] for k in _CLUSTER_FIELDS})
+    return validate(runs, clusters={cluster: nodes}).frame["error"].to_numpy()
 
 
-def fit(runs, fixed: dict) -> dict:
+def fit(runs, fixed: dict, cluster: str = "dgx-a100") -> dict:
     values = {name: fixed.get(name, start) for name, (start, *_) in PARAMETERS.items()}
     steps = {name: step for name, (*_, step) in PARAMETERS.items() if name not in fixed}
-    best = float(np.sqrt(np.mean(errors(values, runs) ** 2)))
+    best = float(np.sqrt(np.mean(errors(values, runs, cluster) ** 2)))
     while max(steps[name] / (PARAMETERS[name][2] - PARAMETERS[name][1]) for name in steps) > 1e-2:
         improved = False
         for name in steps:
             _, lower, upper, _ = PARAMETERS[name]
             for sign in (1, -1):
                 trial = dict(values, **{name: min(upper, max(lower, values[name] + sign * steps[name]))})
-                score = float(np.sqrt(np.mean(errors(trial, runs) ** 2)))
+                score = float(np.sqrt(np.mean(errors(trial, runs, cluster) ** 2)))
                 if score < best - 1e-6:
                     values, best, improved = trial, score, True
                     print(f"rms {best:.4%}: {name}={values[name]:.4g}", file=sys.stderr)
@@ -59,16 +64,17 @@ def fit(runs, fixed: dict) -> dict:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cluster", default="dgx-a100", help="the cluster preset whose rows to fit on")
     parser.add_argument("--runs", nargs="*", default=[], help="fit on the runs starting with these prefixes")
     parser.add_argument("--fix", nargs="*", default=[], metavar="NAME=VALUE", help="hold parameters at a value")
     args = parser.parse_args()
     fixed = {name: float(value) for name, value in (item.split("=") for item in args.fix)}
     runs = published_runs()
-    runs = runs[runs["cluster"] == "dgx-a100"]
+    runs = runs[runs["cluster"] == args.cluster].reset_index(drop=True)
     chosen = runs[runs["run"].str.startswith(tuple(args.runs))] if args.runs else runs
-    values = fit(chosen, fixed)
+    values = fit(chosen, fixed, args.cluster)
     print(", ".join(f"{name}={value:.4g}" for name, value in values.items()))
-    for name, error in zip(runs["run"], errors(values, runs)):
+    for name, error in zip(runs["run"], errors(values, runs, args.cluster)):
         held = "" if name in set(chosen["run"]) else "  (held out)"
         print(f"{name:22s} {error:+.2%}{held}")
 

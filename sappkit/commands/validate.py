@@ -19,7 +19,9 @@ def register(subparsers) -> None:
                     "sappkit's performance model and print what was measured, what sappkit predicts and the "
                     "error (predicted / measured - 1), then the mean and worst absolute errors. TFLOP/s/GPU "
                     "counts as the run's paper does; s/iteration is seconds per training step. Then the same "
-                    "for per-device memory where a source gives it (data/published_memory.csv), in MB.")
+                    "for per-device memory where a source gives it (data/published_memory.csv), in MB. After each "
+                    "table, the mean and worst absolute error per device, family (dense, fsdp, moe) and "
+                    "precision.")
     parser.add_argument("--runs", type=Path, default=None, metavar="FILE.csv",
                         help="a table of runs with the bundled table's columns (default: the bundled one)")
     parser.add_argument("--memory", type=Path, default=None, metavar="FILE.csv",
@@ -29,8 +31,8 @@ def register(subparsers) -> None:
 
 
 #: What each table's summary adds: the runs' error is in-sample, the memory rows' sources computed them.
-_CAVEATS = {"runs": "in-sample: data/calibrate.py fits the A100 preset's five efficiencies on these rows; "
-                    "data/README.md gives the held-out errors",
+_CAVEATS = {"runs": "in-sample: data/calibrate.py fits the A100's five and the H100's two efficiencies on these "
+                    "rows; data/README.md gives the held-out errors",
             "memory": "the sources computed these from their formulas; none is a measurement"}
 #: GiB to MB (MiB, as everywhere in sappkit).
 _MB_PER_GIB = 1024.0
@@ -49,6 +51,10 @@ def _run(args) -> int:
                              step_s=frame["step_s"].round(3))
         out.table(name, shown, key=KEY_COLUMNS, machine=frame,
                   headers={"measured": "measured" if name == "runs" else "published"})
+        groups = result.by_group()
+        out.table(f"{name}_by_group", groups.assign(**{column: [f"{e:.1%}" for e in groups[column]]
+                                                        for column in ("mean_error", "worst_error")}),
+                  machine=groups)
         what = "runs" if name == "runs" else "memory rows"
         truth = "measured" if name == "runs" else "published"
         out.line(f"mean |error| {result.mean_error:.2%}, worst {result.worst_error:.2%} over {len(frame)} {what} "

@@ -9,10 +9,10 @@ files (:func:`load`, :func:`write`, :mod:`sappkit.hardware.tables`).
 """
 
 from .cluster import DEFAULT_RANK_ORDER, RANK_DIMENSIONS, Cluster, GroupSizes
-from .collectives import COLLECTIVES, Link, collective_ms
+from .collectives import COLLECTIVES, Link, collective_ms, overlap_ms
 from .device import DTYPES, DeviceConfig
 from .files import CLUSTER_PRESETS, DEVICE_PRESETS, load, write
 
 __all__ = ["DeviceConfig", "DTYPES", "Cluster", "GroupSizes", "RANK_DIMENSIONS", "DEFAULT_RANK_ORDER", "Link",
-           "COLLECTIVES", "collective_ms", "DEVICE_PRESETS", "CLUSTER_PRESETS",
+           "COLLECTIVES", "collective_ms", "overlap_ms", "DEVICE_PRESETS", "CLUSTER_PRESETS",
            "load", "write"]

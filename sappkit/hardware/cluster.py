@@ -15,8 +15,11 @@ runs on the intra-node link. A group spanning nodes runs its ring through
 the network cards of its members: with ``k`` members per node the ring
 reaches ``min(intra, k · inter)`` per rank (each member's card carries one
 ring channel; NCCL spreads a collective over a node's cards this way),
-at the inter-node latency. Each link reaches its ``*_efficiency`` of the
-datasheet bandwidth.
+at the inter-node latency. Point-to-point traffic that leaves the node (an
+all-to-all's, a context-parallel ring step's) goes through each device's own
+card (rail-optimised nodes: ~50 GB/s per H100 on a DGX H100), so it is
+bounded by that card (:meth:`Cluster.nic_link`, :meth:`Cluster.all_to_all_ms`).
+Each link reaches its ``*_efficiency`` of the datasheet bandwidth.
 """
 
 from __future__ import annotations
@@ -147,12 +150,44 @@ class Cluster:
         inter = self.inter_node_gbs * self.inter_efficiency
         return Link(min(intra.gbs, per_node * inter), self.inter_latency_us)
 
-    def group(self, sizes: GroupSizes, dimension: str) -> tuple[int, Link]:
-        """The ranks of ``dimension``'s group under ``sizes`` and the link its collectives run on."""
+    def nic_link(self, ranks: int, stride: int) -> Link:
+        """The link a point-to-point exchange of a group (an all-to-all's, a ring's step) runs at: the intra-node
+        link inside a node, else each device's own network card (rail-optimised: a device's off-node bytes go
+        through its card alone, so ``k`` members on a node do not add up as a ring's channels do)."""
+        intra = Link(self.intra_node_gbs * self.intra_efficiency, self.latency_us)
+        if ranks * stride <= self.devices_per_node:
+            return intra
+        return Link(min(intra.gbs, self.inter_node_gbs * self.inter_efficiency), self.inter_latency_us)
+
+    def members_per_node(self, ranks: int, stride: int) -> int:
+        """How many of a group's ``ranks`` (``stride`` apart) share a node."""
+        node = self.devices_per_node
+        return min(ranks, max(1, node // stride)) if stride < node else 1
+
+    def all_to_all_ms(self, sizes: GroupSizes, dimension: str, nbytes: float) -> float:
+        """An all-to-all of ``nbytes`` per rank over ``dimension``'s group, ms, hierarchical: of its ``n``
+        members, the ``k - 1`` on the node receive ``(k - 1) / n`` of the bytes over the intra-node link while the
+        ``n - k`` off it receive the rest through each device's own card (:meth:`nic_link`), both at once; one
+        latency per peer."""
+        ranks, stride = self.group_stride(sizes, dimension)
+        if ranks == 1 or nbytes == 0:
+            return 0.0
+        k = self.members_per_node(ranks, stride)
+        intra, nic = self.link(k, stride), self.nic_link(ranks, stride)
+        inside = (k - 1) / ranks * nbytes / (intra.gbs * 1e6)
+        outside = (ranks - k) / ranks * nbytes / (nic.gbs * 1e6)
+        return max(inside, outside) + (ranks - 1) * nic.latency_us * 1e-3
+
+    def group_stride(self, sizes: GroupSizes, dimension: str) -> tuple[int, int]:
+        """The ranks of ``dimension``'s group under ``sizes`` and the stride between them."""
         stride = 1
         for name in self.rank_order.split("-"):
             if name == dimension:
-                ranks = getattr(sizes, name)
-                return ranks, self.link(ranks, stride)
+                return getattr(sizes, name), stride
             stride *= getattr(sizes, name)
         raise InputError(f"dimension must be one of {', '.join(RANK_DIMENSIONS)}; got {dimension!r}")
+
+    def group(self, sizes: GroupSizes, dimension: str) -> tuple[int, Link]:
+        """The ranks of ``dimension``'s group under ``sizes`` and the link its collectives run on."""
+        ranks, stride = self.group_stride(sizes, dimension)
+        return ranks, self.link(ranks, stride)

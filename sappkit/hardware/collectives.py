@@ -18,6 +18,12 @@ operation          bytes per rank / ``B``  steps
 sends in an all-to-all; the message of a send/receive). The time is
 ``factor · B / bandwidth + steps · latency``, at the bandwidth of the
 slowest link the ring crosses (:meth:`sappkit.hardware.Cluster.link`).
+
+**Overlap** (:func:`overlap_ms`) is a model, not a switch: a collective of
+``c`` ms issued under compute of ``w`` ms hides ``min(c, w)`` of itself and
+exposes the rest, ``max(0, c − w)``; while it runs it takes a share ``σ`` of
+the device's SMs (:attr:`~sappkit.hardware.DeviceConfig.comm_sm_share`), so
+the compute it hides under is slowed by ``σ · min(c, w)`` (to first order).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from dataclasses import dataclass
 
 from .._check import check_choice, check_int, check_number
 
-__all__ = ["Link", "COLLECTIVES", "collective_ms"]
+__all__ = ["Link", "COLLECTIVES", "collective_ms", "overlap_ms"]
 
 #: Collective -> (bytes factor, ring steps) as functions of the ranks ``n``.
 _ALGORITHM = {
@@ -68,3 +74,18 @@ def collective_ms(kind: str, nbytes: float, ranks: int, link: Link) -> float:
         return 0.0
     factor, steps = _ALGORITHM[kind]
     return factor(ranks) * nbytes / (link.gbs * 1e6) + steps(ranks) * link.latency_us * 1e-3
+
+
+def overlap_ms(comm_ms: float, window_ms: float, sm_share: float) -> tuple[float, float]:
+    """A collective of ``comm_ms`` overlapped with ``window_ms`` of compute: (its exposed part, the compute's
+    slowdown), ms (module docstring).
+
+    Examples
+    --------
+    >>> overlap_ms(3.0, 10.0, 0.1)  # hidden under the compute, which it slows by 0.1 * 3 ms
+    (0.0, 0.30000000000000004)
+    >>> overlap_ms(12.0, 10.0, 0.1)  # 2 ms exposed; the compute slowed for the 10 ms it ran under
+    (2.0, 1.0)
+    """
+    hidden = min(comm_ms, window_ms)
+    return comm_ms - hidden, sm_share * hidden

@@ -26,10 +26,15 @@ from .._check import check_number
 from ..errors import InputError
 from .tables import read
 
-__all__ = ["DeviceConfig", "DTYPES"]
+__all__ = ["DeviceConfig", "DTYPES", "RESERVED_MIB"]
 
 #: The dtypes a device gives a peak for: the 16-bit ones (``tflops``), fp32 and fp8.
 DTYPES = ("bf16", "fp16", "fp32", "fp8")
+#: The default reserve, MiB: a CUDA 12 context with its kernel modules takes about 0.5 GiB on a Hopper card, NCCL's
+#: communicators (one per process group, ``NCCL_BUFFSIZE`` 4 MiB per channel and peer) and cuBLAS/cuDNN workspaces
+#: a few hundred MiB more, and the caching allocator leaves some of what it reserves unused. 2 GiB in all: an
+#: assumption (no source measures the sum for a training run), overridable per device.
+RESERVED_MIB = 2048.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,6 +79,16 @@ class DeviceConfig:
     """Fixed cost of every kernel (launch, tail), µs."""
     FILE_KIND: ClassVar[str] = "device"
     """What a hardware file of a device says in its ``kind`` (:mod:`sappkit.hardware.tables`)."""
+    memory_mib: float | None = None
+    """Device memory as the card reports it (``nvidia-smi``'s ``memory.total``), MiB; None: ``hbm_gb`` bytes.
+    The presets cite each card's report (an "80 GB" H100 reports 81,559 MiB)."""
+    comm_sm_share: float = 0.12
+    """Share of the device's SMs a collective's kernels take while they overlap compute, in [0, 1): the compute
+    under an overlapped collective runs that much slower (:func:`sappkit.hardware.overlap_ms`). Default: Transformer
+    Engine's 16 SMs per overlapped collective (``initialize_ub``'s ``add_ub(num_sm=16)``) of an H100's 132."""
+    reserved_mib: float = RESERVED_MIB
+    """Memory a training process cannot give to tensors, MiB: the CUDA context, the communication library's
+    buffers and workspaces, and the caching allocator's fragmentation (:data:`RESERVED_MIB`)."""
 
     def __post_init__(self):
         for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
@@ -86,6 +101,13 @@ class DeviceConfig:
                 raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
         check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
         check_number("kernel_us", self.kernel_us, minimum=0)
+        if not 0 <= check_number("comm_sm_share", self.comm_sm_share) < 1:
+            raise InputError(f"comm_sm_share must be in [0, 1); got {self.comm_sm_share!r}")
+        if self.memory_mib is not None:
+            check_number("memory_mib", self.memory_mib, minimum=0, strict=True)
+        if check_number("reserved_mib", self.reserved_mib, minimum=0) >= self.total_mb:
+            raise InputError(f"reserved_mib must be less than the device's {self.total_mb:,.0f} MiB; got "
+                             f"{self.reserved_mib!r}")
         if not (isinstance(self.name, str) and self.name):
             raise InputError(f"name must be a non-empty string; got {self.name!r}")
 
@@ -101,6 +123,22 @@ class DeviceConfig:
         (989.4, 80.0, 94.0)
         """
         return read(cls, name, overrides)
+
+    @property
+    def total_mb(self) -> float:
+        """The device's memory, MiB: ``memory_mib`` as the card reports it, else ``hbm_gb`` (1e9 bytes) in MiB."""
+        return self.hbm_gb * 1e9 / 2**20 if self.memory_mib is None else float(self.memory_mib)
+
+    @property
+    def usable_mb(self) -> float:
+        """What a training process can hold in tensors, MiB: :attr:`total_mb` less ``reserved_mib``.
+
+        Examples
+        --------
+        >>> DeviceConfig.preset("h100-sxm").usable_mb  # 81,559 MiB reported, 2,048 reserved
+        79511.0
+        """
+        return self.total_mb - self.reserved_mib
 
     def peak_tflops(self, dtype: str = "bf16") -> float:
         """The dense peak in ``dtype`` (one of :data:`DTYPES`), TFLOP/s."""

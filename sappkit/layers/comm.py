@@ -12,11 +12,13 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   tail gathers its input (or copies it, all-reducing the gradient) and
   all-reduces three ``4n``-byte statistics of the cross-entropy.
 - **CP** (ring attention): ``c − 1`` steps each sending the next rank this
-  rank's keys and values (``e·n·a_kv/t·(d + d_v)``; backward also their
+  rank's keys and values (off the node through the device's own card) (``e·n·a_kv/t·(d + d_v)``; backward also their
   gradients, twice the bytes) while the attention of the current block runs;
   a step costs what its transfer exceeds the block's attention.
 - **EP** (token dispatch): an all-to-all of the routed tokens
-  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward.
+  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward,
+  hierarchical (:meth:`sappkit.hardware.Cluster.all_to_all_ms`: the off-node
+  share through each device's own card).
 - **PP**: a send/receive of the activation ``e·n·h/t`` (each tensor rank
   sends its slice) at a stage boundary, forward and backward.
 
@@ -25,9 +27,14 @@ parameters (:func:`grad_sync_ms`, :func:`optimizer_ms`): gradients are
 reduced over the ``dp·c`` ranks (experts' over ``t·c·dp/(etp·ep)``) in fp32
 for bf16 and fp32 training and in fp16 for fp16 training (Megatron's
 defaults); ZeRO stages 1 and 2 (the distributed optimizer) reduce-scatter them
-and all-gather the updated weights, stage 0 all-reduces; stage 3 (FSDP) also
-gathers every layer's weights forward and backward, which its prefetch hides behind the compute (assumed, not
-priced). The optimizer step
+and all-gather the updated weights, stage 0 all-reduces. Stage 3 (FSDP)
+works per micro-batch instead (:func:`zero3_comm_ms`): each layer all-gathers
+its weights (``e`` bytes per parameter) for its forward, again for its
+backward when it reshards after the forward (FSDP2's default), and
+reduce-scatters its gradients in the backward (FSDP2 reduces every
+micro-batch); :mod:`sappkit.strategy.compiled` overlaps each with the
+layer's own forward or backward (:func:`sappkit.hardware.overlap_ms`: the
+prefetch of the next layer runs under this one). The optimizer step
 (Adam) moves 34 bytes per parameter it updates: the fp32 master weight and
 two moments read and written (24), the gradient read for the norm and the
 step (8) and the new weight written (2).
@@ -41,7 +48,7 @@ from ..hardware import Cluster, GroupSizes, collective_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
-           "grad_sync_parts", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
+           "grad_sync_parts", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
 
 #: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
 GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4}
@@ -99,7 +106,8 @@ def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]
     c = parallel.context_parallel
     if c == 1:
         return 0.0, 0.0
-    ranks, link = cluster.group(dense_sizes(parallel), "cp")
+    ranks, stride = cluster.group_stride(dense_sizes(parallel), "cp")
+    link = cluster.nic_link(ranks, stride)
     kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
     block = _BYTES[parallel.dtype] * n * kv_heads / parallel.tensor_parallel * (model.head_dim + model.v_head_dim)
     exposed = []
@@ -110,9 +118,8 @@ def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]
 
 
 def _dispatch(model, parallel, cluster, n) -> tuple[float, float]:
-    ranks, link = cluster.group(expert_sizes(parallel), "ep")
     routed = _BYTES[parallel.dtype] * n / parallel.tensor_parallel * model.top_k * model.hidden_size
-    both = 2 * collective_ms("all_to_all", routed, ranks, link)
+    both = 2 * cluster.all_to_all_ms(expert_sizes(parallel), "ep", routed)
     return both, both
 
 
@@ -158,8 +165,11 @@ def grad_sync_ms(dense_params: float, expert_params: float, parallel: ParallelCo
 
 def grad_sync_parts(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
                     stages: int = 1) -> tuple[float, float]:
-    """(the gradient reduction, the weight gather after the optimizer step) of one step, ms."""
+    """(the gradient reduction, the weight gather after the optimizer step) of one step, ms; none under ZeRO 3,
+    which reduces and gathers per micro-batch (:func:`zero3_comm_ms`)."""
     reduce = gather = 0.0
+    if parallel.zero == 3:
+        return reduce, gather
     weight, grad = _BYTES[parallel.dtype], GRAD_BYTES[parallel.dtype]
     for params, sizes in ((dense_params, dense_sizes(parallel, stages)), (expert_params, expert_sizes(parallel, stages))):
         if not params:
@@ -171,6 +181,25 @@ def grad_sync_parts(dense_params: float, expert_params: float, parallel: Paralle
             reduce += collective_ms("reduce_scatter", grad * params, ranks, link)
             gather += collective_ms("all_gather", weight * params, ranks, link) if parallel.zero < 3 else 0.0
     return reduce, gather
+
+
+def zero3_comm_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
+                  stages: int = 1) -> tuple[float, float]:
+    """ZeRO 3's collectives of one layer per micro-batch, ms: (the forward's weight gather, the backward's: the
+    gather again when resharding after the forward, and the gradient reduce-scatter); zeros below ZeRO 3."""
+    if parallel.zero != 3:
+        return 0.0, 0.0
+    weight, grad = _BYTES[parallel.dtype], GRAD_BYTES[parallel.dtype]
+    forward = backward = 0.0
+    for params, sizes in ((dense_params, dense_sizes(parallel, stages)), (expert_params, expert_sizes(parallel, stages))):
+        if not params:
+            continue
+        ranks, link = _data_group(cluster, sizes)
+        gather = collective_ms("all_gather", weight * params, ranks, link)
+        forward += gather
+        backward += (gather if parallel.reshard_after_forward else 0.0) + collective_ms(
+            "reduce_scatter", grad * params, ranks, link)
+    return forward, backward
 
 
 def _data_group(cluster: Cluster, sizes: GroupSizes):

@@ -149,8 +149,12 @@ class ParallelConfig:
     """ZeRO stage: 0 replicates all, 1 shards optimizer state, 2 also gradients, 3 (FSDP) also weights."""
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
     """Weight and activation precision (gradients and optimizer state are fp32)."""
+    reshard_after_forward: bool = True
+    """ZeRO 3: free a layer's gathered weights after its forward and gather them again for its backward
+    (FSDP2's default); False keeps them from the forward to the backward. Ignored below ZeRO 3."""
 
     def __post_init__(self):
+        check_bool("reshard_after_forward", self.reshard_after_forward)
         for field in ("micro_batch_size", "tensor_parallel", "context_parallel", "data_parallel",
                       "expert_parallel", "expert_tensor_parallel"):
             check_int(field, getattr(self, field), minimum=1)

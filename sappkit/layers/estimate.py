@@ -69,7 +69,10 @@ layer runs the last backward, with no layer left to prefetch; as FSDP
 reduces a layer's gradients while the next layer's backward runs, it also
 holds the second layer's whole gradient, still being reduced, and its own
 reduce-scatter output: ``first_working_mb = (w + 2g)·P·(1 − 1/D) + g·P/D``
-(:func:`fsdp_working_bytes`; SAPP's estimator counts these terms).
+(:func:`fsdp_working_bytes`; SAPP's estimator counts these terms). Without
+``reshard_after_forward`` every layer keeps its gathered weights from its
+forward to its backward, ``w·P·(1 − 1/D)`` more held, and its backward's
+working set loses its own weights: ``(w + g)·P·(1 − 1/D)``.
 
 **Time** (``time_model="roofline"``, the default): each op of the layer,
 forward and backward, priced on the device by the compute or memory roofline

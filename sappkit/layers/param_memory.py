@@ -23,10 +23,12 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple
     (9000.0, 0.0)
     """
     w, g, o = _state_bytes(parallel)
+    kept_gathered = parallel.zero == 3 and not parallel.reshard_after_forward
     held = 0.0
     for params, shard in _shards(dense, experts, parallel):
         kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
-        held += params * kept
+        # Without resharding after the forward, every layer keeps its gathered weights until its backward.
+        held += params * (kept + (w * (1 - 1 / shard) if kept_gathered else 0.0))
     return held, fsdp_working_bytes(dense, experts, parallel)[0]
 
 
@@ -39,7 +41,9 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     weights, ``(2w + g)·P·(1 − 1/D)``; on the first layer its own gathered
     weights and whole gradient, the second layer's whole gradient under
     reduction and its own reduce-scatter output, ``(w + 2g)·P·(1 − 1/D) +
-    g·P/D``. Zero below stage 3. Counts already split over tensor and expert
+    g·P/D``; without ``reshard_after_forward`` the weights stay gathered from
+    the forward (:func:`param_bytes` holds them), so ``w`` drops out of both
+    but the prefetch. Zero below stage 3. Counts already split over tensor and expert
     parallelism; ``D`` per part as :func:`param_bytes` has it.
 
     Examples
@@ -50,10 +54,13 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     if parallel.zero != 3:
         return 0.0, 0.0
     w, g, _ = _state_bytes(parallel)
+    # Without resharding the gathered weights are held already (param_bytes): a layer's backward adds its whole
+    # gradient and the next layer's prefetched weights, the first layer the two gradients and the output.
+    own = w if parallel.reshard_after_forward else 0
     working = first = 0.0
     for params, shard in _shards(dense, experts, parallel):
-        working += params * (2 * w + g) * (1 - 1 / shard)
-        first += params * ((w + 2 * g) * (1 - 1 / shard) + g / shard)
+        working += params * (own + w + g) * (1 - 1 / shard)
+        first += params * ((own + 2 * g) * (1 - 1 / shard) + g / shard)
     return working, first
 
 

@@ -27,7 +27,7 @@ from .ops import FORWARD, Op
 
 __all__ = ["KindTimes", "kind_times", "BREAKDOWN_COLUMNS", "COMPUTE_MS", "RECOMPUTE_MS", "TP_COMM_MS",
            "CP_COMM_MS", "EP_COMM_MS", "PP_COMM_MS", "DP_COMM_MS", "OPTIMIZER_MS", "PARAMS", "EXPERT_PARAMS",
-           "MODEL_FLOPS"]
+           "MODEL_FLOPS", "ZERO_COMM_MS"]
 
 COMPUTE_MS = "compute_ms"
 RECOMPUTE_MS = "recompute_ms"
@@ -40,6 +40,9 @@ OPTIMIZER_MS = "optimizer_ms"
 PARAMS = "params"
 EXPERT_PARAMS = "expert_params"
 MODEL_FLOPS = "model_flops"
+#: ZeRO 3's per-micro-batch weight gathers and gradient reduce-scatters, as far as the layer's compute does not
+#: hide them (added per data-parallel layout by :mod:`sappkit.strategy.compiled`; not in the estimate's breakdown).
+ZERO_COMM_MS = "zero_comm_ms"
 #: The breakdown frame's columns after ``kind`` and ``option`` (module docstring).
 BREAKDOWN_COLUMNS = (COMPUTE_MS, RECOMPUTE_MS, TP_COMM_MS, CP_COMM_MS, EP_COMM_MS, PP_COMM_MS, DP_COMM_MS,
                      OPTIMIZER_MS, PARAMS, EXPERT_PARAMS, MODEL_FLOPS)

@@ -17,14 +17,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..columns import FIRST_WORKING_MB, KIND, PARAM_MB, WORKING_MB
-from ..hardware import Cluster
+from ..columns import BACKWARD_TIME, FIRST_WORKING_MB, FORWARD_TIME, KIND, OPTION, PARAM_MB, WORKING_MB
+from ..hardware import Cluster, overlap_ms
 from ..layers import KernelConfig, LayerTable, ParallelConfig, TransformerConfig, estimate_layers
-from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms
+from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms, zero3_comm_ms
 from ..layers.param_memory import fsdp_working_bytes, param_bytes
-from ..layers.timing import DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS
+from ..layers.timing import COMPUTE_MS, DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS, ZERO_COMM_MS
 
-__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache"]
+__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache", "DEFAULT_KERNELS"]
+
+#: The kernels a strategy's layers run unless told otherwise: flash attention (every modern trainer runs flash or
+#: cuDNN fused attention: Megatron-Core's and NeMo's default ``attention_backend``, torchtitan's SDPA), the rest as
+#: :class:`~sappkit.layers.KernelConfig`'s defaults.
+DEFAULT_KERNELS = KernelConfig(attention="flash")
 
 _MB = 2**20
 #: Compiled shapes kept (a search visits a few dozen shapes; each holds one small table).
@@ -46,9 +51,9 @@ class CompiledShape:
 
     def table(self, parallel: ParallelConfig, cluster: Cluster) -> LayerTable:
         """The layer table with ``parallel``'s parameter memory and its data-parallel costs on ``cluster`` (of this
-        shape: the same links for the tensor, context and expert groups); made once per ``(dp, zero)`` and
+        shape: the same links for the tensor, context and expert groups); made once per ``(dp, zero, reshard)`` and
         cluster."""
-        key = (parallel.data_parallel, parallel.zero, cluster)
+        key = (parallel.data_parallel, parallel.zero, parallel.reshard_after_forward, cluster)
         if key not in self.tables:
             self.tables[key] = self._table(parallel, cluster)
         return self.tables[key]
@@ -63,8 +68,28 @@ class CompiledShape:
         pairs = list(zip(per_row[PARAMS].to_numpy(), per_row[EXPERT_PARAMS].to_numpy()))
         breakdown[DP_COMM_MS] = [grad_sync_ms(d, e, parallel, cluster) for d, e in pairs]
         breakdown[OPTIMIZER_MS] = [optimizer_ms(d, e, parallel, cluster) for d, e in pairs]
+        times = _zero3_times(frame, breakdown, self.params, parallel, cluster)
         return self.layers.with_columns(**{PARAM_MB: held / _MB, WORKING_MB: working / _MB,
-                                           FIRST_WORKING_MB: first / _MB}, breakdown=breakdown)
+                                           FIRST_WORKING_MB: first / _MB, **times}, breakdown=breakdown)
+
+
+def _zero3_times(frame: pd.DataFrame, breakdown: pd.DataFrame, params: pd.DataFrame, parallel: ParallelConfig,
+                 cluster: Cluster) -> dict:
+    """ZeRO 3's per-micro-batch gathers and reduce-scatters (:func:`~sappkit.layers.comm.zero3_comm_ms`), each
+    overlapped with its layer's forward or backward (:func:`~sappkit.hardware.overlap_ms`): the frame's times with
+    the exposed parts and the slowdowns added, and (in ``breakdown``, in place) ``zero_comm_ms``, the exposed
+    parts, with the slowdowns in ``compute_ms``."""
+    share = cluster.device.comm_sm_share
+    added = {}
+    for kind, option, forward, backward in zip(frame[KIND], frame[OPTION], frame[FORWARD_TIME], frame[BACKWARD_TIME]):
+        comm = zero3_comm_ms(params.at[kind, PARAMS], params.at[kind, EXPERT_PARAMS], parallel, cluster)
+        parts = [overlap_ms(c, window, share) for c, window in zip(comm, (forward, backward))]
+        added[(kind, option)] = parts
+    breakdown[ZERO_COMM_MS] = [sum(p[0] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
+    breakdown[COMPUTE_MS] += [sum(p[1] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
+    keys = list(zip(frame[KIND], frame[OPTION]))
+    return {FORWARD_TIME: frame[FORWARD_TIME].to_numpy() + [sum(added[key][0]) for key in keys],
+            BACKWARD_TIME: frame[BACKWARD_TIME].to_numpy() + [sum(added[key][1]) for key in keys]}
 
 
 def _param_bytes(dense: np.ndarray, experts: np.ndarray,
@@ -86,14 +111,16 @@ def shape_key(models: tuple, parallel: ParallelConfig, cluster: Cluster, kernels
     """What a shape's times and activations depend on: everything but ``dp`` and ZeRO, and its groups' links."""
     links = (cluster.group(dense_sizes(parallel), "tp"), cluster.group(dense_sizes(parallel), "cp"),
              cluster.group(expert_sizes(parallel), "ep"))
-    base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1)
+    base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1,
+                   reshard_after_forward=True)
     return (models, base, parallel.expert_parallel, parallel.expert_tensor_parallel, cluster.device, kernels,
             options, links)
 
 
 def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig, cluster: Cluster, *,
                   kernels: KernelConfig | None = None, options: tuple[str, ...]) -> CompiledShape:
-    """The compiled shape of ``models`` under ``parallel`` on ``cluster`` (cached per :func:`shape_key`).
+    """The compiled shape of ``models`` under ``parallel`` on ``cluster`` (cached per :func:`shape_key`); ``kernels``
+    default :data:`DEFAULT_KERNELS`.
 
     Examples
     --------
@@ -106,10 +133,10 @@ def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfi
     ...                     options=("none",))
     >>> one is two, one.table(ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0), cluster).frame.equals(
     ...     estimate_layers(gpt, parallel=ParallelConfig(tensor_parallel=2, data_parallel=16, zero=0),
-    ...                     cluster=cluster, options=("none",)).frame)
+    ...                     cluster=cluster, options=("none",), kernels=DEFAULT_KERNELS).frame)
     (True, True)
     """
-    kernels = KernelConfig() if kernels is None else kernels
+    kernels = DEFAULT_KERNELS if kernels is None else kernels
     key = shape_key(models, parallel, cluster, kernels, options)
     compiled = _cache.get(key)
     if compiled is None:

@@ -59,6 +59,10 @@ class Strategy:
     zero: Literal[0, 1, 2, 3] = 1
     """ZeRO stage: 0 replicates all, 1 shards optimizer state (Megatron's distributed optimizer), 2 also
     gradients, 3 (FSDP) also weights."""
+    reshard_after_forward: bool = True
+    """ZeRO 3 only: free each layer's gathered weights after its forward and gather them again for its backward
+    (FSDP2's ``reshard_after_forward=True``, torchtitan's default); False keeps them gathered from the forward
+    to the backward (one gather per micro-batch, the memory of every gathered layer). Ignored below ZeRO 3."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism inside the tensor-parallel group."""
     dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
@@ -81,7 +85,8 @@ class Strategy:
         check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
-        for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather"):
+        for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
+                      "reshard_after_forward"):
             check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
@@ -103,16 +108,27 @@ class Strategy:
         return ParallelConfig(micro_batch_size=self.micro_batch_size, tensor_parallel=self.tensor_parallel,
                               sequence_parallel=self.sequence_parallel, context_parallel=self.context_parallel,
                               data_parallel=self.data_parallel, expert_parallel=self.expert_parallel,
-                              expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype)
+                              expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype,
+                              reshard_after_forward=self.reshard_after_forward)
+
+    @property
+    def sharding(self) -> str:
+        """What the strategy shards, in words: ``"ZeRO 1"`` ... ``"ZeRO 3, resharded after forward"``."""
+        if self.zero < 3:
+            return f"ZeRO {self.zero}"
+        return f"ZeRO 3, {'resharded' if self.reshard_after_forward else 'not resharded'} after forward"
 
     @property
     def label(self) -> str:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
-        parallelism, a dtype other than bf16 and overlaps switched off are written only when set)."""
+        parallelism, ZeRO 3 without resharding, a dtype other than bf16 and overlaps switched off are written only
+        when set)."""
         parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
         parts += [self.schedule, f"zero{self.zero}"]
+        if self.zero == 3 and not self.reshard_after_forward:
+            parts.append("no-reshard")
         if not self.sequence_parallel:
             parts.append("no-sp")
         if self.dtype != "bf16":

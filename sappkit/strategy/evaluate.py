@@ -74,9 +74,16 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
         ``even``: the one option every body layer runs (default ``"none"``); ``balanced``: the options it may
         choose among (default all five).
     memory_mb : float, optional
-        Device memory the stages must fit, MB (default the device's ``hbm_gb``).
+        Device memory the stages must fit, MB (default the device's :attr:`~sappkit.hardware.DeviceConfig.usable_mb`:
+        the memory the card reports less the reserve for the CUDA context and the allocator).
     kernels : KernelConfig, optional
-        The kernels the layers run (default: the paper's count, materialised attention).
+        The kernels the layers run (default :data:`~sappkit.strategy.compiled.DEFAULT_KERNELS`: flash attention).
+
+    The strategy is held to the rules the strategy search holds it to (:mod:`sappkit.strategy.legality`; tensor
+    parallelism across nodes allowed), and its layers are compiled as the search compiles them (under every
+    recompute option, even with one placed: a split backward's weight pass is the backward less its recompute,
+    counted from the fastest option), so both price a strategy identically. A balanced placement among fewer
+    options compiles those.
 
     Returns
     -------
@@ -90,7 +97,7 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     >>> result = evaluate_strategy(gpt, Strategy(tensor_parallel=2, pipeline_parallel=4, data_parallel=4),
     ...                            cluster="dgx-a100", global_batch=256, recompute="selective")
     >>> result.plan.status, round(result.step_time / 1e3, 2), result.fits, round(result.mfu, 3)
-    ('evaluated', 1.51, True, 0.295)
+    ('evaluated', 1.04, True, 0.428)
     """
     if not isinstance(strategy, Strategy):
         raise InputError(f"strategy must be a sappkit.Strategy; got {type(strategy).__name__}")
@@ -103,10 +110,11 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     if cluster.devices is not None and strategy.devices > cluster.devices:
         raise InputError(f"the strategy needs {strategy.devices} devices; the cluster has {cluster.devices} "
                          f"({cluster.nodes} nodes of {cluster.devices_per_node})")
-    limit = cluster.device.hbm_gb * 1e9 / 2**20 if memory_mb is None else check_number(
+    limit = cluster.device.usable_mb if memory_mb is None else check_number(
         "memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     parallel = strategy.parallel
-    compiled = compile_shape(models, parallel, cluster, kernels=kernels, options=options)
+    compiled = compile_shape(models, parallel, cluster, kernels=kernels,
+                             options=options if placement == "balanced" else SAPP_OPTIONS)
     layers = compiled.table(parallel, cluster)
     p2p = boundary_ms(models[-1], parallel, cluster, strategy.pipeline_parallel)
     if strategy.pipeline_parallel == 1:

@@ -84,7 +84,7 @@ class StrategyEvaluation:
         peak = self.stages.loc[self.stages[MEMORY_MB].idxmax()]
         return "\n".join([
             f"{self.strategy.label} on {self.strategy.devices} x {self.cluster.device.name}, global batch "
-            f"{self.global_batch}",
+            f"{self.global_batch}, {self.strategy.sharding}",
             f"step {self.step_time / 1e3:.3f} s, {self.tokens_per_second:,.0f} tokens/s, "
             f"{self.tflops_per_device:.1f} TFLOP/s per device, MFU {self.mfu:.1%}",
             f"peak memory {format_mb(peak[MEMORY_MB])} on stage {int(peak[STAGE])} of {format_mb(self.memory_mb)}"

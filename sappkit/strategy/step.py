@@ -4,7 +4,8 @@ The overlap model is :mod:`sappkit.strategy.evaluate`'s docstring. The
 breakdown frame has one row per stage (:data:`STEP_COLUMNS`); its columns
 add up to the step time: the stage's busy time split by what its layers
 spend it on (``compute_ms`` with recompute, ``tp_comm_ms``, ``cp_comm_ms``,
-``ep_comm_ms``: per-layer breakdown times the micro-batches), then
+``ep_comm_ms``, ``zero_comm_ms``: ZeRO 3's gathers and reduce-scatters beyond the compute they overlap;
+per-layer breakdown times the micro-batches), then
 ``pp_comm_ms`` (with ``overlap_p2p_comm``, the transfers into the stage as far
 as the stage waited for them: what the schedule overlaps with other work is
 not charged; without it, the transfers the stage sends, which it spends
@@ -30,7 +31,7 @@ from ..columns import CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, WORK
 from ..hardware import Cluster
 from ..layers import LayerTable
 from ..layers.comm import grad_sync_parts, optimizer_ms
-from ..layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, EXPERT_PARAMS, PARAMS, TP_COMM_MS
+from ..layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, EXPERT_PARAMS, PARAMS, TP_COMM_MS, ZERO_COMM_MS
 from ..pipeline.critical import op_ends
 from ..pipeline.events import step_plan
 from ..pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
@@ -42,7 +43,7 @@ __all__ = ["Priced", "price_pipeline", "price_plan", "price_single_stage", "STEP
 
 PP_COMM_MS, DP_COMM_MS, OPTIMIZER_MS = "pp_comm_ms", "dp_comm_ms", "optimizer_ms"
 IDLE_MS, STEP_MS, DP_OVERLAPPED_MS = "idle_ms", "step_ms", "dp_overlapped_ms"
-_BUSY = (COMPUTE_MS, TP_COMM_MS, CP_COMM_MS, EP_COMM_MS)
+_BUSY = (COMPUTE_MS, TP_COMM_MS, CP_COMM_MS, EP_COMM_MS, ZERO_COMM_MS)
 #: The per-stage breakdown's columns after ``stage``, in the order they add up to ``step_ms``.
 STEP_COLUMNS = (*_BUSY, PP_COMM_MS, DP_COMM_MS, OPTIMIZER_MS, IDLE_MS, STEP_MS, DP_OVERLAPPED_MS)
 
@@ -173,7 +174,7 @@ def _breakdown_rows(layers: LayerTable) -> dict:
     """(kind, option) -> its per-micro-batch busy parts and parameters (:data:`_BUSY`, params, expert params),
     read once per table (the compiled shapes keep their tables, so a search reads each once)."""
     frame = layers.breakdown
-    values = frame[[*_BUSY, PARAMS, EXPERT_PARAMS]].to_numpy()
+    values = frame.reindex(columns=[*_BUSY, PARAMS, EXPERT_PARAMS], fill_value=0.0).to_numpy()
     return {(kind, option): row for kind, option, row in zip(frame[KIND], frame[OPTION], values)}
 
 

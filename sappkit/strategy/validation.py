@@ -3,7 +3,9 @@
 ``data/published_runs.csv`` (``data/README.md`` describes it) holds runs
 whose model shape, strategy and cluster are published, each with what was
 measured and where (paper, table, page or file); ``assumed`` says what a row
-had to assume where its source is silent. A row's metric is what its source
+had to assume where its source is silent. An optional ``attention`` column names the attention kernel a run
+ran (:class:`~sappkit.layers.KernelConfig`'s ``attention``); without it, a row ran
+:data:`PUBLISHED_ATTENTION`. A row's metric is what its source
 measured (:data:`METRICS`); the prediction is
 :func:`sappkit.evaluate_strategy`'s step priced in the same unit, and the
 error ``predicted / measured - 1``.
@@ -30,26 +32,31 @@ from .._files import as_path, bundled, read_csv
 from .._frames import check_frame
 from ..errors import InputError
 from ..hardware import Cluster
-from ..layers import TransformerConfig
+from ..layers import KernelConfig, TransformerConfig
 from ..layers.flops import megatron_sc21_flops
 from ..layers.units import text_table
 from .config import Strategy
 from .evaluate import evaluate_strategy
 
 __all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
-           "validate_memory", "Validation", "run_inputs"]
+           "validate_memory", "Validation", "run_inputs", "PUBLISHED_ATTENTION", "OPTIONAL",
+           "FAMILIES", "GROUPS", "family"]
 
+#: The families :meth:`Validation.by_group` tells apart, and the columns it groups by.
+FAMILIES, GROUPS = ("dense", "fsdp", "moe"), ("device", "family", "precision")
 #: The bundled tables of published runs and of published per-device memory.
 PUBLISHED_RUNS, PUBLISHED_MEMORY = "published_runs.csv", "published_memory.csv"
 #: What a row's ``measured`` is, by its ``metric`` (memory rows: by their ``part``).
 METRICS = {
     "tflops_sc21": "teraFLOP/s per GPU, counted as Narayanan et al. SC'21 eq. 3 (recompute's fourth pass counted)",
     "iteration_s": "seconds per iteration",
+    "tokens_per_s_per_gpu": "tokens per second per GPU (global batch x sequence / step / devices)",
     "param_opt_gib": "GiB of parameters and optimizer state per device",
     "activation_gib": "GiB of activations per device",
 }
 #: Short names of the metrics in printed tables.
-METRIC_NAMES = {"tflops_sc21": "TFLOP/s/GPU", "iteration_s": "s/iteration", "param_opt_gib": "param+opt GiB",
+METRIC_NAMES = {"tflops_sc21": "TFLOP/s/GPU", "iteration_s": "s/iteration", "tokens_per_s_per_gpu": "tokens/s/GPU",
+                "param_opt_gib": "param+opt GiB",
                 "activation_gib": "activation GiB"}
 _SHAPE = ("layers", "hidden_size", "num_heads", "ffn_size", "seq_length", "vocab_size")
 _STRATEGY = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "micro_batch_size", "zero")
@@ -58,6 +65,20 @@ _SETTINGS = (*_SHAPE, *_STRATEGY, "global_batch", "devices", "cluster", "dtype",
 _COLUMNS = ("run", "source", "where", "metric", "measured", *_SETTINGS)
 _MEMORY_COLUMNS = ("run", "source", "where", "part", "measured_gib", *_SETTINGS)
 _NUMERIC = (*_SHAPE, *_STRATEGY, "global_batch", "devices")
+#: Optional columns of a published run: name -> (how it is read, ``"model"`` or ``"strategy"`` field); a row
+#: without one (or with it empty) runs the default of :class:`~sappkit.TransformerConfig` or :class:`Strategy`.
+OPTIONAL = {
+    "num_kv_heads": (int, "model"), "head_dim": (int, "model"), "v_head_dim": (int, "model"),
+    "gated_mlp": (lambda value: _flag(value), "model"), "dropout": (lambda value: _flag(value), "model"),
+    "experts": (int, "model"), "top_k": (int, "model"), "expert_ffn_size": (int, "model"),
+    "shared_experts": (int, "model"), "dense_layers": (int, "model"),
+    "context_parallel": (int, "strategy"), "expert_parallel": (int, "strategy"),
+    "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (lambda value: _flag(value), "strategy"),
+    "overlap_param_gather": (lambda value: _flag(value), "strategy"),
+}
+#: The attention a row ran where it has no ``attention`` column: the materialised attention of Megatron-LM's
+#: 2021-22 runs (flash attention came after them).
+PUBLISHED_ATTENTION = "paper"
 
 
 def published_runs(path=None) -> pd.DataFrame:
@@ -66,11 +87,11 @@ def published_runs(path=None) -> pd.DataFrame:
     Examples
     --------
     >>> runs = published_runs()
-    >>> runs.groupby("source").size().to_dict()
-    {"Korthikanti et al. MLSys'23": 8, "Narayanan et al. SC'21": 10}
+    >>> runs.groupby("cluster").size().to_dict()
+    {'dgx-a100': 18, 'dgx-b200': 3, 'dgx-h100': 43}
     """
     frame = _read(path, PUBLISHED_RUNS, "published runs", _COLUMNS, "measured")
-    _check_choices(frame, "metric", ("tflops_sc21", "iteration_s"))
+    _check_choices(frame, "metric", ("tflops_sc21", "iteration_s", "tokens_per_s_per_gpu"))
     return frame
 
 
@@ -95,14 +116,18 @@ def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
 
 
 def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
-    """A published run's model, strategy and global batch (each count a whole number, each flag true or false)."""
-    model = TransformerConfig(**{name: _whole(row, name) for name in _SHAPE}, name="layer")
+    """A published run's model, strategy and global batch (the optional columns, :data:`OPTIONAL`, where given)."""
+    given = {name: row[name] for name in OPTIONAL if name in row.index and not pd.isna(row[name])}
+    shape = {name: kind(given[name]) for name, (kind, field) in OPTIONAL.items() if field == "model" and name in given}
+    model = TransformerConfig(**{name: _whole(row, name) for name in _SHAPE}, **shape, name="layer")
     v = _whole(row, "virtual_stages")
+    settings = {name: kind(given[name]) for name, (kind, field) in OPTIONAL.items()
+                if field == "strategy" and name in given}
     strategy = Strategy(**{name: _whole(row, name) for name in _STRATEGY},
                         schedule="interleaved" if v > 1 else "1f1b", dtype=row["dtype"],
                         sequence_parallel=_flag(row, "sequence_parallel"),
                         overlap_grad_reduce=_flag(row, "overlap_grad_reduce"),
-                        overlap_p2p_comm=_flag(row, "overlap_p2p_comm"))
+                        overlap_p2p_comm=_flag(row, "overlap_p2p_comm"), **settings)
     if strategy.devices != _whole(row, "devices"):
         raise InputError(f"t·cp·dp·p = {strategy.devices} devices, but the row says {_whole(row, 'devices')}")
     return model, strategy, _whole(row, "global_batch")
@@ -144,7 +169,8 @@ class Validation:
 
     ``frame``: ``run``, ``source``, ``metric``, ``measured``, ``predicted``,
     ``error`` (``predicted / measured - 1``), ``step_s`` (the predicted
-    step), ``where``, ``assumed``.
+    step), ``device`` (the cluster's device), ``family`` (:data:`FAMILIES`),
+    ``precision`` (the run's dtype), ``where``, ``assumed``.
     """
 
     frame: pd.DataFrame = field(repr=False)
@@ -159,12 +185,25 @@ class Validation:
         """Largest absolute error of a row."""
         return float(self.frame["error"].abs().max())
 
+    def by_group(self) -> pd.DataFrame:
+        """Per device, family and precision: ``runs``, ``mean_error`` and ``worst_error`` (absolute), then the
+        whole as ``all``."""
+        absolute = self.frame.assign(abs_error=self.frame["error"].abs())
+        groups = absolute.groupby(list(GROUPS), sort=True)["abs_error"].agg(["size", "mean", "max"]).reset_index()
+        whole = pd.DataFrame([{**dict.fromkeys(GROUPS, "all"), "size": len(absolute),
+                               "mean": absolute["abs_error"].mean(), "max": absolute["abs_error"].max()}])
+        frame = pd.concat([groups, whole], ignore_index=True)
+        return frame.rename(columns={"size": "runs", "mean": "mean_error", "max": "worst_error"})
+
     def describe(self) -> str:
-        """The table (100 columns) and the mean and worst absolute errors."""
+        """The table (100 columns), the errors per device, family and precision, and the mean and worst."""
         shown = self.frame[["run", "metric", "measured", "predicted", "error"]].copy()
         shown["error"] = [f"{error:+.1%}" for error in shown["error"]]
         shown["metric"] = shown["metric"].map(METRIC_NAMES)
-        return "\n".join([text_table(shown.round(2)),
+        groups = self.by_group()
+        for column in ("mean_error", "worst_error"):
+            groups[column] = [f"{value:.1%}" for value in groups[column]]
+        return "\n".join([text_table(shown.round(2)), "", text_table(groups),
                           f"mean |error| {self.mean_error:.2%}, worst {self.worst_error:.2%} over "
                           f"{len(self.frame)} runs"])
 
@@ -201,9 +240,12 @@ def _run_compared(row, clusters) -> dict:
     if row["metric"] == "tflops_sc21":
         flops = megatron_sc21_flops(model, batch=batch, recompute=row["recompute"] == "full")
         predicted = flops / seconds / strategy.devices / 1e12
+    elif row["metric"] == "tokens_per_s_per_gpu":
+        predicted = batch * model.seq_length / seconds / strategy.devices
     else:
         predicted = seconds
-    return _compared(row, row["metric"], float(row["measured"]), predicted, step_s=seconds)
+    return _compared(row, row["metric"], float(row["measured"]), predicted, step_s=seconds, result=result,
+                     model=model)
 
 
 def validate_memory(rows: pd.DataFrame | None = None, *,
@@ -222,7 +264,7 @@ def validate_memory(rows: pd.DataFrame | None = None, *,
 
 
 def _memory_compared(row, clusters) -> dict:
-    _, _, _, result = _priced(row, clusters)
+    model, _, _, result = _priced(row, clusters)
     stages = result.stages
     if row["part"] == "activation":
         predicted = float(stages["activation_mb"].iloc[0] + stages["overhead_mb"].iloc[0]) / 1024
@@ -230,17 +272,25 @@ def _memory_compared(row, clusters) -> dict:
         body_only = stages.iloc[1:-1] if len(stages) > 2 else stages.iloc[:1]
         predicted = float(body_only["param_mb"].min()) / 1024
     return _compared(row, f"{row['part']}_gib", float(row["measured_gib"]), predicted,
-                     step_s=result.step_time / 1e3)
+                     step_s=result.step_time / 1e3, result=result, model=model)
 
 
 def _priced(row, clusters):
     model, strategy, batch = run_inputs(row)
     cluster = (clusters or {}).get(row["cluster"]) or Cluster.preset(row["cluster"])
-    result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"])
+    kernels = KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)))
+    result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"],
+                               kernels=kernels)
     return model, strategy, batch, result
 
 
-def _compared(row, metric: str, measured: float, predicted: float, *, step_s: float) -> dict:
+def family(model: TransformerConfig, strategy: Strategy) -> str:
+    """A run's family (:data:`FAMILIES`): ``moe`` with routed experts, else ``fsdp`` under ZeRO 3, else ``dense``."""
+    return "moe" if model.experts else "fsdp" if strategy.zero == 3 else "dense"
+
+
+def _compared(row, metric: str, measured: float, predicted: float, *, step_s: float, result, model) -> dict:
     return {"run": row["run"], "source": row["source"], "metric": metric, "measured": measured,
-            "predicted": predicted, "error": predicted / measured - 1, "step_s": step_s, "where": row["where"],
-            "assumed": row["assumed"]}
+            "predicted": predicted, "error": predicted / measured - 1, "step_s": step_s,
+            "device": result.cluster.device.name, "family": family(model, result.strategy),
+            "precision": result.strategy.dtype, "where": row["where"], "assumed": row["assumed"]}

@@ -131,13 +131,13 @@ def test_cli_search_names_the_extra_a_scheduler_needs(config, capsys, monkeypatc
 
 #: A search whose best runs a pipeline (the memory limit forces one), quick enough for the fast lane.
 PIPELINED = ["search", "--model", "llama3-8b", "--devices", "16", "--global-batch", "32", "--seq-length", "2048",
-             "--memory", "12000", "--top", "3", "--balance-top", "2"]
+             "--memory", "10000", "--top", "3", "--balance-top", "2"]
 
 
 @pytest.fixture(scope="module")
 def pipelined():
     """The library's answer to PIPELINED with Megatron-LM's schedules (what --export megatron searches)."""
-    return search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=12000,
+    return search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=10000,
                              balance_top=2, schedules=["1f1b", "interleaved"], progress=False)
 
 
@@ -152,7 +152,7 @@ def test_cli_search_exports_the_best_to_megatron_and_reads_back_to_its_plan(caps
     assert f"the best strategy {best['label']}, its plan within megatron's grammar:" in text
     assert "trainer grammar: megatron (" in text and strategy.pipeline_parallel > 1
     back = read_trainer_config(shlex.split(_exported(text, "megatron").replace("\\\n", " ")), world_size=16,
-                               layers=pipelined.layers(), memory_mb=12000)
+                               layers=pipelined.layers(), memory_mb=10000)
     degrees = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                "expert_parallel", "micro_batch_size", "schedule")
     assert [getattr(back.strategy, name) for name in degrees] == [getattr(strategy, name) for name in degrees]
@@ -164,13 +164,13 @@ def test_cli_search_exports_the_best_to_megatron_and_reads_back_to_its_plan(caps
 def test_cli_search_exports_the_best_to_torchtitan_and_reads_back_to_its_plan(capsys, tmp_path):
     assert main([*PIPELINED, "--schedules", "interleaved", "--export", "torchtitan", "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    found = search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=12000,
+    found = search_strategies("llama3-8b", devices=16, global_batch=32, seq_length=2048, memory_mb=10000,
                               balance_top=2, schedules=["interleaved"], progress=False)
     assert document["best"] == found.best["label"] and document["export"]["form"] == "toml"
     assert document["constraint_cost"]["trainer"] == "torchtitan"
     path = tmp_path / "job.toml"
     path.write_text(document["export"]["text"])
-    back = read_trainer_config(path, world_size=16, layers=found.layers(), memory_mb=12000)
+    back = read_trainer_config(path, world_size=16, layers=found.layers(), memory_mb=10000)
     strategy = found.strategy()
     assert (back.strategy.pipeline_parallel, back.strategy.virtual_stages, back.strategy.schedule,
             back.strategy.tensor_parallel, back.strategy.context_parallel, back.strategy.micro_batch_size) == (
@@ -182,21 +182,21 @@ def test_cli_search_exports_the_best_to_torchtitan_and_reads_back_to_its_plan(ca
 
 
 def test_cli_search_exports_a_best_without_a_pipeline_as_megatrons_degrees(capsys):
-    assert main([*PIPELINED, "--memory", "16000", "--export", "megatron"]) == 0
+    assert main([*PIPELINED, "--memory", "30000", "--export", "megatron"]) == 0
     text = capsys.readouterr().out
-    assert ("the best strategy t2 p1 v1 dp8 cp1 ep1 b1 1f1b zero3, every layer recomputing 'selective':\n"
-            "megatron config (arguments):\n--pipeline-model-parallel-size 1 \\\n--tensor-model-parallel-size 2 \\\n"
-            "--micro-batch-size 1 \\\n--global-batch-size 32 \\\n") in text
-    assert ("note: recompute not set: add Megatron-LM's --recompute-* flags for 'selective' (or export a strategy\n"
-            "  with a pipeline: its plan carries them)\n") in text
+    assert ("the best strategy t1 p1 v1 dp16 cp1 ep1 b2 1f1b zero3, every layer recomputing 'comm':\n"
+            "megatron config (arguments):\n--pipeline-model-parallel-size 1 \\\n"
+            "--micro-batch-size 2 \\\n--global-batch-size 32 \\\n") in text
+    assert ("note: recompute not set: add Megatron-LM's --recompute-* flags for 'comm' (or export a strategy with\n"
+            "  a pipeline: its plan carries them)\n") in text
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--memory", "16000", "--export", "torchtitan"],
-     "sappkit search: --export torchtitan: the best strategy t2 p1 v1 dp8 cp1 ep1 b1 1f1b zero3 runs no pipeline "
+    (["--memory", "30000", "--export", "torchtitan"],
+     "sappkit search: --export torchtitan: the best strategy t1 p1 v1 dp16 cp1 ep1 b2 1f1b zero3 runs no pipeline "
      "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; use --export megatron\n"),
     (["--schedules", "interleaved", "--export", "hyperparallel"],
-     "sappkit search: --export hyperparallel: the best strategy t2 p2 v2 dp1 cp4 ep1 b1 interleaved zero3: "
+     "sappkit search: --export hyperparallel: the best strategy t4 p2 v4 dp1 cp2 ep1 b2 interleaved zero3: "
      "hyperparallel runs no 'interleaved' schedule; plan for one of '1f1b'\n"),
 ])
 def test_cli_search_refuses_an_export_the_trainer_cannot_run(capsys, extra, message):

@@ -93,3 +93,19 @@ def test_bad_clusters_are_refused_by_name(call, message):
     with pytest.raises(InputError) as error:
         call()
     assert str(error.value) == message
+
+
+def test_off_node_point_to_point_traffic_goes_through_each_devices_own_card():
+    nodes = Cluster(device=DeviceConfig(), devices_per_node=8, intra_node_gbs=450.0, inter_node_gbs=50.0,
+                    latency_us=5.0, inter_latency_us=10.0)
+    # a ring of 16 ranks, 8 per node: its collectives reach min(intra, 8 x 50) per rank, its point-to-point steps
+    # that cross a node only the device's own 50 GB/s
+    assert nodes.link(16, 1).gbs == 400.0 and nodes.nic_link(16, 1) == Link(50.0, 10.0)
+    assert nodes.nic_link(8, 1) == Link(450.0, 5.0)
+    sizes = GroupSizes(ep=32)
+    # 32 ranks, 8 per node: 7/32 of the bytes over NVLink, 24/32 through the card at once; 31 latencies
+    expected = max(7 / 32 * 1e9 / 450e6, 24 / 32 * 1e9 / 50e6) + 31 * 10e-3
+    assert nodes.all_to_all_ms(sizes, "ep", 1e9) == pytest.approx(expected, rel=1e-12)
+    inside = GroupSizes(ep=8)
+    assert nodes.all_to_all_ms(inside, "ep", 1e9) == pytest.approx(7 / 8 * 1e9 / 450e6 + 7 * 5e-3, rel=1e-12)
+    assert nodes.all_to_all_ms(GroupSizes(), "ep", 1e9) == 0.0

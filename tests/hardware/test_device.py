@@ -45,7 +45,7 @@ def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
     assert device.name == name
     text = DEVICE_PRESETS[name].read_text()
     assert "datasheet" in tomllib.loads(text)["source"].lower() or "publishes no datasheet" in text
-    assert DeviceConfig.preset(name, hbm_gb=1.0).hbm_gb == 1.0
+    assert DeviceConfig.preset(name, hbm_gb=94.0).hbm_gb == 94.0
 
 
 @pytest.mark.parametrize("call, message", [
@@ -53,7 +53,8 @@ def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
                                          "'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
     (lambda: DeviceConfig.preset("h200", hbm=1), "device preset 'h200' has no field 'hbm'; its fields: tflops, mfu, "
                                                  "link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, "
-                                                 "matmul_half_gflop, hbm_efficiency, kernel_us"),
+                                                 "matmul_half_gflop, hbm_efficiency, kernel_us, memory_mib, "
+                                                 "comm_sm_share, reserved_mib"),
     (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
     (lambda: DeviceConfig(hbm_efficiency=0), "hbm_efficiency must be in (0, 1]; got 0"),
     (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),

@@ -61,6 +61,12 @@ def test_parameter_bytes_follow_the_zero_stage():
     # (w + 2g)(1 - 1/D) + g/D = 8.5 bytes per parameter.
     assert held == {0: (18, 0, 0), 1: (2 + 4 + 12 / 4, 0, 0), 2: (2 + 16 / 4, 0, 0),
                     3: (18 / 4, 8 * params * 3 / 4, params * (10 * 3 / 4 + 1))}
+    kept = body(estimate(tensor_parallel=2, data_parallel=4, zero=3, reshard_after_forward=False), "none")
+    # without resharding the gathered weights stay from forward to backward: held, not in the working set, which
+    # keeps the whole gradient and the prefetch (w + g)(1 - 1/D), and on the first layer the two gradients and the
+    # output, 2g(1 - 1/D) + g/D
+    assert (kept.param_mb * MB / params, kept.working_mb * MB, kept.first_working_mb * MB) == \
+        (18 / 4 + 2 * 3 / 4, 6 * params * 3 / 4, params * (8 * 3 / 4 + 1))
 
 
 def test_time_is_six_params_tokens_plus_attention():

@@ -5,7 +5,7 @@ import pytest
 from sappkit import DeviceConfig, KernelConfig, ParallelConfig, TransformerConfig, estimate_layers
 from sappkit.columns import SAPP_OPTIONS
 from sappkit.hardware import Cluster, GroupSizes, collective_ms
-from sappkit.layers.comm import boundary_ms, grad_sync_parts, layer_comm
+from sappkit.layers.comm import boundary_ms, grad_sync_parts, layer_comm, zero3_comm_ms
 from sappkit.layers.ops import BACKWARD, FORWARD, layer_ops
 
 GPT = TransformerConfig(layers=4, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=512, vocab_size=8000)
@@ -109,8 +109,9 @@ def test_expert_dispatch_and_the_pipeline_boundary():
 
 
 @pytest.mark.parametrize("zero, dtype, kinds", [(0, "bf16", ("all_reduce",)), (1, "bf16", ("reduce_scatter",)),
-                                                (0, "fp16", ("all_reduce",)), (3, "bf16", ("reduce_scatter",))])
+                                                (0, "fp16", ("all_reduce",)), (3, "bf16", ())])
 def test_gradients_reduce_in_the_trainers_dtype_and_zero_gathers_weights(zero, dtype, kinds):
+    """Once per step; ZeRO 3 reduces and gathers per micro-batch instead (:func:`zero3_comm_ms`)."""
     cluster = _cluster()
     parallel = ParallelConfig(data_parallel=4, zero=zero, dtype=dtype)
     link = cluster.link(4, 1)
@@ -118,6 +119,16 @@ def test_gradients_reduce_in_the_trainers_dtype_and_zero_gathers_weights(zero, d
     reduce, gather = grad_sync_parts(1e6, 0.0, parallel, cluster)
     assert reduce == pytest.approx(sum(collective_ms(kind, grad * 1e6, 4, link) for kind in kinds))
     assert gather == (pytest.approx(collective_ms("all_gather", 2e6, 4, link)) if zero in (1, 2) else 0.0)
+
+
+@pytest.mark.parametrize("reshard", [True, False])
+def test_zero3_gathers_per_micro_batch_forward_and_when_resharding_backward(reshard):
+    cluster = _cluster()
+    link = cluster.link(4, 1)
+    parallel = ParallelConfig(data_parallel=4, zero=3, reshard_after_forward=reshard)
+    gather, scatter = collective_ms("all_gather", 2e6, 4, link), collective_ms("reduce_scatter", 4e6, 4, link)
+    assert zero3_comm_ms(1e6, 0.0, parallel, cluster) == (gather, (gather if reshard else 0.0) + scatter)
+    assert zero3_comm_ms(1e6, 0.0, ParallelConfig(data_parallel=4, zero=2), cluster) == (0.0, 0.0)
 
 
 def test_more_recompute_costs_more_backward_on_every_dimension():

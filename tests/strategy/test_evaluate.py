@@ -6,6 +6,7 @@ import pytest
 import sappkit
 from sappkit import InputError, Strategy, TransformerConfig, evaluate_strategy, model_flops
 from sappkit.hardware import Cluster
+from sappkit.layers import KernelConfig
 from sappkit.layers.comm import boundary_ms, grad_sync_parts, optimizer_ms
 from sappkit.pipeline.schedules import model_order
 from sappkit.strategy import compiled
@@ -18,8 +19,9 @@ CLUSTER = Cluster.preset("dgx-a100")
 
 
 def _evaluate(strategy, **options):
+    """Priced with materialised attention (the paper's kernels), whose memory these tests' limits are set for."""
     return evaluate_strategy(GPT, strategy, **{"cluster": CLUSTER, "global_batch": 64, "recompute": "selective",
-                                               **options})
+                                               "kernels": KernelConfig(), **options})
 
 
 @pytest.mark.parametrize("strategy", [
@@ -121,7 +123,7 @@ def test_moe_and_context_parallel_strategies_price_their_communication():
     strategy = Strategy(tensor_parallel=2, pipeline_parallel=2, data_parallel=2, context_parallel=2,
                         expert_parallel=4)
     result = evaluate_strategy(MOE, strategy, cluster=CLUSTER, global_batch=16, recompute="selective")
-    per_layer = result.layers.breakdown.set_index("kind")
+    per_layer = result.layers.breakdown.query("option == 'selective'").set_index("kind")
     assert per_layer.loc["layer_moe", "ep_comm_ms"] > 0 and per_layer.loc["layer", "ep_comm_ms"] == 0
     assert (result.breakdown["ep_comm_ms"] > 0).all()
     assert result.breakdown["cp_comm_ms"].sum() >= 0

@@ -2,7 +2,9 @@
 
 The frame (:data:`COLUMNS`), one row per strategy laid out:
 
-- the degrees (:class:`~sappkit.Strategy`'s fields), ``schedule``, ``micro_batches`` and ``label``;
+- the degrees (:class:`~sappkit.Strategy`'s fields, ``zero`` among them), ``reshard_after_forward`` (True on
+  ZeRO 3 rows: the search lays out FSDP2's default; False below ZeRO 3, where nothing is resharded),
+  ``schedule``, ``micro_batches`` and ``label``;
 - ``status``: ``balanced`` (the cheap pass and the balanced pass priced it),
   ``evaluated`` (the cheap pass priced it), ``infeasible`` (its even
   placement fits under no recompute option), ``pruned_time`` (its bound
@@ -46,7 +48,7 @@ STATUSES = ("balanced", "evaluated", "infeasible", "pruned_time", "pruned_memory
 STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB = "step_ms", "tokens_per_s_per_device", "tflops_per_device", "mfu", \
     "peak_memory_mb"
 #: The frame's columns, in order (module docstring).
-COLUMNS = (*DIMENSIONS, "schedule", MICRO_BATCHES, "label", "status", REASON, RULE, "placement", "recompute",
+COLUMNS = (*DIMENSIONS, "reshard_after_forward", "schedule", MICRO_BATCHES, "label", "status", REASON, RULE, "placement", "recompute",
            STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB, "headroom_mb", "bubble_fraction", "even_step_ms",
            "memory_bound_mb", "time_bound_ms", "even_bound_ms")
 #: The columns a table of strategies shows (fits 100 columns with the label).

@@ -3,30 +3,9 @@
 :func:`enumerate_strategies` lays out every way to run a model on exactly
 ``devices`` devices (``t · cp · dp · p = devices``) over the values of each
 searched dimension (:func:`default_dims`, or the caller's), for every
-schedule and its chunk counts, and checks each against the rules below, in
-this order. A strategy that breaks one keeps the first it breaks (its name
-in ``rule``, the numbers in ``reason``) and is never ranked.
-
-- ``heads``: ``t`` divides the attention heads and the key/value heads of
-  every stack (Megatron-LM splits whole heads and whole query groups over
-  the tensor-parallel ranks).
-- ``node``: ``t`` divides the devices of a node, so a tensor-parallel group
-  (two collectives per layer, forward and backward) stays on the node's
-  links; ``tensor_across_nodes=True`` lifts it.
-- ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
-  (Megatron-LM's load-balanced causal ring attention), and with sequence
-  parallelism a rank's share splits again over ``t``.
-- ``experts``: a dense model runs ``ep = 1``; a MoE model's ``ep`` divides
-  its routed experts, and ``ep · etp`` divides ``t · cp · dp`` (Megatron-Core's
-  expert grid is carved out of those ranks).
-- ``batch``: ``dp · b`` divides the global batch (whole micro-batches).
-- ``cells``: every (chunk, stage) cell holds at least one body layer
-  (``p · v`` cells).
-- ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`: an interleaved
-  schedule with ``v > 1`` needs ``m >= p``, DualPipeV ``m >= 2p``, PyTorch's zero-bubble interleaved equal
-  rounds; the V schedules run ``v = 2``).
-- ``size``: the step stays within what sappkit simulates
-  (:data:`~sappkit.limits.MAX_SIMULATED_PASSES` forward passes).
+schedule and its chunk counts, and checks each against a trainer's rules (:mod:`sappkit.strategy.legality`, the check
+:func:`sappkit.evaluate_strategy` holds a strategy to as well). A strategy that breaks one keeps the first it
+breaks (its name in ``rule``, the numbers in ``reason``) and is never ranked.
 
 Strategies that differ only in a setting without effect are not laid out
 twice: without a pipeline (``p = 1``) only ``1f1b`` with ``v = 1``;

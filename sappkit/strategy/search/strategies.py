@@ -64,7 +64,8 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     seq_length : int, optional
         Tokens per sequence (default the model's).
     memory_mb : float, optional
-        Device memory every stage must fit, MB (default the device's).
+        Device memory every stage must fit, MB (default the device's
+        :attr:`~sappkit.hardware.DeviceConfig.usable_mb`).
     dims : mapping, optional
         Values per dimension (:class:`~sappkit.Strategy` field names), replacing the defaults of
         :func:`~sappkit.strategy.search.space.default_dims`, e.g. ``{"tensor_parallel": [4, 8], "zero": [1]}``.
@@ -82,7 +83,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     tensor_across_nodes : bool
         Allow tensor parallelism across nodes (the ``node`` rule lifted).
     kernels : KernelConfig, optional
-        The kernels the layers run.
+        The kernels the layers run (default :data:`~sappkit.strategy.compiled.DEFAULT_KERNELS`: flash attention).
     dtype : {"bf16", "fp16", "fp32"}
     prune : bool
         False prices every accepted strategy in the cheap pass, bounds ignored (the exhaustive reference the
@@ -104,11 +105,11 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
     ...                                     "context_parallel": [1]}, executor=pool, progress=False)
     >>> found
-    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 zbv zero1: 139 ms)
+    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 50 ms)
     >>> found.best["recompute"]
-    'selective 4, both 2, full 2'
+    'none 4, comm 4'
     >>> found.counts().to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'balanced': 2, 'evaluated': 44, 'infeasible': 2, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
+    {'balanced': 2, 'evaluated': 46, 'infeasible': 0, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
     """
     started = time.perf_counter()
     models = resolve_model(model)
@@ -128,7 +129,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     if cluster.devices is not None and devices > cluster.devices:
         raise InputError(f"devices must be <= the cluster's {cluster.devices} ({cluster.nodes} nodes of "
                          f"{cluster.devices_per_node}); got {devices}")
-    limit = cluster.device.hbm_gb * 1e9 / 2**20 if memory_mb is None else check_number(
+    limit = cluster.device.usable_mb if memory_mb is None else check_number(
         "memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     setting = Setting(models=models, cluster=cluster, global_batch=batch, memory_mb=limit, dtype=dtype,
                       kernels=kernels)
@@ -189,6 +190,7 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     """The result's frame (:mod:`~.result`'s docstring), the fastest first."""
     frame = space.copy()
     frame["label"] = _labels(frame, setting.dtype)
+    frame["reshard_after_forward"] = frame["zero"] == 3
     frame["status"] = np.where(frame[RULE].notna(), "rejected", "pruned_time")
     for column in ("placement", "recompute"):
         frame[column] = ""

@@ -96,15 +96,14 @@ def test_each_status_says_why(found):
 
 
 def test_a_plan_within_a_trainers_grammar_says_what_it_costs(found):
-    best = found.best
-    assert best["schedule"] == "zbv"
-    plan = found.plan(trainer="torchtitan")
-    assert plan is found.plan(best.name, trainer="torchtitan") and plan is not found.plan()
+    zbv = found.frame.index[(found.frame["schedule"] == "zbv") & found.frame["step_ms"].notna()][0]
+    plan = found.plan(zbv, trainer="torchtitan")
+    assert plan is found.plan(zbv, trainer="torchtitan") and plan is not found.plan(zbv)
     cost = plan.constraint_cost
     assert cost.trainer == "torchtitan" and cost.constrained >= cost.unconstrained and plan.fits
-    assert plan.counts.sum() == found.plan().counts.sum()
+    assert plan.counts.sum() == found.plan(zbv).counts.sum()
     with pytest.raises(InputError) as error:
-        found.plan(trainer="megatron")
+        found.plan(zbv, trainer="megatron")
     assert str(error.value) == "megatron runs no 'zbv' schedule; plan for one of '1f1b', 'interleaved'"
     interleaved = found.frame.index[(found.frame["schedule"] == "interleaved") & found.frame["step_ms"].notna()][0]
     assert found.plan(interleaved, trainer="megatron").constraint_cost.policy.startswith(("uniform", "block"))
