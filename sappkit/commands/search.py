@@ -62,9 +62,10 @@ def register(subparsers) -> None:
                         help="the values one dimension takes (repeat per dimension), e.g. --dims t=4,8 --dims "
                              "zero=1 --dims sp=true; NAME is t, p, v, dp, cp, ep, etp, b (micro-batch size), zero "
                              "or sp (sequence parallel), or the full name (default: every value a trainer accepts)")
-    parser.add_argument("--attention", default="paper", choices=("paper", "eager", "math", "flash"),
+    parser.add_argument("--attention", default="flash", choices=("paper", "eager", "math", "flash"),
                         help="the attention kernel, which sets what attention keeps for the backward (default "
-                             "paper: the softmax output; flash keeps nothing per query-key pair)")
+                             "flash, as modern trainers run it: nothing kept per query-key pair; paper: the softmax "
+                             "output)")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
                         help="the dtype the model trains in (default bf16)")
     parser.add_argument("--top", type=int, default=10, metavar="N", help="strategies to print (default 10)")

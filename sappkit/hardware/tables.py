@@ -28,6 +28,8 @@ hbm_gb = 64.0
 matmul_half_gflop = 0.0
 hbm_efficiency = 1.0
 kernel_us = 0.0
+comm_sm_share = 0.12
+reserved_mib = 2048.0
 <BLANKLINE>
 """
 

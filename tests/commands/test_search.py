@@ -33,7 +33,7 @@ def test_cli_search_prints_the_fastest_strategies_with_units_and_the_limits(conf
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "config.json on 16 x a100-80g (dgx-a100), global batch 64 x 2,048 tokens, memory 2,000 MB"
     assert out[-1].startswith("searched in ") and out[-1].endswith(" s")
-    assert out[1] == "assumptions: bf16, attention kernel 'paper', dims narrowed: none (every value a trainer accepts)"
+    assert out[1] == "assumptions: bf16, attention kernel 'flash', dims narrowed: none (every value a trainer accepts)"
     assert out[2].split() == ["strategy", "step", "(ms)", "tokens/s/dev", "TFLOP/s/dev", "MFU", "peak", "(MB)"]
     assert len([line for line in out[3:] if line.startswith("t")]) == 5
     assert out[8].endswith("rejected") and out[9].startswith("best: t")
@@ -55,13 +55,13 @@ def test_cli_search_narrows_the_dims_and_sets_the_kernel_and_dtype_as_python_doe
     assert {(row["tensor_parallel"], row["zero"], row["sequence_parallel"]) for row in shown} == {(2, 1, False)}
     assert all(row["label"].endswith(" fp16") for row in shown)
     # the kernel is not ignored: the paper's attention keeps the softmax output, flash its log-sum-exp only
-    assert _search(config, "--dims", "t=2", "--dims", "zero=1", "--dims", "sp=false", "--dtype", "fp16",
-                   "--format", "json") == 0
+    assert _search(config, "--dims", "t=2", "--dims", "zero=1", "--dims", "sp=false", "--attention", "paper",
+                   "--dtype", "fp16", "--format", "json") == 0
     paper = {row["label"]: row["peak_memory_mb"] for row in json.loads(capsys.readouterr().out)["strategies"]}
     both = [(paper[row["label"]], row["peak_memory_mb"]) for row in shown if row["label"] in paper]
     assert any(by_paper > by_flash for by_paper, by_flash in both)
     assert _search(config, "--dims", "tensor_parallel=2", "--dims", "b=1,2") == 0
-    assert "assumptions: bf16, attention kernel 'paper', dims narrowed: tensor_parallel=2 b=1,2" in (
+    assert "assumptions: bf16, attention kernel 'flash', dims narrowed: tensor_parallel=2 b=1,2" in (
         capsys.readouterr().out)
 
 

@@ -77,7 +77,7 @@ def test_evaluate_refuses_what_the_search_refuses():
               "at least one)")
     with pytest.raises(InputError) as error:
         evaluate_strategy(model, strategy, cluster="dgx-h100", global_batch=64)
-    assert str(error.value) == f"strategy {strategy.label!r} breaks the 'cells' rule: {reason}"
+    assert str(error.value) == f"strategy {strategy.label} breaks the 'cells' rule: {reason}"
     space = enumerate_strategies([model], devices=32, devices_per_node=8, global_batch=64,
                                  dims={"tensor_parallel": [1], "pipeline_parallel": [8], "virtual_stages": [12],
                                        "context_parallel": [1], "micro_batch_size": [1], "zero": [1]},
