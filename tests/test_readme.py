@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: Pages whose examples are recipes that change the repository (contributing.md re-executes a notebook in place).
-RECIPES = {"docs/contributing.md"}
+#: Pages whose examples are recipes, not runs: contributing.md re-executes a notebook in place, calibration.md
+#: reads the user's own launch scripts, logs and traces and benchmarks a GPU (tests/calibration runs each step).
+RECIPES = {"docs/contributing.md", "docs/calibration.md"}
 
 
 def _examples(path: Path) -> list[str]:
