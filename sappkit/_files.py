@@ -27,7 +27,7 @@ from pathlib import Path
 
 from ._check import short
 from .errors import InputError
-from .limits import MAX_DOCUMENT_VALUES, MAX_FILE_MB
+from .limits import MAX_DOCUMENT_VALUES, MAX_FILE_MB, MAX_NESTING
 
 __all__ = ["as_path", "shown", "read_text", "load_json", "load_yaml", "load_toml", "read_csv", "output_path",
            "write_file", "write_text", "BUNDLED_DATA", "bundled"]
@@ -108,8 +108,23 @@ def load_yaml(path: Path, what: str):
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser where installed: ~10x faster
 
-    return _document(path, what, "YAML", lambda text: yaml.load(text, Loader=loader), _yaml_problem,
-                     (ValueError, yaml.YAMLError))
+    def parse(text: str):
+        # libyaml's composer recurses in C, where a deep document overflows the stack (a crash, not a
+        # RecursionError): its scanner, which does not recurse, measures the nesting first.
+        opens = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+                 yaml.FlowSequenceStartToken)
+        closes = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+        depth = 0
+        try:
+            for token in yaml.scan(text, Loader=loader):
+                depth += 1 if isinstance(token, opens) else -1 if isinstance(token, closes) else 0
+                if depth > MAX_NESTING:
+                    raise RecursionError
+            return yaml.load(text, Loader=loader)
+        except yaml.YAMLError:  # worded as the pure-Python parser words it, with or without libyaml
+            return yaml.load(text, Loader=yaml.SafeLoader)
+
+    return _document(path, what, "YAML", parse, _yaml_problem, (ValueError, yaml.YAMLError))
 
 
 def load_toml(path: Path, what: str):
