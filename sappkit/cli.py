@@ -77,13 +77,17 @@ class _Parser(argparse.ArgumentParser):
 
     def _refuse_unknown_options(self, args) -> None:
         known = list(self._option_string_actions)
+        previous = None
         for token in args:
             if token == "--":
                 return
             name = token.split("=", 1)[0]
-            # As argparse reads them: a negative number or a word with a space in it is a value.
-            if (not name.startswith("-") or self._negative_number_matcher.match(token) or " " in token
-                    or any(option.startswith(name) for option in known)):
+            takes_value = previous in self._option_string_actions and self._option_string_actions[previous].nargs != 0
+            previous = token
+            # As argparse reads them: a negative number or a word with a space in it is a value, and so is
+            # whatever follows an option that takes one (--stages -inf: the value is refused by name).
+            if (takes_value or not name.startswith("-") or self._negative_number_matcher.match(token)
+                    or " " in token or any(option.startswith(name) for option in known)):
                 continue
             close = difflib.get_close_matches(name, [option for option in known if option.startswith("--")], n=1)
             hint = f"; did you mean {close[0]}?" if close else ""

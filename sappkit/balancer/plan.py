@@ -66,11 +66,11 @@ class ConstraintCost:
         return 100.0 * self.time / self.unconstrained if self.unconstrained else 0.0
 
     def describe(self) -> str:
-        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step against ...``."""
-        what = ("of the simulated step" if self.objective == "step" else
-                "of SAPP's objective (the slowest stage's time per micro-batch, not the step)")
+        """One line: ``megatron (block 2) costs 12.3 ms (1.1%) of the simulated step vs the unconstrained plan``
+        (or of SAPP's proxy, the slowest stage's time per micro-batch, for ``objective="sapp"``)."""
+        what = "of the simulated step" if self.objective == "step" else "of SAPP's proxy"
         return (f"{self.trainer} ({self.policy}) costs {format_time(self.time, self.time_unit)} "
-                f"({self.percent:.1f}%) {what} against the unconstrained plan")
+                f"({self.percent:.1f}%) {what} vs the unconstrained plan")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

@@ -64,7 +64,7 @@ def value_of(base: Cluster, name: str) -> float:
 def predicted_ms(runs: Sequence[Run], cluster: Cluster) -> np.ndarray:
     """Each run's predicted step on ``cluster``, ms."""
     return np.array([evaluate_strategy(run.model, run.strategy, cluster=cluster, global_batch=run.global_batch,
-                                       recompute=run.recompute).step_time for run in runs])
+                                       recompute=run.recompute, kernels=run.kernels).step_time for run in runs])
 
 
 def _residuals(model: Observed, base: Cluster, names: Sequence[str], scaled: np.ndarray) -> np.ndarray:

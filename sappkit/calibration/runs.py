@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .._check import check_int, check_number
 from ..errors import InputError
-from ..layers import TransformerConfig
+from ..layers import KernelConfig, TransformerConfig
 from ..models import get, read_model_config
 from ..strategy import Strategy
 from ..trainers import read_trainer_config
@@ -31,7 +31,8 @@ class Run:
     """One measured training run: what ran, on how many devices, and its step time.
 
     ``recompute`` is the option every body layer ran (``none``, ``selective``,
-    ``comm``, ``both``, ``full``).
+    ``comm``, ``both``, ``full``); ``kernels`` the kernels it ran (None:
+    :func:`sappkit.evaluate_strategy`'s default, flash attention).
     """
 
     name: str
@@ -40,6 +41,7 @@ class Run:
     global_batch: int
     step_ms: float
     recompute: str = "none"
+    kernels: KernelConfig | None = None
 
     def __post_init__(self):
         if not isinstance(self.model, TransformerConfig):

@@ -121,8 +121,9 @@ class RecomputeDashboard:
                                   fsdp_holds_grads=self.fsdp_holds_grads, curve=curve, **settings)
         except InputError as exc:
             return Shown(None, str(exc), alert=True)
-        figure = plt.figure(figsize=(12, 7), layout="constrained")
-        top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 1.4, 3.2))
+        figure = plt.figure(figsize=(12, 8), layout="constrained")
+        # the middle strip of layer options needs room for its own title and axis label besides its bars
+        top, middle, bottom = figure.subfigures(3, 1, height_ratios=(4, 2.2, 3.2))
         if not view.choice.pricing.stages.empty:
             plot_before_after(view.choice, axes=top.subplots(1, 2, sharey=True))
         plot_layer_options(view.choice, ax=middle.subplots())

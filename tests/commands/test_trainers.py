@@ -16,7 +16,7 @@ BALANCE = ["balance", LLAMA, "--stages", "8", "--micro-batches", "16", "--memory
 def test_balance_plans_within_megatrons_grammar_and_exports_the_arguments(capsys, tmp_path):
     assert main([*BALANCE, "--trainer", "megatron", "--export", "megatron"]) == 0
     text = capsys.readouterr().out
-    assert "trainer grammar: megatron (" in text and "against the unconstrained plan" in text
+    assert "trainer grammar: megatron (" in text and "vs the unconstrained plan" in text
     assert "MindFormers lists" not in text  # a Megatron-LM user is shown Megatron-LM's words only
     arguments = text.split("megatron config (arguments):\n")[1].split("\nnote:")[0]
     script = tmp_path / "run.sh"
@@ -27,7 +27,7 @@ def test_balance_plans_within_megatrons_grammar_and_exports_the_arguments(capsys
 
 
 @pytest.mark.parametrize("objective, what", [
-    ("sapp", "of SAPP's objective (the slowest stage's time per micro-batch, not the step)"),
+    ("sapp", "of SAPP's proxy"),
     ("step", "of the simulated step")])
 def test_the_cost_of_a_trainers_grammar_names_the_objective_it_is_counted_in(capsys, objective, what):
     """Issue 39: 'costs 2.86 ms (2.3%)' was SAPP's per-micro-batch proxy, read as the step's."""
@@ -39,7 +39,7 @@ def test_the_cost_of_a_trainers_grammar_names_the_objective_it_is_counted_in(cap
     cost = plan.constraint_cost
     assert cost.objective == objective
     assert cost.describe() == (f"megatron ({cost.policy}) costs {format_time(cost.time, 'ms')} "
-                               f"({cost.percent:.1f}%) {what} against the unconstrained plan")
+                               f"({cost.percent:.1f}%) {what} vs the unconstrained plan")
     if objective == "step":
         assert cost.constrained == pytest.approx(plan.simulate().step_time)
 
