@@ -86,7 +86,7 @@ def expert_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
 def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cluster: Cluster,
                core_ms: tuple[float, float]) -> LayerComm:
     """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time."""
-    t, e, h = parallel.tensor_parallel, _BYTES[parallel.dtype], model.hidden_size
+    e, h = _BYTES[parallel.dtype], model.hidden_size
     n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
     ranks, link = cluster.group(dense_sizes(parallel), "tp")
     activation = e * n * h

@@ -17,7 +17,7 @@ from .._frames import check_frame, name_column, number_column, whole_column
 from .._frames import plain as _plain
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
-    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, SAPP_OPTIONS,
+    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES,
     SPLIT_COLUMNS, TAIL, WORKING_MB,
 )
 from ..errors import InputError

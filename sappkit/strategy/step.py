@@ -35,7 +35,6 @@ from ..layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, EXPERT_PARAMS, P
 from ..pipeline.critical import op_ends
 from ..pipeline.events import step_plan
 from ..pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
-from ..pipeline.schedules import tail_cell
 from .config import Strategy
 
 __all__ = ["Priced", "price_pipeline", "price_plan", "price_single_stage", "STEP_COLUMNS", "PP_COMM_MS", "DP_COMM_MS",

@@ -9,7 +9,6 @@ measures shared-memory copies and its own overheads, not a network.
 
 from __future__ import annotations
 
-import os
 import statistics
 import tempfile
 import time

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 
 from ..balancer.grammar import matching_policy
 from ..columns import OPTION
-from ..errors import InputError
 from ..pipeline.schedules import model_order
 from ..recompute.trainer_plan import chosen_layers
 from .config import pipeline_of

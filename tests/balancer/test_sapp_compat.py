@@ -5,7 +5,6 @@ Each expected number is SAPP's formula worked by hand on a small case (its
 in-flight counts, its time and parameter sums for the DualPipeV tail).
 """
 
-import numpy as np
 import pandas as pd
 import pytest
 

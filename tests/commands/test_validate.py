@@ -12,7 +12,7 @@ def test_cli_validate_prints_every_run_every_memory_row_and_the_errors(capsys):
     assert main(["validate"]) == 0
     out = capsys.readouterr().out.splitlines()
     runs, memory = validate(), validate_memory()
-    run_groups, memory_groups = len(runs.by_group()), len(memory.by_group())
+    run_groups = len(runs.by_group())
     assert out[0].split() == ["run", "metric", "measured", "predicted", "error"]
     text = "\n".join(out)
     runs_line = (f"mean |error| {runs.mean_error:.2%}, worst {runs.worst_error:.2%} over {len(runs.frame)} runs "
