@@ -60,14 +60,17 @@ class DeviceBenchmark:
     def write(self, path):
         """Write the device as a hardware file, the measurements beside the numbers."""
         notes = {"tflops": "fastest GEMM of sappkit.torch.benchmark_device", "hbm_gbs": "measured copy",
-                 "mfu": "fitted to the GEMM sweep", "matmul_half_gflop": "fitted to the GEMM sweep"}
+                 "mfu": "fitted to the GEMM sweep", "matmul_half_gflop": "fitted to the GEMM sweep",
+                 "kernel_us": "the smallest op of sappkit.torch.benchmark_device"}
         return write(self.device, path, notes=notes, source="sappkit.torch.benchmark_device")
 
 
 def time_ms(function, *, repeats: int = 5, device: str = "cpu") -> float:
     """The median time of ``function()`` over ``repeats`` calls after one warm-up, ms: on a GPU the wall clock
-    around the synchronised call, on a CPU the calling thread's CPU time (``time.thread_time``)."""
-    clock = time.perf_counter if device == "cuda" else time.thread_time
+    around the synchronised call, on a CPU the calling thread's CPU time (``time.thread_time``; the process's,
+    ``time.process_time``, when torch runs more than one thread)."""
+    clock = time.perf_counter if device == "cuda" else \
+        time.thread_time if torch.get_num_threads() == 1 else time.process_time
 
     def sync():
         if device == "cuda":

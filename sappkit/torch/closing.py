@@ -59,13 +59,14 @@ LLAMA_KERNELS = KernelConfig(attention="flash", norm="hf", fused_mlp=False)
 
 @dataclass(frozen=True, eq=False)
 class Closing:
-    """What :func:`close_loop` found: the ``device`` and ``collectives`` benchmarks, the ``calibration`` of
+    """What :func:`close_loop` found: the ``device`` and ``collectives`` benchmarks (None without data
+    parallelism), the ``calibration`` of
     ``kernel_us``, and ``frame``: one row per configuration (``config``, ``seq_length``, ``micro_batch_size``,
     ``recompute``, ``data_parallel``, ``predicted_ms``, ``measured_ms``, ``error`` = ``predicted / measured - 1``,
     ``load_1min``: the one-minute load average when it ran)."""
 
     device: DeviceBenchmark
-    collectives: CollectiveBenchmark
+    collectives: CollectiveBenchmark | None
     calibration: Calibration
     frame: pd.DataFrame = field(repr=False)
 
@@ -79,11 +80,12 @@ class Closing:
         device = self.cluster.device
         shown = self.frame.assign(error=[f"{e:+.1%}" for e in self.frame["error"]]).round(
             {"predicted_ms": 1, "measured_ms": 1, "load_1min": 1})
+        link = "" if self.collectives is None else \
+            f"; link {self.cluster.intra_node_gbs:.3g} GB/s, {self.cluster.latency_us:.3g} us per ring step"
         return "\n".join([
             f"{device.name}: {device.peak_tflops('fp32') * 1e3:.1f} GFLOP/s fastest GEMM, mfu {device.mfu:.3f}, "
             f"matmul_half_gflop {device.matmul_half_gflop:.3g}, {device.hbm_gbs:.1f} GB/s copy, kernel_us "
-            f"{device.kernel_us:.1f} (calibrated; the smallest op took {self.device.device.kernel_us:.1f})",
-            f"link: {self.cluster.intra_node_gbs:.3g} GB/s, {self.cluster.latency_us:.3g} us per ring step",
+            f"{device.kernel_us:.1f} (calibrated; the smallest op took {self.device.device.kernel_us:.1f}){link}",
             text_table(shown.drop(columns=["seq_length", "micro_batch_size", "recompute", "data_parallel"])),
             f"max |error| {self.frame['error'].abs().max():.1%}, mean {self.frame['error'].abs().mean():.1%}"])
 
@@ -124,10 +126,12 @@ def close_loop(configs=CONFIGS, keys: dict = LLAMA, *, device: str = "cpu", repe
     configs = [config if isinstance(config, StepConfig) else StepConfig(**config) for config in configs]
     dtype = "bf16" if device == "cuda" else "fp32"
     bench = benchmark_device(device, repeats=repeats)
-    links = benchmark_collectives(2, repeats=repeats, device=bench.device)
+    ranks = max(config.data_parallel for config in configs)
+    links = benchmark_collectives(ranks, repeats=repeats, device=bench.device) if ranks > 1 else None
     tiny = measure_steps(TINY_CONFIGS, TINY, device=device, repeats=repeats, warmup=warmup)
     runs = [_run(TINY, config, dtype, row["step_ms"]) for config, row in zip(TINY_CONFIGS, tiny)]
-    base = dataclasses.replace(links.cluster, name=f"measured-{device}-node")
+    base = Cluster.of(bench.device) if links is None else \
+        dataclasses.replace(links.cluster, name=f"measured-{device}-node")
     calibration = calibrate(runs, base=base, fit=["kernel_us"], name=f"measured-{device}")
     measured = measure_steps(configs, keys, device=device, repeats=repeats, warmup=warmup)
     rows = []
