@@ -85,14 +85,18 @@ def test_measured_steps_are_positive_and_recompute_costs_time():
 @pytest.mark.slow
 def test_the_loop_closes_end_to_end_on_two_tiny_configurations(tmp_path):
     configs = [StepConfig(64), StepConfig(64, recompute="full", data_parallel=2)]
-    closing = close_loop(configs, TINY, repeats=3, warmup=1)
+    closing = close_loop(configs, TINY, held_out=[StepConfig(48)], repeats=3, warmup=1)
     frame = closing.frame
     assert frame["config"].tolist() == ["s64 b1 none dp1", "s64 b1 full dp2"]
     assert (frame["measured_ms"] > 0).all() and (frame["predicted_ms"] > 0).all()
     # a loose bound: the tiny steps are the framework's overhead, which kernel_us was calibrated on
     assert frame["error"].abs().max() < 0.6, closing.describe()
-    status = closing.calibration.parameters.set_index("parameter")["status"]
+    assert frame["benchmarked_error"].abs().max() < 0.6, closing.describe()
+    status = closing.overhead.parameters.set_index("parameter")["status"]
     assert status["kernel_us"] == "fitted" and status["mfu"] == "base"
+    status = closing.calibration.parameters.set_index("parameter")["status"]
+    assert status["kernel_us"] == "fitted" and status["mfu"] == "fitted"
+    assert closing.calibration.runs["run"].tolist() == ["s16 b1 none dp1", "s32 b1 none dp1", "s48 b1 none dp1"]
     assert closing.collectives is not None and closing.cluster.devices_per_node == 2
     assert load(closing.write(tmp_path / "cpu.toml")) == closing.cluster
-    assert closing.describe().splitlines()[-1].startswith("max |error| ")
+    assert closing.describe().splitlines()[-1].startswith("error: max |error| ")
