@@ -15,7 +15,9 @@ writes ``{"traceEvents": [...]}``; the events read:
 - **CPU** (no kernel events): the ``"cat": "cpu_op"`` GEMM and attention
   implementation ops themselves, and gloo's ``gloo:<collective>``
   annotations (``Input Dims``, ``Input type``; the group is the trace's
-  ``distributedInfo.world_size``).
+  ``distributedInfo.world_size``);
+- **Nsight Systems** (a report exported as SQLite, ``nsys export --type sqlite``): its kernels, each tied to
+  the ATen op that ``emit_nvtx(record_shapes=True)`` put around its launch (:mod:`.nsight`).
 
 The frame: ``kind`` (``gemm``, ``attention``, ``collective``), ``name``, ``op``,
 ``duration_ms``, ``flops`` (GEMMs: ``2·batch·m·n·k``; attention forward:
@@ -33,6 +35,7 @@ from .._files import as_path, load_json
 from ..errors import InputError
 from ..hardware import Cluster, collective_ms
 from .fit import Observed
+from .nsight import SQLITE_MAGIC, read_nsight_events
 
 __all__ = ["GEMM_OPS", "KERNEL_COLUMNS", "read_kernel_times", "kernels_observed"]
 
@@ -53,7 +56,8 @@ KERNEL_COLUMNS = ("kind", "name", "op", "duration_ms", "flops", "batch", "m", "n
 
 
 def read_kernel_times(trace) -> pd.DataFrame:
-    """The GEMM, attention and collective kernels of a PyTorch profiler Chrome trace (module docstring).
+    """The GEMM, attention and collective kernels of a PyTorch profiler Chrome trace or of an Nsight Systems
+    SQLite export (module docstring).
 
     Examples
     --------
@@ -62,6 +66,8 @@ def read_kernel_times(trace) -> pd.DataFrame:
     {'attention': 1, 'collective': 4, 'gemm': 6}
     """
     path = as_path("trace", trace)
+    if _is_sqlite(path):
+        return _frame(path, [_kernel_row(kernel, op) for kernel, op in read_nsight_events(path)])
     document = load_json(path, "a PyTorch profiler trace (Chrome trace JSON)")
     events = document.get("traceEvents") if isinstance(document, dict) else None
     if not isinstance(events, list):
@@ -73,6 +79,17 @@ def read_kernel_times(trace) -> pd.DataFrame:
     ranks = int((document.get("distributedInfo") or {}).get("world_size", 1))
     rows = [_kernel_row(event, ops.get(event.get("args", {}).get("External id"))) for event in kernels] if kernels \
         else [_cpu_row(event, ranks) for event in complete]
+    return _frame(path, rows)
+
+
+def _is_sqlite(path) -> bool:
+    if not path.is_file():
+        return False
+    with path.open("rb") as file:
+        return file.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
+def _frame(path, rows) -> pd.DataFrame:
     frame = pd.DataFrame([row for row in rows if row is not None], columns=list(KERNEL_COLUMNS))
     if frame.empty:
         raise InputError(f"{path}: no GEMM, attention or collective in the trace (record it with "

@@ -15,7 +15,8 @@ def register(subparsers) -> None:
                     "sappkit.hardware.load read. Each time is the median of --repeats after a warm-up.")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="what to benchmark (default cpu)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per benchmark (default 5)")
-    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads on a CPU")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads on a CPU (default 1: the thread's CPU time is then all the work)")
     parser.add_argument("--out", default=None, metavar="FILE.toml", help="write the device here")
     parser.add_argument("--collectives", type=int, default=None, metavar="N",
                         help="also time the collectives over N local processes (gloo on a CPU, NCCL on GPUs) and "
@@ -27,16 +28,12 @@ def register(subparsers) -> None:
 def _run(args) -> int:
     out = Output(args)
     try:
-        import torch
-
         from ..torch import benchmark_device
     except ImportError:
         out.line("bench-device needs PyTorch, the [torch] extra: pip install 'sappkit[torch]'")
         out.finish()
         return 1
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
-    result = benchmark_device(args.device, repeats=args.repeats)
+    result = benchmark_device(args.device, repeats=args.repeats, threads=args.threads)
     device = result.device
     out.line(f"{device.name}: fastest GEMM {device.tflops:.4g} TFLOP/s, mfu {device.mfu:.3f}, matmul_half_gflop "
              f"{device.matmul_half_gflop:.3g}, copy {device.hbm_gbs:.4g} GB/s")

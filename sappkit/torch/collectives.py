@@ -1,7 +1,9 @@
 """``benchmark_collectives``: all-reduce, all-gather, reduce-scatter and all-to-all over sizes with
 ``torch.distributed`` (gloo on CPUs, NCCL on GPUs) in ``world_size`` local processes, and the link they imply.
 
-Rank 0 times each collective (median of ``repeats`` after a warm-up, a barrier before each); the link's
+Rank 0 times each collective (median of ``repeats`` after a warm-up, a barrier before each: on GPUs the wall
+clock around the synchronised call, on a CPU the process's CPU time, gloo's threads included, so that other
+processes on a shared machine add little; one torch thread per rank there); the link's
 bandwidth and ring-step latency are the least-squares fit of :func:`sappkit.hardware.collective_ms`'s form
 ``factor(n) · B / bandwidth + steps(n) · latency`` to those times, both kept positive. gloo on one machine
 measures shared-memory copies and its own overheads, not a network.
@@ -81,6 +83,8 @@ def _worker(rank, world_size, backend, sizes_mb, repeats, store, out):
     device = f"cuda:{rank}" if backend == "nccl" else "cpu"
     if backend == "nccl":
         torch.cuda.set_device(rank)
+    else:
+        torch.set_num_threads(1)
     times = []
     for kind in TIMED:
         for size in sizes_mb:
@@ -100,12 +104,13 @@ def _timed(kind, elements, world_size, device, repeats) -> float:
             "reduce_scatter": lambda: dist.reduce_scatter_tensor(shard, buffer),
             "all_to_all": lambda: dist.all_to_all_single(whole, buffer)}[kind]
     call()
+    clock = time.process_time if device == "cpu" else time.perf_counter
     times = []
     for _ in range(repeats):
         dist.barrier()
-        start = time.perf_counter()
+        start = clock()
         call()
         if device != "cpu":
             torch.cuda.synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
+        times.append((clock() - start) * 1e3)
     return statistics.median(times)
