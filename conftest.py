@@ -54,9 +54,12 @@ def pytest_collect_file(file_path, parent):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items):
-    """Mark the slow lane: the slow folders' items and the real-browser checks (``browser``)."""
+    """Mark the slow lane (the slow folders' items and the real-browser checks, ``browser``) and the tests whose
+    examples hypothesis draws (``property``: .ci/lowest runs them on the lowest hypothesis, which draws others)."""
     for item in items:
         path = Path(item.path)
         if item.get_closest_marker("browser") or any(path == folder or folder in path.parents
                                                      for folder in SLOW_FOLDERS):
             item.add_marker(pytest.mark.slow)
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.property)

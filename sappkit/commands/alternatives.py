@@ -18,6 +18,7 @@ from ..one_more.analysis import alternatives
 from ..one_more.result import ALTERNATIVE, FROM_MODE, LAYERS_CHANGED, MEMORY_FREED_MB, STAGE_MEMORY_MB, TIME_COST
 from ..recompute.changes import change_lines
 from ..recompute.chooser import choose_recompute
+from ..recompute.trainer_plan import trainer_plan_line
 from . import _common
 from ._output import Output, add_output_arguments
 
@@ -92,7 +93,7 @@ def _run(args) -> int:
     for line in change_lines(choice.layout_changes()):
         out.line(line)
     out.keep("changes", choice.layout_changes())
-    out.line(f"trainer plan: mode {mode!r}, layers {overrides}")
+    out.line(trainer_plan_line(mode, overrides))
     for name in ("baseline", "step_time", "baseline_step_time", "step_time_saved", "time_saved", "memory_mb"):
         out.value(name, getattr(choice, name))
     out.value("binding_stage", found.binding_stage)
@@ -111,8 +112,10 @@ def _run(args) -> int:
                  "ends warm-up, at 'full', rebuilds the plain layer for its backward)")
     out.value("left_out", found.left_out)
     shown = frame.assign(mark=np.where(frame[LOWERS_PEAK], "*", ""), layers=frame[LAYERS_CHANGED])
+    one_each = shown["layers"].astype(str).str.fullmatch(r"\d+").all()  # one layer per plan: say "layer"
     out.table("alternatives", shown, key=KEY_COLUMNS, machine=frame,
-              headers={"mark": "", ALTERNATIVE: "#", FROM_MODE: "from", MEMORY_MB: "peak_mb",
+              headers={"mark": "", ALTERNATIVE: "#", FROM_MODE: "from", "layers": "layer" if one_each else "layers",
+                       MEMORY_MB: "peak_mb",
                        MEMORY_FREED_MB: "freed_mb", TIME_COST: "cost", STAGE_MEMORY_MB: "stage_mb",
                        FREED_PER_COST: f"MB per {choice.time_unit}"})
     out.finish()

@@ -19,6 +19,7 @@ from ..layers.units import ms_per_unit
 from ..recompute.chooser import HostLink, choose_recompute
 from ..recompute.pricing import BACKWARD_MB, BASELINE_MEMORY_MB, TIME_SAVED
 from ..recompute.submodules import submodule_modes
+from ..recompute.trainer_plan import trainer_plan_line
 from ..trainers.recompute import megatron_setting, torchtitan_setting
 from . import _common
 from ._output import STAGE_TIME_HEADER, Output, add_output_arguments
@@ -85,7 +86,7 @@ def _run(args) -> int:
     out.line(f"baseline_mb: each stage's memory under the baseline; saved against it: {choice.baseline}")
     if choice.layer_options["mode"].notna().all():
         mode, overrides = choice.trainer_plan()
-        out.line(f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}")
+        out.line(trainer_plan_line(mode, overrides))
         out.value("trainer_plan", {"mode": mode, "layers": overrides})
     for setting in (megatron_setting(choice), torchtitan_setting(choice)):
         out.line(f"{setting.runtime}: {setting.settings if setting.expressible else 'not expressible'} "

@@ -215,24 +215,27 @@ def labelled(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | No
 def text_table(frame: pd.DataFrame, unit: str | None = None, *, headers: dict | None = None) -> str:
     """A frame as text for a terminal: time columns headed with their unit, numbers thousands separated.
 
-    Numbers read as :func:`format_number` (whole numbers as they are), text
-    left-aligned and numbers right-aligned, a missing value as ``-``.
-    ``unit`` defaults to the frame's own (:func:`time_unit_of`); ``headers``
-    renames columns before the unit is added.
+    Numbers are thousands separated, with one number of decimals per column:
+    what :func:`format_number` gives the column's largest magnitude (none
+    from 100 up, one from 10, two below), none in a column of whole numbers.
+    Text is left-aligned and numbers right-aligned, a missing value reads
+    ``-``. ``unit`` defaults to the frame's own (:func:`time_unit_of`);
+    ``headers`` renames columns before the unit is added.
 
     Examples
     --------
-    >>> frame = pd.DataFrame({"stage": [0, 1], "memory_mb": [56017.07, 9.5], "time_saved": [1.234, None]})
+    >>> frame = pd.DataFrame({"stage": [0, 1], "memory_mb": [56017.07, 9.5], "time_saved": [1.234, None],
+    ...                       "step_time": [7.0, 12.94]})
     >>> print(text_table(frame, "ms", headers={"time_saved": "saved"}))
-    stage  memory_mb  saved (ms)
-        0     56,017        1.23
-        1       9.50           -
+    stage  memory_mb  saved (ms)  step_time (ms)
+        0     56,017        1.23             7.0
+        1         10           -            12.9
     """
     columns = []
     for title, name in zip(labelled(frame, unit, headers=headers).columns, frame.columns):
         values = frame[name].tolist()
         numeric = all(_is_number(v) or _missing(v) for v in values) and not all(_missing(v) for v in values)
-        cells = [_cell(v) for v in values]
+        cells = _number_cells(values) if numeric else [_cell(v) for v in values]
         width = max([len(title), *map(len, cells)])
         align = str.rjust if numeric else str.ljust
         columns.append([align(title, width), *(align(cell, width) for cell in cells)])
@@ -264,6 +267,18 @@ def _is_number(value) -> bool:
     if isinstance(value, bool) or getattr(getattr(value, "dtype", None), "kind", "") == "b":
         return False
     return isinstance(value, int | float) or getattr(getattr(value, "dtype", None), "kind", "") in ("i", "u", "f")
+
+
+def _number_cells(values: list) -> list[str]:
+    """A numeric column's cells, all with the decimals its largest magnitude takes (:func:`text_table`)."""
+    present = [float(v) for v in values if not _missing(v)]
+    finite = [abs(v) for v in present if math.isfinite(v)]
+    if all(v.is_integer() for v in present if math.isfinite(v)) or not finite:
+        decimals = 0
+    else:
+        decimals = 0 if max(finite) >= 99.5 else 1 if max(finite) >= 9.995 else 2
+    return ["-" if _missing(v) else format_number(float(v)) if not math.isfinite(float(v))
+            else f"{0.0 if abs(float(v)) < 0.5 * 10 ** -decimals else float(v):,.{decimals}f}" for v in values]
 
 
 def _cell(value) -> str:

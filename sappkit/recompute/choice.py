@@ -255,7 +255,7 @@ class RecomputeChoice:
         for item in self.ranges.itertuples(index=False):
             last = item.first + item.count - 1
             where = f"layer {item.first}" if item.count == 1 else f"layers {item.first}-{last}"
-            what = item.option if item.mode is None else f"{item.mode} ({item.option})"
+            what = item.option if item.mode in (None, item.option) else f"{item.mode} ({item.option})"
             if item.offloaded_mb > 0:
                 what += f", {format_mb(item.offloaded_mb)} per micro-batch offloaded to the host"
             lines.append(f"{where} ({item.kind}): {what}")

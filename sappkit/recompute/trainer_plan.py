@@ -20,7 +20,7 @@ from collections import Counter
 from ..columns import OPTION
 from ..errors import InputError
 
-__all__ = ["TRAINER_MODES", "layer_plan", "trainer_plan", "recompute_lists", "chosen_layers"]
+__all__ = ["TRAINER_MODES", "layer_plan", "trainer_plan", "trainer_plan_line", "recompute_lists", "chosen_layers"]
 
 #: The modes of a trainer plan, in the order a tie between the recomputing ones is broken.
 TRAINER_MODES = ("full", "selective", "off")
@@ -81,6 +81,17 @@ def trainer_plan(choice) -> tuple[str, dict[str, str]]:
         raise InputError(f"trainer_plan: the trainer runs modes {', '.join(map(repr, TRAINER_MODES))}; "
                          f"this choice runs {', '.join(map(repr, unknown))}")
     return layer_plan(modes)
+
+
+def trainer_plan_line(mode: str, layers: dict[str, str]) -> str:
+    """The trainer plan as people read it, named for the trainer that reads it (HyperParallel).
+
+    Examples
+    --------
+    >>> trainer_plan_line("selective", {"1-3": "off"})
+    "trainer plan (HyperParallel activation_checkpoint): mode = 'selective', layers = {'1-3': 'off'}"
+    """
+    return f"trainer plan (HyperParallel activation_checkpoint): mode = {mode!r}, layers = {layers}"
 
 
 def recompute_lists(choice) -> dict[str, list[int]]:

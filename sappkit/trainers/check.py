@@ -12,6 +12,11 @@ count, a stage holding only the MTP layer) with what the plan shows:
 - ``head_tail_stage_slowest``: the stage holding the embedding or the loss
   holds as many layers as the others and is the slowest by at least half a
   layer (uneven first and last stages);
+- ``uneven_stage``: otherwise, the slowest stage is slower than the median
+  stage by at least half a layer, and the balancer (``objective="step"``, the
+  config's trainer) places the layers with the same recompute for a faster
+  simulated step: both stage times, the balanced layer counts and both steps
+  (a warning from a 1% gain, a note below it);
 - ``uneven_v_stage``: a V-schedule stage (ZB-V, DualPipeV) whose two chunks
   differ in layer count or whose layers are odd;
 - ``block_recompute_uniform``: Megatron's ``block`` recompute runs ``N``
@@ -29,8 +34,9 @@ import pandas as pd
 
 from ..balancer.evaluate import ceiling
 from ..balancer.grammar import Policy, policy_options
+from ..balancer.optimise import balance
 from ..balancer.plan import Plan
-from ..columns import LAYERS, LIMIT_MB, MEMORY_MB, STAGE, TIME
+from ..columns import BODY, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, ROLE, STAGE, TIME
 from ..errors import InputError
 from ..layers.units import format_mb, format_time
 from ..pipeline.schedules import V_SHAPED, model_order
@@ -88,7 +94,7 @@ class ConfigCheck:
 def check_plan_findings(config: TrainerConfig, plan: Plan) -> list[Finding]:
     """The findings the priced plan shows (module docstring)."""
     found = _memory_findings(plan, config.trainer)
-    found += _head_tail_findings(plan)
+    found += _head_tail_findings(plan) or _uneven_stage_findings(config, plan)
     found += _v_findings(config)
     if config.trainer == "megatron":
         found += _block_findings(config, plan)
@@ -163,6 +169,58 @@ def _head_tail_findings(plan: Plan) -> list[Finding]:
                     "above the median stage",
                     "give it fewer layers (Megatron --decoder-first/last-pipeline-num-layers or the layout; "
                     "torchtitan module_fqns_per_model_part; MindFormers offset): sappkit balance places them")]
+
+
+def _uneven_stage_findings(config: TrainerConfig, plan: Plan) -> list[Finding]:
+    """The slowest stage half a layer above the median, against the balancer's layout with the same recompute."""
+    times, unit = plan.stages[TIME].to_numpy(), plan.time_unit
+    slowest, median = int(times.argmax()), float(np.median(times))
+    body = plan.setup.forward + plan.setup.backward
+    if not plan.fits or not body.size or times[slowest] - median < 0.5 * float(body.min()):
+        return []
+    balanced = _same_recompute_balanced(config, plan)
+    if balanced is None:
+        return []
+    step, faster = plan.simulate().step_time, balanced.simulate().step_time
+    said = (f"stage {slowest} holds {plan.stages[LAYERS].iloc[slowest]} layers at {format_time(times[slowest], unit)}"
+            f" against {format_time(median, unit)} on the median stage; balanced with the same recompute "
+            f"(layers per stage {_counts(balanced.stages[LAYERS].tolist())}), the slowest stage takes "
+            f"{format_time(balanced.stages[TIME].max(), unit)} and the simulated step ")
+    if faster >= step:  # the config's layout is as good as the balancer's: nothing to move
+        return []
+    gain = 1 - faster / step
+    return [Finding("uneven_stage", "warning" if gain >= UNEVEN_WARNING else "note",
+                    said + f"is {gain:.1%} faster ({format_time(faster, unit)} against {format_time(step, unit)})",
+                    f"move layers off that stage (Megatron --pipeline-model-parallel-layout; torchtitan "
+                    f"module_fqns_per_model_part; MindFormers offset): sappkit balance --objective step --trainer "
+                    f"{config.trainer} places them")]
+
+
+#: A balanced layout's gain from which an uneven stage is a warning rather than a note.
+UNEVEN_WARNING = 0.01
+
+
+def _same_recompute_balanced(config: TrainerConfig, plan: Plan) -> Plan | None:
+    """The balancer's placement (``objective="step"``, the config's trainer) of the body layers with the recompute
+    option the config runs on each kind; None where a kind runs more than one option or nothing fits."""
+    setup, table = plan.setup, plan.setup.layers
+    kinds = [kind for kind in table.body_kinds for _ in range(table.count(kind))]
+    chosen = {kind: {o for k, o in zip(kinds, config.options) if k == kind} for kind in table.body_kinds}
+    if any(len(options) != 1 for options in chosen.values()):
+        return None
+    frame = table.frame
+    keep = (frame[ROLE] != BODY) | (frame[OPTION] == frame[KIND].map(lambda kind: min(chosen.get(kind, {""}))))
+    balanced = balance(table.with_frame(frame[keep].reset_index(drop=True)), stages=setup.stages,
+                       micro_batches=setup.micro_batches, memory_mb=setup.memory_mb, chunks=setup.chunks,
+                       schedule=setup.schedule, less_memory=setup.less_memory, seq_split=setup.seq_split,
+                       seq_params=config.seq_params if setup.seq_split > 1 else None, objective="step",
+                       trainer=config.trainer)
+    return balanced if balanced.has_plan and balanced.fits else None
+
+
+def _counts(counts: list[int]) -> str:
+    """Layer counts per stage, runs of one count shortened: ``5 x 16`` or ``6, 5, 5, 4``."""
+    return f"{counts[0]} x {len(counts)}" if len(set(counts)) == 1 else ", ".join(map(str, counts))
 
 
 def _v_findings(config: TrainerConfig) -> list[Finding]:

@@ -19,6 +19,7 @@ from ..one_more.result import Alternatives
 from ..plots.pipeline import plot_stage_memory
 from ..plots.recompute import plot_before_after
 from ..recompute.choice import RecomputeChoice
+from ..recompute.trainer_plan import trainer_plan_line
 from .offline import Shown, dashboard_box, display_shown, record_states, states_html
 
 __all__ = ["WalkStep", "walk_step", "one_more", "step_back", "AlternativesDashboard"]
@@ -74,7 +75,7 @@ class WalkStep:
                  f"{format_mb(stages[MEMORY_MB].max())} on stage {binding} (limit "
                  f"{format_mb(self.analysis.pricing.memory_mb)}); {self.shown.short_headline()}",
                  f"baseline: {self.shown.baseline}",
-                 f"trainer plan: activation_checkpoint.mode = {mode!r}, layers = {layers}"]
+                 trainer_plan_line(mode, layers)]
         return "\n".join(lines)
 
 

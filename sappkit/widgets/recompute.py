@@ -20,6 +20,7 @@ from ..layers.table import as_layer_table
 from ..layers.units import ms_per_unit
 from ..plots.recompute import plot_before_after, plot_layer_options, plot_time_saved
 from ..recompute.chooser import HostLink, RecomputeChoice, choose_recompute, sweep_recompute
+from ..recompute.trainer_plan import trainer_plan_line
 from .offline import Shown, control_states, dashboard_box, display_shown
 
 __all__ = ["MODE_SETS", "RecomputeView", "recompute_view", "RecomputeDashboard"]
@@ -68,7 +69,7 @@ def recompute_view(layers, partition, *, memory_mb: float, modes: str = "front o
     text = choice.describe()
     if choice.chosen and choice.layer_options["mode"].notna().all():
         mode, overrides = choice.trainer_plan()
-        text += f"\ntrainer plan: activation_checkpoint.mode = {mode!r}, layers = {overrides}"
+        text += "\n" + trainer_plan_line(mode, overrides)
     return RecomputeView(choice, curve, text)
 
 

@@ -64,8 +64,14 @@ def test_the_held_out_families_cover_every_combination_in_turn():
         assert pipeline["memory_mb"] == round(full + share * (none - full))
 
 
-def test_the_stress_families_fix_their_shape_and_take_turns():
-    cases = [case for case in step_cases() if case.index >= BENCH_CASES + HELD_OUT_CASES]
+@pytest.fixture(scope="module")
+def all_cases():
+    """Every case, generated once for the module (about 6 CPU seconds each time: 87 random instances)."""
+    return list(step_cases())
+
+
+def test_the_stress_families_fix_their_shape_and_take_turns(all_cases):
+    cases = [case for case in all_cases if case.index >= BENCH_CASES + HELD_OUT_CASES]
     assert len(cases) == STRESS_CASES == 5 * len(STRESS_FAMILIES)
     rng = np.random.default_rng(37)
     for k, case in enumerate(cases):
@@ -89,11 +95,11 @@ def test_a_search_re_run_for_its_rounds_finds_the_same_placement():
                                                            if k not in ("rounds", "step_time_ms", "counts")}
 
 
-def test_every_case_has_a_stored_reference_that_fits_and_simulates_to_its_stored_time():
+def test_every_case_has_a_stored_reference_that_fits_and_simulates_to_its_stored_time(all_cases):
     stored = stored_references()
     assert sorted(stored) == list(range(BENCH_CASES + HELD_OUT_CASES + STRESS_CASES))
     assert json.loads(bundled(REFERENCE_FILE).read_text())["command"] == "python data/make_step_references.py"
-    for case in step_cases():
+    for case in all_cases:
         reference = stored[case.index]
         assert (reference["benchmark"], reference["pipeline"]) == (case.benchmark, case.pipeline)
         setup = make_setup(case.table, **case.pipeline)
@@ -121,9 +127,9 @@ def test_a_row_says_when_its_stored_reference_no_longer_simulates_to_its_stored_
     assert "(stored, STALE: rewrite it, " in stale["detail"] and stale["passed"] is False
 
 
-def test_case_rows_name_their_set_and_memory_in_a_benchmark_short_enough_for_100_columns():
+def test_case_rows_name_their_set_and_memory_in_a_benchmark_short_enough_for_100_columns(all_cases):
     from sappkit.bench.step import _shown
 
-    shown = {_shown(case.benchmark) for case in step_cases()}
+    shown = {_shown(case.benchmark) for case in all_cases}
     assert shown == {"balance step vs search", "balance step held-out tight", "balance step held-out loose",
                      "balance step stress tight", "balance step stress loose"}

@@ -20,7 +20,13 @@ def test_cli_prints_the_choice_and_the_trainer_plan(capsys):
     assert out.split("\n", 1)[1].split("\npeak")[0].split() == (
         "baseline: every layer at selective, the fastest single option that fits (the configured recompute, every "
         "layer none, does not fit)").split()
-    assert "trainer plan: activation_checkpoint.mode = " in out
+    assert main(["choose", str(DATA / "llama2_70b.json"), "--stages", "8", "--micro-batches", "16", "--memory",
+                 "60000", "--per-layer", "--format", "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)["trainer_plan"]
+    mode, overrides = plan["mode"], plan["layers"]
+    assert (f"trainer plan (HyperParallel activation_checkpoint): mode = {mode!r}, layers = {overrides}"
+            in " ".join(out.split()))
+    assert "selective (selective)" not in out and "off (none)" in out  # a mode named as its option says it once
     assert "megatron: " in out and "torchtitan: " in out
 
 

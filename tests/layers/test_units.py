@@ -129,6 +129,17 @@ def test_a_terminal_table_heads_times_with_their_unit_and_separates_thousands():
         "objective (ms)  ok    none", "         1,234  True  -"]
 
 
+def test_a_terminal_table_gives_each_column_one_number_of_decimals():
+    """Issue 39: a column read 7.87 beside 12.9 and 56,017 beside 9.50 (each number as format_number alone)."""
+    frame = pd.DataFrame({"cost": [7.874, 12.94, 0.001, 150.2], "small": [7.874, 0.5, 2.0, 0.0],
+                          "whole": [3.0, 12.0, 1500.0, 7.0], "memory_mb": [56017.07, 9.5, float("nan"), -0.2]})
+    rows = [line.split() for line in text_table(frame).splitlines()[1:]]
+    assert rows == [["8", "7.87", "3", "56,017"], ["13", "0.50", "12", "10"], ["0", "2.00", "1,500", "-"],
+                    ["150", "0.00", "7", "0"]]
+    for column in zip(*rows):
+        assert len({len(cell.partition(".")[2]) for cell in column if cell != "-"}) == 1, column
+
+
 def test_the_length_of_a_unit_in_ms_is_known_or_must_be_stated():
     assert (ms_per_unit("ms", None), ms_per_unit("s", None), ms_per_unit("MindFormers units", 2.5)) == (1.0, 1000.0,
                                                                                                         2.5)

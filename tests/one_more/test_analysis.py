@@ -426,7 +426,7 @@ def test_walk_steps_and_dashboard(walk_start):
     assert picked.shown is picked.found.plans[1]
     assert picked.summary().splitlines()[2:] == [
         f"baseline: {choice.baseline}",
-        f"trainer plan: activation_checkpoint.mode = {picked.shown.trainer_plan()[0]!r}, layers = "
+        f"trainer plan (HyperParallel activation_checkpoint): mode = {picked.shown.trainer_plan()[0]!r}, layers = "
         f"{picked.shown.trainer_plan()[1]}"]
     on = one_more(picked)
     assert on.path == (choice, picked.found.plans[1]) and on.pick is None

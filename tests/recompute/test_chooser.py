@@ -345,7 +345,7 @@ def test_describe_and_records():
         "peak 130 MB of 159 MB (stage 0; the baseline's: 110 MB on stage 0)",
         "forward + backward per micro-batch, summed over the stages: 0.60 time units saved",
         "layer 0 (b): off (none)",
-        "layer 1 (b): selective (selective)",
+        "layer 1 (b): selective",  # the mode named once where the option has its name
         "layers 2-3 (b): off (none)",
         "against the baseline, 2 stages change:",
         "  stage 0: 110 MB -> 130 MB (+20 MB): layer 0 selective -> none",

@@ -186,6 +186,72 @@ def _visible_image(states, path) -> np.ndarray:
     return np.asarray(Image.open(io.BytesIO(path.read_bytes())).convert("L"), dtype=float)
 
 
+#: The least width and height (pixels, as painted) of the strategy page's Gantt chart: its frame, the longest dark
+#: horizontal and vertical lines of a figure (a Gantt chart squeezed by its legend was 70 px wide, 3 px in a state).
+_GANTT_LEAST_PX = (300, 150)
+
+
+def test_the_strategy_page_draws_a_readable_gantt_chart_and_no_bar_above_its_peak(report, context, tmp_path):
+    """Issue 39: 06_strategy.html's best plan and every state of its dashboard, as painted offline (screenshots in
+    ``tmp_path/06_strategy``): the Gantt chart, drawn beside the stage memory as each one's last figure, is at
+    least :data:`_GANTT_LEAST_PX` wide and tall, and the kernel's figure check (every figure the notebook drew,
+    inline and in each state) finds no bar above the peak its stage marks and no Axes squeezed."""
+    index, _, figures = report
+    assert figures.get("06_strategy"), "notebook 06 drew no figure the kernel checked"
+    problems = [problem for check in figures["06_strategy"] for problem in check]
+    assert [problem for problem in problems if "above the peak" in problem or "squeezed" in problem] == []
+    page = _open(context, index.parent / "06_strategy.html")
+    shots = tmp_path / "06_strategy"
+    shots.mkdir()
+    inline = [image for image in page.locator("img").all() if image.evaluate("i => !i.closest('.sappkit-states')")]
+    frames = {"the best plan": _frame_px(inline[-1], shots / "best-plan.png")}
+    states = page.locator(".sappkit-states").first
+    control = states.locator(".sappkit-control")
+    count = states.evaluate(_SHOWN_STATE)["count"]
+    for number in range(count):
+        control.evaluate("(control, value) => { control.value = String(value); "
+                         "control.dispatchEvent(new Event('input')); }", number)
+        shown = states.evaluate(_SHOWN_STATE)
+        assert len(shown["shown"]) == 1 and shown["value"] == str(number), shown
+        last = states.locator(".sappkit-state:not([hidden]) img").last
+        frames[shown["shown"][0]] = _frame_px(last, shots / f"state-{number}.png")
+    page.close()
+    assert len(frames) == count + 1 and len(list(shots.glob("*.png"))) == count + 1
+    least_w, least_h = _GANTT_LEAST_PX
+    assert {where: px for where, px in frames.items() if px[0] < least_w or px[1] < least_h} == {}, frames
+
+
+def _frame_px(image, path) -> tuple[int, int]:
+    """Width and height in pixels, as painted, of the frame of ``image``'s leftmost Axes (the Gantt chart).
+
+    Its left spine is the leftmost dark vertical line over a third of the image's height; its width is the
+    longest dark line that runs right from that spine's foot (the bottom spine).
+    """
+    image.scroll_into_view_if_needed()
+    image.screenshot(path=path)
+    dark = np.asarray(Image.open(io.BytesIO(path.read_bytes())).convert("L")) < 96
+    height, foot = _runs(dark.T)  # per column: its longest vertical run and the row where it ends
+    spines = np.flatnonzero(height >= dark.shape[0] / 3)
+    if not spines.size:
+        return 0, 0
+    left = int(spines[0])
+    rows = dark[max(foot[left] - 8, 0):foot[left] + 1, left:]  # the bottom spine, above the tick marks below it
+    return int(np.argmin(np.pad(rows, ((0, 0), (0, 1))), axis=1).max()), int(height[left])
+
+
+def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of ``mask``: the length of its longest run of True and the index of that run's last element."""
+    padded = np.pad(mask.astype(np.int8), ((0, 0), (1, 1)))
+    edges = np.diff(padded, axis=1)
+    rows, starts = np.nonzero(edges == 1)
+    _, ends = np.nonzero(edges == -1)
+    longest, last = np.zeros(mask.shape[0], dtype=int), np.zeros(mask.shape[0], dtype=int)
+    for row, start, end in zip(rows, starts, ends):
+        if end - start > longest[row]:
+            longest[row], last[row] = end - start, end - 1
+    return longest, last
+
+
 @pytest.mark.parametrize(("ci", "outcome"), [("true", pytest.fail.Exception), ("", pytest.skip.Exception),
                                              ("false", pytest.skip.Exception)])
 def test_missing_chromium_skips_only_outside_ci(monkeypatch, tmp_path, ci, outcome):

@@ -114,7 +114,7 @@ def test_a_stage_holding_only_the_mtp_layer():
     checked = check_config(["--num-layers", "6", "--pipeline-model-parallel-size", "4", "--mtp-num-layers", "1",
                             "--pipeline-model-parallel-layout", "Et|ttt|tt|mL", "--global-batch-size", "4"],
                            table(6), memory_mb=100_000)
-    assert names(checked) == ["mtp_only_stage"]
+    assert names(checked) == ["mtp_only_stage", "uneven_stage"]  # stage 1's 3 layers, priced below
     assert one_line(checked, "mtp_only_stage")["message"].startswith("stage 3 chunk 0 holds only MTP layers (mL)")
 
 
@@ -155,3 +155,43 @@ def test_a_config_whose_model_is_not_the_tables_is_refused():
                             memory_mb=1000)
     assert str(caught.value) == ("the layer table has 6 body layers but the megatron config declares 8; price it on "
                                  "a table of its model")
+
+
+def test_an_uneven_stage_is_flagged_with_both_times_and_the_balanced_layout():
+    """Issue 39: the bundled torchtitan config puts 6 layers on stage 1 (189 ms against 157 ms elsewhere) and was
+    not flagged; the finding prices the balancer's layout with the same (full) recompute on the same pipeline."""
+    from sappkit import balance, read_layers_json
+
+    from ..bundled import DATA
+
+    layers = read_layers_json(DATA / "llama2_70b.json")
+    checked = check_config(DATA / "torchtitan_llama2_70b.toml", layers, memory_mb=58000)
+    full = layers.with_frame(layers.frame[(layers.frame["role"] != "body") | (layers.frame["option"] == "full")]
+                             .reset_index(drop=True))
+    balanced = balance(full, stages=16, micro_batches=32, memory_mb=58000, chunks=2, schedule="interleaved",
+                       objective="step", trainer="torchtitan")
+    step, faster = checked.plan.simulate().step_time, balanced.simulate().step_time
+    assert balanced.stages["layers"].tolist() == [5] * 16 and faster < step
+    row = one_line(checked, "uneven_stage")
+    assert row["severity"] == "warning"
+    assert row["message"] == (
+        "stage 1 holds 6 layers at 189 ms against 157 ms on the median stage; balanced with the same recompute "
+        f"(layers per stage 5 x 16), the slowest stage takes 164 ms and the simulated step is "
+        f"{1 - faster / step:.1%} faster ({faster:,.0f} ms against {step:,.0f} ms)")
+    assert row["fix"] == ("move layers off that stage (Megatron --pipeline-model-parallel-layout; torchtitan "
+                          "module_fqns_per_model_part; MindFormers offset): sappkit balance --objective step "
+                          "--trainer torchtitan places them")
+
+
+def test_an_uneven_stage_no_layout_improves_is_not_a_finding_and_one_that_does_is():
+    # 8 layers on 4 stages, stage 1 holding 3 (one above the median stage)
+    def check(layout):
+        return check_config(["--num-layers", "8", "--pipeline-model-parallel-size", "4", "--global-batch-size",
+                             "8", "--pipeline-model-parallel-layout", layout], tables.table(8), memory_mb=100_000)
+
+    assert check("Ett|ttt|tt|tL").findings.empty  # the balancer's own layout: as fast as it gets
+    row = one_line(check("Et|ttt|tt|ttL"), "uneven_stage")
+    assert row["message"] == ("stage 1 holds 3 layers at 9 time units against 7.15 time units on the median stage; "
+                              "balanced with the same recompute (layers per stage 2, 3, 2, 1), the slowest stage "
+                              "takes 9 time units and the simulated step is 2.6% faster (84.8 time units against "
+                              "87.1 time units)")

@@ -16,7 +16,8 @@ def test_dashboard_view_is_the_choice_and_the_curve(deepseek):
     expected = choose_recompute(deepseek, part, memory_mb=60000, modes=MODES, per_layer=True)
     assert view.choice.to_records() == expected.to_records()
     assert len(view.curve) == 25 and view.curve["memory_mb"].iloc[0] == 30000
-    assert view.text.splitlines()[-1].startswith("trainer plan: activation_checkpoint.mode = ")
+    assert view.text.splitlines()[-1].startswith(
+        "trainer plan (HyperParallel activation_checkpoint): mode = ")
     again = recompute_view(deepseek, part, memory_mb=50000, modes="off / selective / full", per_layer=True,
                            curve=view.curve)
     assert again.curve is view.curve
