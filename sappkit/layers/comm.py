@@ -203,11 +203,14 @@ def zero3_comm_ms(dense_params: float, expert_params: float, parallel: ParallelC
 
 
 def _data_group(cluster: Cluster, sizes: GroupSizes):
-    """The gradient-reduction group: data and context parallel together (``dp·cp`` ranks)."""
+    """The gradient-reduction group: data and context parallel together (``dp·cp`` ranks), ``stride`` apart: the
+    product of the dimensions inside the innermost of the two that has more than one rank (the expert grid's
+    ``cp`` is 1, so its data-parallel ranks lie ``etp·ep`` apart, not ``etp``)."""
     ranks = sizes.dp * sizes.cp
     order = cluster.rank_order.split("-")
+    inner = [name for name in order if name in ("cp", "dp") and getattr(sizes, name) > 1] or ["dp"]
     stride = 1
-    for name in order[: min(order.index("dp"), order.index("cp"))]:
+    for name in order[: order.index(inner[0])]:
         stride *= getattr(sizes, name)
     return ranks, cluster.link(ranks, stride)
 
