@@ -29,6 +29,7 @@ PARAMETERS = {
     "matmul_half_gflop": (1.0, 0.0, 100.0, 2.0),
     "hbm_efficiency": (0.7, 0.2, 1.0, 0.1),
     "kernel_us": (10.0, 0.0, 60.0, 5.0),
+    "expert_half_tokens": (0.0, 0.0, 8192.0, 512.0),
     "intra_efficiency": (0.8, 0.2, 1.0, 0.1),
     "inter_efficiency": (0.8, 0.2, 1.0, 0.1),
 }

@@ -83,16 +83,18 @@ class _Pricer:
         self.device, self.dtype, self.e = device, parallel.dtype, _BYTES[parallel.dtype]
         self.ops: list[Op] = []
 
-    def matmul(self, name: str, m: float, n: float, k: float, *, batch: float = 1, core: bool = False):
-        """A (batched) matmul forward, its input- and weight-gradient matmuls backward."""
-        self._matmul(name, FORWARD, m, n, k, batch, core)
-        self._matmul(name, BACKWARD, m, k, n, batch, core)
-        self._matmul(name, BACKWARD, k, n, m, batch, core)
+    def matmul(self, name: str, m: float, n: float, k: float, *, batch: float = 1, core: bool = False,
+               tokens: float | None = None):
+        """A (batched) matmul forward, its input- and weight-gradient matmuls backward; ``tokens``: an expert
+        GEMM's tokens per expert (all three run at that many rows or reduction steps)."""
+        self._matmul(name, FORWARD, m, n, k, batch, core, tokens)
+        self._matmul(name, BACKWARD, m, k, n, batch, core, tokens)
+        self._matmul(name, BACKWARD, k, n, m, batch, core, tokens)
 
-    def _matmul(self, name, phase, m, n, k, batch, core):
+    def _matmul(self, name, phase, m, n, k, batch, core, tokens=None):
         flops = 2 * m * n * k
         nbytes = self.e * (m * k + k * n + m * n) * batch
-        time = self.device.matmul_ms(flops * batch, nbytes, self.dtype, size=flops)
+        time = self.device.matmul_ms(flops * batch, nbytes, self.dtype, size=flops, tokens=tokens)
         self.ops.append(Op(name, phase, flops * batch, nbytes, time, True, core))
 
     def memory(self, name: str, forward_bytes: float, backward_bytes: float, *, core=False, norm=False):
@@ -183,10 +185,11 @@ def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: 
     if local > 1:
         price.memory("sort_tokens", 2 * e * received * h, 2 * e * received * h)
     width = model.expert_ffn_size / etp
-    price.matmul("experts_fc1", received / local, width * (2 if model.gated_mlp else 1), h, batch=local)
+    per_expert = received / local
+    price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local, tokens=per_expert)
     price.memory("experts_act", *((3 * e * received * width, 5 * e * received * width) if model.gated_mlp
                                   else (2 * e * received * width, 3 * e * received * width)))
-    price.matmul("experts_fc2", received / local, h, width, batch=local)
+    price.matmul("experts_fc2", per_expert, h, width, batch=local, tokens=per_expert)
     if local > 1:
         price.memory("unsort_tokens", 2 * e * received * h, 2 * e * received * h)
     price.memory("unpermute", 2 * e * routed * h, 2 * e * routed * h)

@@ -105,3 +105,19 @@ def test_bad_moe_settings_are_refused_by_name(fields, message):
     with pytest.raises(InputError) as error:
         ParallelConfig(data_parallel=4, **fields)
     assert str(error.value) == message
+
+
+def test_expert_gemms_lose_efficiency_with_few_tokens_per_expert():
+    """``η · M / (M + M½)``: each of 4 ranks sends 256 tokens · top 2 and receives as many, for its 2 experts: 256
+    tokens each, at half the efficiency when ``M½ = 256``."""
+    plain = DeviceConfig(tflops=100.0, mfu=0.5, hbm_gbs=1e15)
+    halved = DeviceConfig(tflops=100.0, mfu=0.5, hbm_gbs=1e15, expert_half_tokens=256.0)
+    assert halved.matmul_ms(1e9, 0.0, tokens=256) == pytest.approx(2 * plain.matmul_ms(1e9, 0.0))
+    assert halved.matmul_ms(1e9, 0.0) == plain.matmul_ms(1e9, 0.0)  # a dense GEMM is not an expert's
+    parallel = ParallelConfig(data_parallel=4, expert_parallel=4)
+    ops = {device: layer_ops(MOE, True, parallel, device, KernelConfig()) for device in (plain, halved)}
+    for name in ("experts_fc1", "experts_fc2"):
+        for phase in (FORWARD, BACKWARD):
+            times = [sum(op.time_ms for op in ops[d] if op.name == name and op.phase == phase) for d in (plain, halved)]
+            assert times[1] == pytest.approx(2 * times[0])
+    assert _op(ops[halved], "qkv").time_ms == _op(ops[plain], "qkv").time_ms
