@@ -27,7 +27,9 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   micro-batch's backward compute and the backward's under its forward;
   ``moe_shared_expert_overlap``: the forward's under the shared experts'
   forward), each is exposed beyond its window and slows that window's
-  compute (:func:`sappkit.hardware.overlap_ms`).
+  compute (:func:`sappkit.hardware.overlap_ms`; the slowdown is charged to
+  EP). Every micro-batch counts as paired, the pipeline's warm-up and
+  cool-down ones too (to first order).
 - **PP**: a send/receive of the activation ``e·n·h/t`` (each tensor rank
   sends its slice) at a stage boundary, forward and backward.
 
