@@ -11,8 +11,11 @@ whose ``run`` starts with ``sc21`` only and reports the others as held out. The 
 ``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's came
 from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
-dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's). Uses only
-sappkit's public API and numpy.
+dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's), then its
+``expert_half_tokens`` from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1 mb2604-gptoss-120b-h100
+--fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
+inter_efficiency=0.86`` (the H100's MoE BF16 rows: ``expert_half_tokens``, expert GEMMs by tokens per expert, is
+the one parameter left free; on rows without experts it changes nothing and stays at its start, 0). Uses only sappkit's public API and numpy.
 """
 
 import argparse
@@ -29,6 +32,7 @@ PARAMETERS = {
     "matmul_half_gflop": (1.0, 0.0, 100.0, 2.0),
     "hbm_efficiency": (0.7, 0.2, 1.0, 0.1),
     "kernel_us": (10.0, 0.0, 60.0, 5.0),
+    "expert_half_tokens": (0.0, 0.0, 8192.0, 512.0),
     "intra_efficiency": (0.8, 0.2, 1.0, 0.1),
     "inter_efficiency": (0.8, 0.2, 1.0, 0.1),
 }

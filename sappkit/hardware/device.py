@@ -89,6 +89,10 @@ class DeviceConfig:
     reserved_mib: float = RESERVED_MIB
     """Memory a training process cannot give to tensors, MiB: the CUDA context, the communication library's
     buffers and workspaces, and the caching allocator's fragmentation (:data:`RESERVED_MIB`)."""
+    expert_half_tokens: float = 0.0
+    """Tokens per expert at which an expert's GEMM (grouped or one per expert) reaches half the efficiency a dense
+    GEMM of its FLOPs reaches: ``η · M / (M + M½)`` for ``M`` tokens per expert (few rows per expert leave the
+    tiles and the waves of a grouped GEMM part empty); 0: no such loss."""
 
     def __post_init__(self):
         for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
@@ -101,6 +105,7 @@ class DeviceConfig:
                 raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
         check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
         check_number("kernel_us", self.kernel_us, minimum=0)
+        check_number("expert_half_tokens", self.expert_half_tokens, minimum=0)
         if not 0 <= check_number("comm_sm_share", self.comm_sm_share) < 1:
             raise InputError(f"comm_sm_share must be in [0, 1); got {self.comm_sm_share!r}")
         if self.memory_mib is not None:
@@ -155,15 +160,19 @@ class DeviceConfig:
         half = self.matmul_half_gflop * 1e9
         return self.mfu * flops / (flops + half) if half else self.mfu
 
-    def matmul_ms(self, flops: float, nbytes: float, dtype: str = "bf16", *, size: float | None = None) -> float:
+    def matmul_ms(self, flops: float, nbytes: float, dtype: str = "bf16", *, size: float | None = None,
+                  tokens: float | None = None) -> float:
         """One matmul kernel's time, ms: the compute or memory roofline, whichever is longer, plus the kernel cost.
 
         ``size`` is the FLOPs of one problem of a batched or grouped matmul (its efficiency is that size's);
-        default ``flops``.
+        default ``flops``. ``tokens``: an expert GEMM's tokens per expert (``expert_half_tokens``); None: a dense
+        GEMM.
         """
         if flops <= 0:
             return 0.0
         efficiency = self.matmul_efficiency(flops if size is None else size)
+        if tokens is not None and self.expert_half_tokens:
+            efficiency *= tokens / (tokens + self.expert_half_tokens)
         compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)
         return max(compute, self.memory_ms(nbytes, kernel=False)) + self.kernel_us * 1e-3
 

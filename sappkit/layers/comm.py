@@ -15,10 +15,21 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   rank's keys and values (off the node through the device's own card) (``e·n·a_kv/t·(d + d_v)``; backward also their
   gradients, twice the bytes) while the attention of the current block runs;
   a step costs what its transfer exceeds the block's attention.
-- **EP** (token dispatch): an all-to-all of the routed tokens
-  (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward,
-  hierarchical (:meth:`sappkit.hardware.Cluster.all_to_all_ms`: the off-node
-  share through each device's own card).
+- **EP** (token dispatch, Megatron-Core's all-to-all dispatcher): an
+  all-to-all of the routed tokens (``e·n/t·top_k·h``, times
+  ``expert_imbalance`` ``κ``: the busiest device receives ``κ`` times the
+  mean) to dispatch and one to combine, forward and backward, hierarchical
+  (:meth:`sappkit.hardware.Cluster.all_to_all_ms`: the off-node share through
+  each device's own card); with ``etp > 1`` an all-gather of the received
+  tokens over the expert tensor-parallel group after the dispatch and a
+  reduce-scatter before the combine (``etp·κ·e·n/t·top_k·h`` gathered).
+  Overlapped (``moe_a2a_overlap``: the forward's under the paired
+  micro-batch's backward compute and the backward's under its forward;
+  ``moe_shared_expert_overlap``: the forward's under the shared experts'
+  forward), each is exposed beyond its window and slows that window's
+  compute (:func:`sappkit.hardware.overlap_ms`; the slowdown is charged to
+  EP). Every micro-batch counts as paired, the pipeline's warm-up and
+  cool-down ones too (to first order).
 - **PP**: a send/receive of the activation ``e·n·h/t`` (each tensor rank
   sends its slice) at a stage boundary, forward and backward.
 
@@ -44,7 +55,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware import Cluster, GroupSizes, collective_ms
+from ..hardware import Cluster, GroupSizes, collective_ms, overlap_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
@@ -84,8 +95,10 @@ def expert_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
 
 
 def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cluster: Cluster,
-               core_ms: tuple[float, float]) -> LayerComm:
-    """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time."""
+               core_ms: tuple[float, float], compute_ms: tuple[float, float] = (0.0, 0.0),
+               shared_ms: float = 0.0) -> LayerComm:
+    """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time,
+    ``compute_ms`` all its ops' and ``shared_ms`` its shared experts' forward (the windows of the MoE overlaps)."""
     e, h = _BYTES[parallel.dtype], model.hidden_size
     n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
     ranks, link = cluster.group(dense_sizes(parallel), "tp")
@@ -99,7 +112,8 @@ def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cl
         reduce = collective_ms("all_reduce", activation, ranks, link)
         tp, regather = (blocks * reduce, blocks * reduce), 0.0
     return LayerComm(tp=tp, cp=_ring_attention(model, parallel, cluster, n, core_ms),
-                     ep=_dispatch(model, parallel, cluster, n) if moe else (0.0, 0.0), regather=regather)
+                     ep=_overlapped(_dispatch(model, parallel, cluster, n), parallel, cluster.device.comm_sm_share,
+                                    compute_ms, shared_ms) if moe else (0.0, 0.0), regather=regather)
 
 
 def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
@@ -118,9 +132,29 @@ def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]
 
 
 def _dispatch(model, parallel, cluster, n) -> tuple[float, float]:
+    """The dispatch and the combine of one direction (the backward's mirror the forward's), ms."""
     routed = _BYTES[parallel.dtype] * n / parallel.tensor_parallel * model.top_k * model.hidden_size
-    both = 2 * cluster.all_to_all_ms(expert_sizes(parallel), "ep", routed)
+    busiest = parallel.expert_imbalance * routed
+    sizes = expert_sizes(parallel)
+    both = 2 * cluster.all_to_all_ms(sizes, "ep", busiest)
+    etp, link = cluster.group(sizes, "tp")
+    gathered = etp * busiest
+    both += collective_ms("all_gather", gathered, etp, link) + collective_ms("reduce_scatter", gathered, etp, link)
     return both, both
+
+
+def _overlapped(ep: tuple[float, float], parallel: ParallelConfig, sm_share: float, compute_ms: tuple[float, float],
+                shared_ms: float) -> tuple[float, float]:
+    """The dispatch's (forward, backward) ms left on the critical path with the MoE overlaps: each part exposed
+    beyond the compute it runs under, plus the slowdown of that compute (:func:`overlap_ms`)."""
+    if parallel.moe_a2a_overlap:  # under the paired micro-batch's other direction
+        windows = (compute_ms[1], compute_ms[0])
+    elif parallel.moe_shared_expert_overlap:  # under the shared experts' forward only
+        windows = (shared_ms, 0.0)
+    else:
+        return ep
+    parts = [overlap_ms(comm, window, sm_share) for comm, window in zip(ep, windows)]
+    return parts[0][0] + parts[0][1], parts[1][0] + parts[1][1]
 
 
 def head_comm(model: TransformerConfig, parallel: ParallelConfig, cluster: Cluster) -> tuple[float, float]:
@@ -203,11 +237,14 @@ def zero3_comm_ms(dense_params: float, expert_params: float, parallel: ParallelC
 
 
 def _data_group(cluster: Cluster, sizes: GroupSizes):
-    """The gradient-reduction group: data and context parallel together (``dp·cp`` ranks)."""
+    """The gradient-reduction group: data and context parallel together (``dp·cp`` ranks), ``stride`` apart: the
+    product of the dimensions inside the innermost of the two that has more than one rank (the expert grid's
+    ``cp`` is 1, so its data-parallel ranks lie ``etp·ep`` apart, not ``etp``)."""
     ranks = sizes.dp * sizes.cp
     order = cluster.rank_order.split("-")
+    inner = [name for name in order if name in ("cp", "dp") and getattr(sizes, name) > 1] or ["dp"]
     stride = 1
-    for name in order[: min(order.index("dp"), order.index("cp"))]:
+    for name in order[: order.index(inner[0])]:
         stride *= getattr(sizes, name)
     return ranks, cluster.link(ranks, stride)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from .._check import check_bool, check_choice, check_int
+from .._check import check_bool, check_choice, check_int, check_number
 from ..errors import InputError
 from ..hardware import DeviceConfig
 from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
@@ -152,6 +152,15 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     """ZeRO 3: free a layer's gathered weights after its forward and gather them again for its backward
     (FSDP2's default); False keeps them from the forward to the backward. Ignored below ZeRO 3."""
+    expert_imbalance: float = 1.0
+    """MoE: the busiest device's routed tokens over the mean, ``>= 1`` (1: balanced, as force-balanced routing and
+    padding to capacity run); scales the expert GEMMs, what runs on the received tokens and the dispatch."""
+    moe_a2a_overlap: bool = False
+    """MoE: each micro-batch's dispatch and combine run under another micro-batch's compute (Megatron-Core's
+    ``overlap_moe_expert_parallel_comm``, Megatron-Bridge's ``moe_a2a_overlap``)."""
+    moe_shared_expert_overlap: bool = False
+    """MoE: the shared experts' forward runs on its own stream under the forward's dispatch and combine
+    (Megatron-Core's ``moe_shared_expert_overlap``)."""
 
     def __post_init__(self):
         check_bool("reshard_after_forward", self.reshard_after_forward)
@@ -166,6 +175,11 @@ class ParallelConfig:
             raise InputError(f"expert_parallel * expert_tensor_parallel = {self.expert_parallel} * "
                              f"{self.expert_tensor_parallel} must divide tensor_parallel * context_parallel * "
                              f"data_parallel = {ranks}")
+        check_bool("moe_a2a_overlap", self.moe_a2a_overlap)
+        check_bool("moe_shared_expert_overlap", self.moe_shared_expert_overlap)
+        if check_number("expert_imbalance", self.expert_imbalance, minimum=1) > self.expert_parallel:
+            raise InputError(f"expert_imbalance must be at most expert_parallel = {self.expert_parallel} (the busiest "
+                             f"device receives at most every routed token); got {self.expert_imbalance!r}")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -271,7 +271,9 @@ class _Pricing:
                 ops = layer_ops(model, moe, parallel, self.device, self.kernels)
                 core = tuple(sum(op.time_ms for op in ops if op.core and op.phase == phase)
                              for phase in (FORWARD, BACKWARD))
-                comm = layer_comm(model, moe, parallel, self.cluster, core)
+                compute = tuple(sum(op.time_ms for op in ops if op.phase == phase) for phase in (FORWARD, BACKWARD))
+                shared = sum(op.time_ms for op in ops if op.phase == FORWARD and op.name.startswith("shared_"))
+                comm = layer_comm(model, moe, parallel, self.cluster, core, compute, shared)
             else:
                 ops, comm = ops(), LayerComm(tp=comm())
             priced = kind_times(ops, comm, options, step=step,

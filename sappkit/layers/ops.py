@@ -26,11 +26,18 @@ gradient and the weight gradient). A dense layer runs:
   (``3e`` and nothing without dropout).
 
 A MoE layer replaces ``fc1``, ``act`` and ``fc2`` by the ``router`` (``h →
-E``, over the ``n/t_sp`` tokens a rank holds), the token ``permute`` and
-``unpermute`` (``2e·h`` bytes per routed token each), the routed experts as
-one grouped matmul per projection (each device runs its ``E/ep`` experts on
-``n/t·top_k`` routed tokens on average, split over ``etp``) and the shared
-experts as a dense MLP split over ``t``.
+E``, over the ``n/t_sp`` tokens a rank holds) and its softmax, top-k and
+auxiliary loss (``router_topk``: ``(e + 8)`` bytes per score each way, the
+logits read and fp32 probabilities written and read again), the token
+``permute`` and ``unpermute`` of the ``n/t·top_k`` token copies a device
+sends (``2e·h`` bytes each), and on the ``ρ = κ·etp·n/t·top_k`` copies the
+busiest device receives (``κ``: ``expert_imbalance``; ``etp``: the expert
+tensor-parallel gather of Megatron-Core's all-to-all dispatcher) the sort by
+local expert and its inverse (``sort_tokens``, ``unsort_tokens``, ``2e·h``
+bytes each, with more than one local expert), the routed experts as one
+grouped matmul per projection (``E/ep`` experts of ``ρ·ep/E`` tokens each,
+``f/etp`` wide) and their activation; then the shared experts as a dense MLP
+split over ``t``.
 
 ``selective`` recompute re-runs the ops marked ``core``, ``comm`` recompute
 the ops marked ``norm``, ``full`` every forward op. The head runs the token
@@ -76,16 +83,18 @@ class _Pricer:
         self.device, self.dtype, self.e = device, parallel.dtype, _BYTES[parallel.dtype]
         self.ops: list[Op] = []
 
-    def matmul(self, name: str, m: float, n: float, k: float, *, batch: float = 1, core: bool = False):
-        """A (batched) matmul forward, its input- and weight-gradient matmuls backward."""
-        self._matmul(name, FORWARD, m, n, k, batch, core)
-        self._matmul(name, BACKWARD, m, k, n, batch, core)
-        self._matmul(name, BACKWARD, k, n, m, batch, core)
+    def matmul(self, name: str, m: float, n: float, k: float, *, batch: float = 1, core: bool = False,
+               tokens: float | None = None):
+        """A (batched) matmul forward, its input- and weight-gradient matmuls backward; ``tokens``: an expert
+        GEMM's tokens per expert (all three run at that many rows or reduction steps)."""
+        self._matmul(name, FORWARD, m, n, k, batch, core, tokens)
+        self._matmul(name, BACKWARD, m, k, n, batch, core, tokens)
+        self._matmul(name, BACKWARD, k, n, m, batch, core, tokens)
 
-    def _matmul(self, name, phase, m, n, k, batch, core):
+    def _matmul(self, name, phase, m, n, k, batch, core, tokens=None):
         flops = 2 * m * n * k
         nbytes = self.e * (m * k + k * n + m * n) * batch
-        time = self.device.matmul_ms(flops * batch, nbytes, self.dtype, size=flops)
+        time = self.device.matmul_ms(flops * batch, nbytes, self.dtype, size=flops, tokens=tokens)
         self.ops.append(Op(name, phase, flops * batch, nbytes, time, True, core))
 
     def memory(self, name: str, forward_bytes: float, backward_bytes: float, *, core=False, norm=False):
@@ -167,15 +176,22 @@ def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: 
     t_sp = t if parallel.sequence_parallel else 1
     experts, ep, etp = model.experts, parallel.expert_parallel, parallel.expert_tensor_parallel
     price.matmul("router", n / t_sp, experts, h)
-    routed = n / t * model.top_k  # tokens this device's experts run, balanced routing
+    scores = n / t_sp * experts
+    price.memory("router_topk", (e + 8) * scores, (e + 8) * scores)
+    routed = n / t * model.top_k  # token copies this device sends to the experts
     price.memory("permute", 2 * e * routed * h, 2 * e * routed * h)
     local = experts / ep
-    per_expert = routed * etp / local
+    received = routed * etp * parallel.expert_imbalance  # what the busiest device's experts run
+    if local > 1:
+        price.memory("sort_tokens", 2 * e * received * h, 2 * e * received * h)
     width = model.expert_ffn_size / etp
-    price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local)
-    price.memory("experts_act", *((3 * e * routed * width, 5 * e * routed * width) if model.gated_mlp
-                                  else (2 * e * routed * width, 3 * e * routed * width)))
-    price.matmul("experts_fc2", per_expert, h, width, batch=local)
+    per_expert = received / local
+    price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local, tokens=per_expert)
+    price.memory("experts_act", *((3 * e * received * width, 5 * e * received * width) if model.gated_mlp
+                                  else (2 * e * received * width, 3 * e * received * width)))
+    price.matmul("experts_fc2", per_expert, h, width, batch=local, tokens=per_expert)
+    if local > 1:
+        price.memory("unsort_tokens", 2 * e * received * h, 2 * e * received * h)
     price.memory("unpermute", 2 * e * routed * h, 2 * e * routed * h)
     if model.shared_experts:
         _mlp(price, model, n, model.shared_experts * model.expert_ffn_size / t, prefix="shared_")

@@ -112,9 +112,9 @@ def shape_key(models: tuple, parallel: ParallelConfig, cluster: Cluster, kernels
     links = (cluster.group(dense_sizes(parallel), "tp"), cluster.group(dense_sizes(parallel), "cp"),
              cluster.group(expert_sizes(parallel), "ep"))
     base = replace(parallel, data_parallel=1, zero=0, expert_parallel=1, expert_tensor_parallel=1,
-                   reshard_after_forward=True)
-    return (models, base, parallel.expert_parallel, parallel.expert_tensor_parallel, cluster.device, kernels,
-            options, links)
+                   reshard_after_forward=True, expert_imbalance=1.0)
+    return (models, base, parallel.expert_parallel, parallel.expert_tensor_parallel, parallel.expert_imbalance,
+            cluster.device, kernels, options, links)
 
 
 def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfig, cluster: Cluster, *,

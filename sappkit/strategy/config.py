@@ -76,6 +76,17 @@ class Strategy:
     overlap_param_gather: bool = True
     """Gather the updated weights (ZeRO 1 and 2) behind the next step's forward (Megatron's
     ``--overlap-param-gather``); False: after the optimizer step."""
+    expert_imbalance: float = 1.0
+    """MoE: the busiest device's routed tokens over the mean, in ``[1, ep]``; 1 is balanced routing (Megatron's
+    ``moe_router_force_load_balancing``, or a capacity factor of 1 with padding to capacity). The expert GEMMs,
+    the ops on the received tokens and the dispatch take that much longer: the step waits for the busiest."""
+    moe_a2a_overlap: bool = False
+    """MoE: hide each micro-batch's dispatch and combine under another micro-batch's compute (Megatron-Core's
+    ``overlap_moe_expert_parallel_comm``, Megatron-Bridge's ``moe_a2a_overlap``): the forward's under the paired
+    backward, the backward's under the paired forward, as far as each lasts (:func:`sappkit.hardware.overlap_ms`)."""
+    moe_shared_expert_overlap: bool = False
+    """MoE: run the shared experts' forward under the forward's dispatch and combine (Megatron-Core's
+    ``moe_shared_expert_overlap``)."""
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
@@ -86,7 +97,7 @@ class Strategy:
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
         for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
-                      "reshard_after_forward"):
+                      "reshard_after_forward", "moe_a2a_overlap", "moe_shared_expert_overlap"):
             check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
@@ -109,7 +120,9 @@ class Strategy:
                               sequence_parallel=self.sequence_parallel, context_parallel=self.context_parallel,
                               data_parallel=self.data_parallel, expert_parallel=self.expert_parallel,
                               expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype,
-                              reshard_after_forward=self.reshard_after_forward)
+                              reshard_after_forward=self.reshard_after_forward,
+                              expert_imbalance=self.expert_imbalance, moe_a2a_overlap=self.moe_a2a_overlap,
+                              moe_shared_expert_overlap=self.moe_shared_expert_overlap)
 
     @property
     def sharding(self) -> str:
@@ -121,8 +134,8 @@ class Strategy:
     @property
     def label(self) -> str:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
-        parallelism, ZeRO 3 without resharding, a dtype other than bf16 and overlaps switched off are written only
-        when set)."""
+        parallelism, ZeRO 3 without resharding, a dtype other than bf16, overlaps switched off, an expert imbalance
+        and the MoE overlaps are written only when set)."""
         parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
@@ -136,6 +149,10 @@ class Strategy:
         parts += [name for name, on in (("no-grad-overlap", self.overlap_grad_reduce),
                                         ("no-p2p-overlap", self.overlap_p2p_comm),
                                         ("no-param-overlap", self.overlap_param_gather)) if not on]
+        if self.expert_imbalance != 1:
+            parts.append(f"imbalance{self.expert_imbalance:g}")
+        parts += [name for name, on in (("a2a-overlap", self.moe_a2a_overlap),
+                                        ("shared-overlap", self.moe_shared_expert_overlap)) if on]
         return " ".join(parts)
 
     def micro_batches(self, global_batch: int) -> int:

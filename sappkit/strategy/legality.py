@@ -13,8 +13,12 @@ The rules, in the order they are checked (a strategy keeps the first it breaks):
 - ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
   (Megatron-LM's load-balanced causal ring attention), and with sequence
   parallelism a rank's share splits again over ``t``.
-- ``experts``: a dense model runs ``ep = 1``; a MoE model's ``ep`` divides
-  its routed experts, and ``ep · etp`` divides ``t · cp · dp``.
+- ``experts``: a dense model runs ``ep = 1`` and no MoE overlap; a MoE
+  model's ``ep`` divides its routed experts, and ``ep · etp`` divides ``t ·
+  cp · dp``. ``moe_a2a_overlap`` needs ``ep > 1``, with a pipeline
+  ``v > 1``, and not ``moe_shared_expert_overlap`` too (Megatron-Core's
+  ``TransformerConfig`` checks); ``moe_shared_expert_overlap`` needs shared
+  experts.
 - ``batch``: ``dp · b`` divides the global batch (whole micro-batches).
 - ``cells``: every (chunk, stage) cell holds at least one body layer.
 - ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`).
@@ -44,6 +48,8 @@ RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
 _FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
            "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule")
+#: Flags :func:`apply_rules` reads where a frame has them (a search varies neither; absent means off).
+_MOE_FLAGS = ("moe_a2a_overlap", "moe_shared_expert_overlap")
 
 
 @dataclass(frozen=True)
@@ -54,12 +60,13 @@ class RuledModel:
     layers: int
     experts: int
     seq_length: int
+    shared_experts: int = 0
 
     @classmethod
     def of(cls, models: Sequence[TransformerConfig]) -> RuledModel:
         return cls(heads=tuple((m.num_heads, m.num_kv_heads) for m in models),
                    layers=sum(m.layers for m in models), experts=max(m.experts for m in models),
-                   seq_length=models[-1].seq_length)
+                   seq_length=models[-1].seq_length, shared_experts=max(m.shared_experts for m in models))
 
 
 def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, global_batch: int,
@@ -92,6 +99,7 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
            lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
                      "(sequence parallelism)")
     _expert_rules(reject, model, t * cp * dp, ep, etp)
+    _overlap_rules(reject, model, frame, ep, p, v)
     reject("batch", global_batch % (dp * b) != 0,
            lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
                      f"global_batch={global_batch}")
@@ -119,6 +127,26 @@ def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, 
     reject("experts", ranks % (ep * etp) != 0,
            lambda i: f"expert_parallel * expert_tensor_parallel = {ep[i] * etp[i]} does not divide tensor_parallel "
                      f"* context_parallel * data_parallel = {ranks[i]}")
+
+
+def _overlap_rules(reject, model: RuledModel, frame: pd.DataFrame, ep: np.ndarray, p: np.ndarray,
+                   v: np.ndarray) -> None:
+    a2a, shared = (frame[key].to_numpy(dtype=bool) if key in frame else np.zeros(len(frame), bool)
+                   for key in _MOE_FLAGS)
+    if not model.experts:
+        reject("experts", a2a | shared, lambda i: f"{_MOE_FLAGS[0] if a2a[i] else _MOE_FLAGS[1]}=True needs a MoE "
+                                                  "model (this one has no experts)")
+        return
+    reject("experts", a2a & (ep == 1), lambda i: "moe_a2a_overlap=True needs expert_parallel > 1 (it overlaps the "
+                                                 "expert all-to-all)")
+    reject("experts", a2a & (p > 1) & (v == 1),
+           lambda i: f"moe_a2a_overlap=True with pipeline_parallel={p[i]} needs virtual_stages > 1 (Megatron-Core "
+                     "pairs micro-batches across model chunks)")
+    reject("experts", a2a & shared, lambda i: "moe_a2a_overlap=True and moe_shared_expert_overlap=True exclude "
+                                              "each other (Megatron-Core refuses both)")
+    if not model.shared_experts:
+        reject("experts", shared, lambda i: "moe_shared_expert_overlap=True needs shared experts (this model has "
+                                            "none)")
 
 
 def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
@@ -154,7 +182,8 @@ def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig],
     sappkit.errors.InputError: strategy t1 p64 v1 dp1 cp1 ep1 b1 1f1b zero1 breaks the 'cells' rule: pipeline_parallel * virtual_stages = 64 * 1 = 64 cells exceed the 32 body layers (each cell holds at least one)
     """
     m = strategy.micro_batches(global_batch)
-    frame = pd.DataFrame([{field: getattr(strategy, field) for field in _FIELDS} | {MICRO_BATCHES: m}])
+    frame = pd.DataFrame([{field: getattr(strategy, field) for field in (*_FIELDS, *_MOE_FLAGS)}
+                          | {MICRO_BATCHES: m}])
     frame[RULE], frame[REASON] = None, ""
     model = RuledModel.of(models)
     apply_rules(frame, model, devices_per_node or 1, global_batch, devices_per_node is None)

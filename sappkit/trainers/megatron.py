@@ -204,6 +204,8 @@ def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: 
                                                              ["--global-batch-size", str(batch)])
     out += ["--sequence-parallel"] if s.sequence_parallel and s.tensor_parallel > 1 else []
     out += ["--use-distributed-optimizer"] if s.zero >= 1 else []
+    out += [flag for flag, on in (("--overlap-moe-expert-parallel-comm", s.moe_a2a_overlap),
+                                  ("--moe-shared-expert-overlap", s.moe_shared_expert_overlap)) if on]
     out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}[s.dtype]
     if s.zero >= 2:
         notes.append(f"ZeRO stage {s.zero}: Megatron's distributed optimizer shards optimizer state and gradients; "
@@ -245,7 +247,9 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
                         expert_tensor_parallel=flags.get("--expert-tensor-parallel-size", 1), micro_batch_size=b,
                         schedule=schedule, zero=1 if flags.get("--use-distributed-optimizer") else 0,
                         sequence_parallel=bool(flags.get("--sequence-parallel")),
-                        dtype="fp16" if flags.get("--fp16") else "bf16" if flags.get("--bf16") else "fp32")
+                        dtype="fp16" if flags.get("--fp16") else "bf16" if flags.get("--bf16") else "fp32",
+                        moe_a2a_overlap=bool(flags.get("--overlap-moe-expert-parallel-comm")),
+                        moe_shared_expert_overlap=bool(flags.get("--moe-shared-expert-overlap")))
     options = policy_options(_recompute_policy(flags, notes), schedule, counts)
     if v > 1:
         findings += _group_findings(flags, p, m)

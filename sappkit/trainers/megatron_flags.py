@@ -25,6 +25,7 @@ MEGATRON_FLAGS = {
     "--recompute-granularity": "str", "--recompute-method": "str", "--recompute-num-layers": "int",
     "--recompute-modules": "list", "--recompute-activations": "bool", "--sequence-parallel": "bool",
     "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool",
+    "--overlap-moe-expert-parallel-comm": "bool", "--moe-shared-expert-overlap": "bool",
     # torchrun's, for the world size
     "--nproc-per-node": "int", "--nnodes": "int",
 }

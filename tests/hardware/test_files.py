@@ -76,7 +76,7 @@ def test_written_files_read_back_equal_and_are_accepted_wherever_a_preset_name_i
 @pytest.mark.parametrize("text, message", [
     ('kind = "device"\ntflops = 100.0\nhbm = 3\n', "{path}: key 'hbm' is not a device field; expected one of kind, "
      "base, source, tflops, mfu, link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, matmul_half_gflop, "
-     "hbm_efficiency, kernel_us, memory_mib, comm_sm_share, reserved_mib"),
+     "hbm_efficiency, kernel_us, memory_mib, comm_sm_share, reserved_mib, expert_half_tokens"),
     ('kind = "device"\nmfu = 1.5\n', "{path}: mfu must be in (0, 1]; got 1.5"),
     ('kind = "device"\ntflops = "fast"\n', "{path}: tflops must be a finite number > 0; got 'fast'"),
     ('kind = "gpu"\n', "{path}: kind must be one of 'device', 'cluster'; got 'gpu'"),

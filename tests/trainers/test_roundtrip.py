@@ -76,6 +76,20 @@ def test_megatron_arguments_read_back_to_the_plan(schedule, chunks, policy):
     same(plan, back.plan)
 
 
+@pytest.mark.parametrize("overlap, flag", [("moe_a2a_overlap", "--overlap-moe-expert-parallel-comm"),
+                                           ("moe_shared_expert_overlap", "--moe-shared-expert-overlap")])
+def test_megatron_moe_overlaps_are_written_and_read_back(overlap, flag):
+    plan = make_plan("interleaved", 2, "none")
+    strategy = Strategy(tensor_parallel=2, pipeline_parallel=4, virtual_stages=2, data_parallel=2, expert_parallel=2,
+                        schedule="interleaved", **{overlap: True})
+    args = list(megatron_args(plan, strategy=strategy).args)
+    assert flag in args
+    back = read_trainer_config(args, world_size=16, layers=table(24), memory_mb=10_000)
+    assert back.strategy == strategy
+    assert flag not in megatron_args(plan, strategy=Strategy(tensor_parallel=2, pipeline_parallel=4, virtual_stages=2,
+                                                             data_parallel=2, schedule="interleaved")).args
+
+
 @pytest.mark.parametrize("layout, flags", [
     ([[4, 7, 7, 6]], ["--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers", "6"]),
     ([[2, 3, 3, 4], [2, 3, 3, 4]], ["--num-virtual-stages-per-pipeline-rank", "2",
