@@ -44,6 +44,9 @@ from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
 
+#: sappkit's FP8 recipes as Megatron-LM's ``--fp8-recipe`` names them (``tensorwise``: per-tensor current scaling).
+_FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
+
 _WHAT = "Megatron-LM arguments"
 
 
@@ -204,7 +207,9 @@ def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: 
                                                              ["--global-batch-size", str(batch)])
     out += ["--sequence-parallel"] if s.sequence_parallel and s.tensor_parallel > 1 else []
     out += ["--use-distributed-optimizer"] if s.zero >= 1 else []
-    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}[s.dtype]
+    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": ["--bf16", "--fp8-format", "hybrid",
+                                                                     "--fp8-recipe", _FP8_RECIPES.get(s.fp8_recipe)]}[
+        s.dtype]
     if s.zero >= 2:
         notes.append(f"ZeRO stage {s.zero}: Megatron's distributed optimizer shards optimizer state and gradients; "
                      "for weights too use Megatron FSDP (--use-megatron-fsdp)")
@@ -245,7 +250,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
                         expert_tensor_parallel=flags.get("--expert-tensor-parallel-size", 1), micro_batch_size=b,
                         schedule=schedule, zero=1 if flags.get("--use-distributed-optimizer") else 0,
                         sequence_parallel=bool(flags.get("--sequence-parallel")),
-                        dtype="fp16" if flags.get("--fp16") else "bf16" if flags.get("--bf16") else "fp32")
+                        dtype="fp8" if flags.get("--fp8-format") else "fp16" if flags.get("--fp16") else "bf16"
+                        if flags.get("--bf16") else "fp32", fp8_recipe=_fp8_recipe(flags))
     options = policy_options(_recompute_policy(flags, notes), schedule, counts)
     if v > 1:
         findings += _group_findings(flags, p, m)
@@ -380,3 +386,14 @@ def _mtp_findings(mtp_cells) -> list[Finding]:
                                  "put the MTP layers with the last decoder layers (e.g. '...tttmL'), and take "
                                  "one stage fewer or give the others its share"))
     return found
+
+
+def _fp8_recipe(flags: dict) -> str | None:
+    """The FP8 recipe ``--fp8-recipe`` names (Megatron-LM's default ``delayed``); None without ``--fp8-format``."""
+    if not flags.get("--fp8-format"):
+        return None
+    name = flags.get("--fp8-recipe", "delayed")
+    recipes = {megatron: ours for ours, megatron in _FP8_RECIPES.items()}
+    if name not in recipes:
+        raise InputError(f"{_WHAT}: --fp8-recipe must be one of {', '.join(map(repr, recipes))}; got {name!r}")
+    return recipes[name]

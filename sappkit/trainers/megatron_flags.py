@@ -24,7 +24,8 @@ MEGATRON_FLAGS = {
     "--mtp-num-layers": "int", "--microbatch-group-size-per-virtual-pipeline-stage": "int",
     "--recompute-granularity": "str", "--recompute-method": "str", "--recompute-num-layers": "int",
     "--recompute-modules": "list", "--recompute-activations": "bool", "--sequence-parallel": "bool",
-    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool",
+    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool", "--fp8-format": "str",
+    "--fp8-recipe": "str",
     # torchrun's, for the world size
     "--nproc-per-node": "int", "--nnodes": "int",
 }
