@@ -49,10 +49,11 @@ each; a device with block-scaled FP8 (``DeviceConfig.mxfp8_tflops``:
 Blackwell, SM 10.0) also runs FP8 GEMMs in every layout, so a per-tensor
 cast writes one copy there. ``delayed`` also updates its amax histories (``amax_history``: 1,024
 fp32 entries for three tensors per GEMM forward and two backward, read and
-written). Sources: TE's ``docs/features/low_precision_training``
-(``performance_considerations``: the rowwise and columnwise usages and the
-Hopper transpose; ``fp8_delayed_scaling``: one tensor read against current
-scaling's two, the history shapes; ``mxfp8``: the 32-element blocks).
+written). Sources: the low-precision-training pages of Transformer
+Engine's documentation (NVIDIA/TransformerEngine: "Performance
+considerations" for the rowwise and columnwise usages and the Hopper
+transpose; "FP8 Delayed Scaling" for one tensor read against current
+scaling's two and the history shapes; "MXFP8" for the 32-element blocks).
 
 ``selective`` recompute re-runs the ops marked ``core``, ``comm`` recompute
 the ops marked ``norm``, ``full`` every forward op. The head runs the token

@@ -26,7 +26,7 @@ One more rule holds a strategy's precision to its device
 needs FP8 tensor cores (``DeviceConfig.fp8_tflops``: Hopper, Ada and
 Blackwell; Transformer Engine's per-tensor recipes need SM 8.9 or later),
 and the ``mxfp8`` recipe block-scaled ones (``DeviceConfig.mxfp8_tflops``:
-Blackwell, SM 10.0; TE's ``docs/features/low_precision_training/mxfp8``).
+Blackwell, SM 10.0: Transformer Engine's "MXFP8" documentation page).
 """
 
 from __future__ import annotations
