@@ -15,7 +15,15 @@ dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters 
 ``expert_half_tokens`` from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1 mb2604-gptoss-120b-h100
 --fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
 inter_efficiency=0.86`` (the H100's MoE BF16 rows: ``expert_half_tokens``, expert GEMMs by tokens per expert, is
-the one parameter left free; on rows without experts it changes nothing and stays at its start, 0). Uses only sappkit's public API and numpy.
+the one parameter left free; on rows without experts it changes nothing and stays at its start, 0).
+
+Uses only sappkit's public API and numpy.
+
+FP8 (``fp8_mfu``, ``fp8_matmul_half_gflop``): ``--dtype fp8 --family dense`` fits on a cluster's dense FP8 rows
+with the 16-bit parameters held at the preset's by ``--fix``. The H100's came from ``python data/calibrate.py
+--cluster dgx-h100 --dtype fp8 --family dense --fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5
+intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``), the B200's from the same with ``--cluster
+dgx-b200`` and the B200 preset's values (``b200.toml``).
 """
 
 import argparse
@@ -24,7 +32,7 @@ import sys
 import numpy as np
 
 from sappkit.hardware import Cluster, DeviceConfig
-from sappkit.strategy.validation import published_runs, validate
+from sappkit.strategy.validation import family, published_runs, run_inputs, validate
 
 #: parameter -> (start, lower, upper, first step); device fields, then the cluster's.
 PARAMETERS = {
@@ -35,6 +43,8 @@ PARAMETERS = {
     "expert_half_tokens": (0.0, 0.0, 8192.0, 512.0),
     "intra_efficiency": (0.8, 0.2, 1.0, 0.1),
     "inter_efficiency": (0.8, 0.2, 1.0, 0.1),
+    "fp8_mfu": (0.65, 0.2, 1.0, 0.05),
+    "fp8_matmul_half_gflop": (30.0, 0.0, 200.0, 10.0),
 }
 _CLUSTER_FIELDS = ("intra_efficiency", "inter_efficiency")
 
@@ -71,11 +81,18 @@ def main():
     parser.add_argument("--cluster", default="dgx-a100", help="the cluster preset whose rows to fit on")
     parser.add_argument("--runs", nargs="*", default=[], help="fit on the runs starting with these prefixes")
     parser.add_argument("--fix", nargs="*", default=[], metavar="NAME=VALUE", help="hold parameters at a value")
+    parser.add_argument("--dtype", help="fit on the rows of this dtype only (e.g. fp8)")
+    parser.add_argument("--family", help="fit on the rows of this family only (dense, fsdp, moe)")
     args = parser.parse_args()
     fixed = {name: float(value) for name, value in (item.split("=") for item in args.fix)}
     runs = published_runs()
     runs = runs[runs["cluster"] == args.cluster].reset_index(drop=True)
     chosen = runs[runs["run"].str.startswith(tuple(args.runs))] if args.runs else runs
+    if args.dtype:
+        chosen = chosen[chosen["dtype"] == args.dtype]
+    if args.family:
+        families = [family(*run_inputs(row)[:2]) for _, row in chosen.iterrows()]
+        chosen = chosen[[name == args.family for name in families]]
     values = fit(chosen, fixed, args.cluster)
     print(", ".join(f"{name}={value:.4g}" for name, value in values.items()))
     for name, error in zip(runs["run"], errors(values, runs, args.cluster)):

@@ -17,6 +17,7 @@ from pathlib import Path
 from .._check import short
 from ..errors import InputError
 from ..layers import KernelConfig
+from ..layers.configs import FP8_RECIPES
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
 from ..strategy.search import search_strategies
@@ -66,8 +67,12 @@ def register(subparsers) -> None:
                         help="the attention kernel, which sets what attention keeps for the backward (default "
                              "flash, as modern trainers run it: nothing kept per query-key pair; paper: the softmax "
                              "output)")
-    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
-                        help="the dtype the model trains in (default bf16)")
+    parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32", "fp8"),
+                        help="the dtype the model trains in (default bf16; fp8: the linear layers' GEMMs in FP8 as "
+                             "Transformer Engine runs them)")
+    parser.add_argument("--fp8-recipe", default=None, choices=FP8_RECIPES,
+                        help="with --dtype fp8: Transformer Engine's scaling recipe (default delayed; mxfp8 needs a "
+                             "Blackwell device)")
     parser.add_argument("--top", type=int, default=10, metavar="N", help="strategies to print (default 10)")
     parser.add_argument("--balance-top", type=int, default=8, metavar="K",
                         help="how many of the fastest even placements to balance (default 8)")
@@ -87,7 +92,8 @@ def _run(args) -> int:
     options = dict(devices=args.devices, global_batch=args.global_batch, seq_length=args.seq_length,
                    cluster=args.cluster, device=args.device, memory_mb=args.memory, schedules=schedules,
                    balance_top=args.balance_top, progress=sys.stderr.isatty(), dims=searched_dims(args.dims),
-                   kernels=KernelConfig(attention=args.attention), dtype=args.dtype)
+                   kernels=KernelConfig(attention=args.attention), dtype=args.dtype,
+                   fp8_recipe=args.fp8_recipe)
     if args.top < 1:
         raise InputError(f"--top must be an int >= 1; got {args.top}")
     if args.scheduler is None:
@@ -101,7 +107,8 @@ def _run(args) -> int:
              f"batch {found.global_batch:,} x {setting.models[-1].seq_length:,} tokens, memory "
              f"{found.memory_mb:,.0f} MB")
     fixed = " ".join(args.dims) if args.dims else "none (every value a trainer accepts)"
-    out.line(f"assumptions: {args.dtype}, attention kernel {args.attention!r}, dims narrowed: {fixed}")
+    precision = args.dtype if setting.fp8_recipe is None else f"fp8 ({setting.fp8_recipe} scaling)"
+    out.line(f"assumptions: {precision}, attention kernel {args.attention!r}, dims narrowed: {fixed}")
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))

@@ -14,7 +14,10 @@ memory time, plus a fixed cost per kernel (launch and tail):
 ``peak`` is the datasheet's dense peak in the kernel's dtype and ``hbm`` the
 datasheet's memory bandwidth; ``mfu``, ``F½``, ``η_hbm`` and ``kernel`` are
 the physical parameters a preset calibrates (its file in ``sappkit/hardware/presets/``
-says on which published runs).
+says on which published runs). An FP8 matmul (``fp8``, per-tensor scaled, or
+``mxfp8``, block scaled) runs at the FP8 peak with its own ``fp8_mfu`` and
+``fp8_matmul_half_gflop`` (default the 16-bit ones): FP8 tensor cores reach a
+smaller share of their doubled peak.
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from .tables import read
 
 __all__ = ["DeviceConfig", "DTYPES", "RESERVED_MIB"]
 
-#: The dtypes a device gives a peak for: the 16-bit ones (``tflops``), fp32 and fp8.
-DTYPES = ("bf16", "fp16", "fp32", "fp8")
+#: The dtypes a device gives a peak for: the 16-bit ones (``tflops``), fp32, fp8 (per-tensor scaled) and mxfp8
+#: (block scaled, ``mxfp8_tflops``).
+DTYPES = ("bf16", "fp16", "fp32", "fp8", "mxfp8")
 #: The default reserve, MiB: a CUDA 12 context with its kernel modules takes about 0.5 GiB on a Hopper card, NCCL's
 #: communicators (one per process group, ``NCCL_BUFFSIZE`` 4 MiB per channel and peer) and cuBLAS/cuDNN workspaces
 #: a few hundred MiB more, and the caching allocator leaves some of what it reserves unused. 2 GiB in all: an
@@ -93,17 +97,27 @@ class DeviceConfig:
     """Tokens per expert at which an expert's GEMM (grouped or one per expert) reaches half the efficiency a dense
     GEMM of its FLOPs reaches: ``η · M / (M + M½)`` for ``M`` tokens per expert (few rows per expert leave the
     tiles and the waves of a grouped GEMM part empty); 0: no such loss."""
+    fp8_mfu: float | None = None
+    """Fraction of the FP8 peak large FP8 matmuls reach, in (0, 1]; None: ``mfu``."""
+    fp8_matmul_half_gflop: float | None = None
+    """FP8 matmul size (GFLOP) at which an FP8 matmul reaches half of ``fp8_mfu``; None: ``matmul_half_gflop``."""
+    mxfp8_tflops: float | None = None
+    """Peak dense TFLOP/s of block-scaled FP8 (MXFP8: one E8M0 scale per 32 elements, applied by the tensor cores,
+    as Blackwell's are); None: the device has no such tensor cores and refuses the ``mxfp8`` recipe."""
 
     def __post_init__(self):
         for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
             check_number(field, getattr(self, field), minimum=0, strict=True)
-        for field in ("fp32_tflops", "fp8_tflops"):
+        for field in ("fp32_tflops", "fp8_tflops", "mxfp8_tflops"):
             if getattr(self, field) is not None:
                 check_number(field, getattr(self, field), minimum=0, strict=True)
-        for field in ("mfu", "hbm_efficiency"):
-            if not 0 < check_number(field, getattr(self, field)) <= 1:
+        for field in ("mfu", "hbm_efficiency", "fp8_mfu"):
+            if (field != "fp8_mfu" or self.fp8_mfu is not None) and not 0 < check_number(
+                    field, getattr(self, field)) <= 1:
                 raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
         check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
+        if self.fp8_matmul_half_gflop is not None:
+            check_number("fp8_matmul_half_gflop", self.fp8_matmul_half_gflop, minimum=0)
         check_number("kernel_us", self.kernel_us, minimum=0)
         check_number("expert_half_tokens", self.expert_half_tokens, minimum=0)
         if not 0 <= check_number("comm_sm_share", self.comm_sm_share) < 1:
@@ -153,12 +167,27 @@ class DeviceConfig:
             return self.tflops / 2 if self.fp32_tflops is None else self.fp32_tflops
         if dtype == "fp8":
             return self.tflops if self.fp8_tflops is None else self.fp8_tflops
+        if dtype == "mxfp8":
+            if self.mxfp8_tflops is None:
+                raise InputError(f"device {self.name!r} has no block-scaled FP8 tensor cores (mxfp8_tflops is None): "
+                                 "the mxfp8 recipe needs a Blackwell-class device")
+            return self.mxfp8_tflops
         raise InputError(f"dtype must be one of {', '.join(map(repr, DTYPES))}; got {dtype!r}")
 
-    def matmul_efficiency(self, flops: float) -> float:
-        """The fraction of the peak a matmul of ``flops`` FLOPs reaches (before the memory roofline)."""
-        half = self.matmul_half_gflop * 1e9
-        return self.mfu * flops / (flops + half) if half else self.mfu
+    def matmul_efficiency(self, flops: float, dtype: str = "bf16") -> float:
+        """The fraction of the peak a matmul of ``flops`` FLOPs in ``dtype`` reaches (before the memory roofline).
+
+        Examples
+        --------
+        >>> gpu = DeviceConfig(mfu=0.8, matmul_half_gflop=1.0, fp8_mfu=0.5, fp8_matmul_half_gflop=3.0)
+        >>> gpu.matmul_efficiency(1e9), gpu.matmul_efficiency(1e9, "fp8"), gpu.matmul_efficiency(3e9, "mxfp8")
+        (0.4, 0.125, 0.25)
+        """
+        mfu, half = self.mfu, self.matmul_half_gflop * 1e9
+        if dtype in ("fp8", "mxfp8"):
+            mfu = mfu if self.fp8_mfu is None else self.fp8_mfu
+            half = half if self.fp8_matmul_half_gflop is None else self.fp8_matmul_half_gflop * 1e9
+        return mfu * flops / (flops + half) if half else mfu
 
     def matmul_ms(self, flops: float, nbytes: float, dtype: str = "bf16", *, size: float | None = None,
                   tokens: float | None = None) -> float:
@@ -170,7 +199,7 @@ class DeviceConfig:
         """
         if flops <= 0:
             return 0.0
-        efficiency = self.matmul_efficiency(flops if size is None else size)
+        efficiency = self.matmul_efficiency(flops if size is None else size, dtype)
         if tokens is not None and self.expert_half_tokens:
             efficiency *= tokens / (tokens + self.expert_half_tokens)
         compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)

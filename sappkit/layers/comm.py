@@ -7,7 +7,8 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   all-reduce of ``e·n·h`` after the attention and after the MLP forward, and
   two backward (the gradients of the inputs they copied); with it an
   all-gather before and a reduce-scatter after each block, forward and
-  backward. A MoE block keeps its tokens sequence-split (no collective). The
+  backward (under FP8 the all-gathers move the quantized tensor,
+  :func:`fp8_gather_bytes`). A MoE block keeps its tokens sequence-split (no collective). The
   head reduces (or reduce-scatters) its vocabulary-parallel embedding; the
   tail gathers its input (or copies it, all-reducing the gradient) and
   all-reduces three ``4n``-byte statistics of the cross-entropy.
@@ -48,7 +49,12 @@ layer's own forward or backward (:func:`sappkit.hardware.overlap_ms`: the
 prefetch of the next layer runs under this one). The optimizer step
 (Adam) moves 34 bytes per parameter it updates: the fp32 master weight and
 two moments read and written (24), the gradient read for the norm and the
-step (8) and the new weight written (2).
+step (8) and the new weight written (2). FP8 training then casts each
+updated weight a device holds once per step (Transformer Engine keeps the FP8
+weight copies across a step's micro-batches, Megatron-LM's
+``is_first_microbatch``): :data:`FP8_WEIGHT_CAST_BYTES` per parameter (the
+BF16 weight read, the rowwise and columnwise FP8 copies written; ``current``
+reads it twice for its amax).
 """
 
 from __future__ import annotations
@@ -59,12 +65,15 @@ from ..hardware import Cluster, GroupSizes, collective_ms, overlap_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
-           "grad_sync_parts", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES"]
+           "grad_sync_parts", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES",
+           "FP8_WEIGHT_CAST_BYTES"]
 
 #: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
-GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4}
+GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4, "fp8": 4}
 #: Bytes Adam moves per parameter it updates (module docstring).
 OPTIMIZER_BYTES = 34
+#: Bytes an FP8 run's once-per-step weight cast moves per parameter, by recipe (module docstring).
+FP8_WEIGHT_CAST_BYTES = {"delayed": 4, "current": 6, "mxfp8": 4 + 2 / 32}
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,7 @@ def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cl
     activation = e * n * h
     blocks = 1 if moe else 2
     if parallel.sequence_parallel:
-        gather = collective_ms("all_gather", activation, ranks, link)
+        gather = collective_ms("all_gather", fp8_gather_bytes(parallel, activation / e), ranks, link)
         step = gather + collective_ms("reduce_scatter", activation, ranks, link)
         tp, regather = (blocks * step, blocks * step), blocks * gather
     else:
@@ -114,6 +123,15 @@ def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cl
     return LayerComm(tp=tp, cp=_ring_attention(model, parallel, cluster, n, core_ms),
                      ep=_overlapped(_dispatch(model, parallel, cluster, n), parallel, cluster.device.comm_sm_share,
                                     compute_ms, shared_ms) if moe else (0.0, 0.0), regather=regather)
+
+
+def fp8_gather_bytes(parallel: ParallelConfig, elements: float) -> float:
+    """Bytes of a sequence-parallel all-gather of ``elements`` feeding a linear layer: ``e`` each, or under FP8 the
+    quantized tensor (1 byte each, ``mxfp8`` with its scales), which Transformer Engine gathers instead (its
+    ``fp8_current_scaling`` and ``mxfp8`` docs: quantized all-gather)."""
+    if parallel.fp8_recipe is None:
+        return _BYTES[parallel.dtype] * elements
+    return elements * (1 + (1 / 32 if parallel.fp8_recipe == "mxfp8" else 0))
 
 
 def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
@@ -254,4 +272,5 @@ def optimizer_ms(dense_params: float, expert_params: float, parallel: ParallelCo
     shards = (1, 1) if not parallel.zero else (
         parallel.data_parallel * parallel.context_parallel, expert_sizes(parallel).dp)
     updated = dense_params / shards[0] + expert_params / shards[1]
-    return cluster.device.memory_ms(OPTIMIZER_BYTES * updated) if updated else 0.0
+    cast = FP8_WEIGHT_CAST_BYTES[parallel.fp8_recipe] * (dense_params + expert_params) if parallel.fp8_recipe else 0
+    return cluster.device.memory_ms(OPTIMIZER_BYTES * updated + cast) if updated else 0.0

@@ -12,10 +12,16 @@ from ..errors import InputError
 from ..hardware import DeviceConfig
 from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
 
-__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig", "FP8_RECIPES"]
 
-#: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``.
-_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+#: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``. FP8 training keeps its
+#: weights, activations and communication in BF16 and casts each linear layer's GEMM inputs to FP8 (Transformer
+#: Engine's recipes, :data:`FP8_RECIPES`; the FP8 copies are priced apart, :mod:`sappkit.layers.ops`).
+_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
+#: Transformer Engine's FP8 scaling recipes: ``delayed`` (``DelayedScaling``: one scale per tensor from an amax
+#: history), ``current`` (``Float8CurrentScaling``: one scale per tensor from its own amax) and ``mxfp8``
+#: (``MXFP8BlockScaling``: one E8M0 scale per 32 elements, Blackwell's block-scaled tensor cores).
+FP8_RECIPES = ("delayed", "current", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,8 +153,9 @@ class ParallelConfig:
     """Tensor-parallel degree inside an expert ``etp``."""
     zero: Literal[0, 1, 2, 3] = 1
     """ZeRO stage: 0 replicates all, 1 shards optimizer state, 2 also gradients, 3 (FSDP) also weights."""
-    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
-    """Weight and activation precision (gradients and optimizer state are fp32)."""
+    dtype: Literal["bf16", "fp16", "fp32", "fp8"] = "bf16"
+    """Weight and activation precision (gradients and optimizer state are fp32); ``fp8``: BF16 weights and
+    activations with the linear layers' GEMMs in FP8 (``fp8_recipe``)."""
     reshard_after_forward: bool = True
     """ZeRO 3: free a layer's gathered weights after its forward and gather them again for its backward
     (FSDP2's default); False keeps them from the forward to the backward. Ignored below ZeRO 3."""
@@ -161,6 +168,9 @@ class ParallelConfig:
     moe_shared_expert_overlap: bool = False
     """MoE: the shared experts' forward runs on its own stream under the forward's dispatch and combine
     (Megatron-Core's ``moe_shared_expert_overlap``)."""
+    fp8_recipe: Literal["delayed", "current", "mxfp8"] | None = None
+    """``dtype="fp8"`` only: the FP8 scaling recipe (:data:`FP8_RECIPES`); None there means ``delayed``
+    (Transformer Engine's ``DelayedScaling``, Megatron-LM's default ``--fp8-recipe``)."""
 
     def __post_init__(self):
         check_bool("reshard_after_forward", self.reshard_after_forward)
@@ -169,6 +179,7 @@ class ParallelConfig:
             check_int(field, getattr(self, field), minimum=1)
         check_choice("zero", check_int("zero", self.zero, minimum=0), (0, 1, 2, 3))
         check_choice("dtype", self.dtype, tuple(_BYTES))
+        object.__setattr__(self, "fp8_recipe", fp8_recipe_of(self.dtype, self.fp8_recipe))
         check_bool("sequence_parallel", self.sequence_parallel)
         ranks = self.tensor_parallel * self.context_parallel * self.data_parallel
         if ranks % (self.expert_parallel * self.expert_tensor_parallel):
@@ -222,3 +233,14 @@ class KernelConfig:
         check_choice("dropout_mask", self.dropout_mask, ("bool", "dtype"))
         if not isinstance(self.fused_mlp, bool):
             raise InputError(f"fused_mlp must be a bool; got {self.fused_mlp!r}")
+
+
+def fp8_recipe_of(dtype: str, recipe) -> str | None:
+    """The FP8 recipe a ``dtype`` runs: ``recipe`` (default ``delayed``) for ``fp8``, None for the others (which
+    refuse a recipe)."""
+    if dtype != "fp8":
+        if recipe is not None:
+            raise InputError(f"fp8_recipe is an FP8 setting; set dtype='fp8' to use it (got dtype={dtype!r}, "
+                             f"fp8_recipe={recipe!r})")
+        return None
+    return "delayed" if recipe is None else check_choice("fp8_recipe", recipe, FP8_RECIPES)

@@ -209,8 +209,9 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
                       boundary=last)
     for model in models:
         for kind, count, moe in kinds(model):
-            rows += price.rows([layer_shape(model, moe, _BYTES[parallel.dtype], kernels)], model.module, BODY, kind,
-                               count=count, options=options, body=(model, moe), boundary=model)
+            shape = layer_shape(model, moe, _BYTES[parallel.dtype], kernels, fp8=parallel.fp8_recipe is not None)
+            rows += price.rows([shape], model.module, BODY, kind, count=count, options=options, body=(model, moe),
+                               boundary=model)
     rows += price.rows(tail_shape(last, parallel), last.module, TAIL, "lm_head",
                        ops=lambda: tail_ops(last, parallel, device), comm=lambda: tail_comm(last, parallel, cluster),
                        boundary=last)
@@ -257,8 +258,8 @@ class _Pricing:
         t, experts = parallel.tensor_parallel, parallel.expert_parallel * parallel.expert_tensor_parallel
         dense = sum(p.dense_params for p in parts) / t
         routed = sum(p.expert_params for p in parts) / experts
-        held, _ = param_bytes(dense, routed, parallel)
-        working, first_working = fsdp_working_bytes(dense, routed, parallel)
+        held, _ = param_bytes(dense, routed, parallel, body=body is not None)
+        working, first_working = fsdp_working_bytes(dense, routed, parallel, body=body is not None)
         kept, flops = _kept(parts, parallel)
         step = {DP_COMM_MS: grad_sync_ms(dense, routed, parallel, self.cluster),
                 OPTIMIZER_MS: optimizer_ms(dense, routed, parallel, self.cluster), PARAMS: dense,

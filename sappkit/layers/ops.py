@@ -39,6 +39,29 @@ grouped matmul per projection (``E/ep`` experts of ``ρ·ep/E`` tokens each,
 ``f/etp`` wide) and their activation; then the shared experts as a dense MLP
 split over ``t``.
 
+**FP8** (``ParallelConfig.dtype="fp8"``; ``fp8_recipe``) runs the linear
+layers' GEMMs as Transformer Engine runs them, and the rest in BF16 (the
+attention core, the norms, the activations, the router, the LM head and the
+patch embedding, which trainers run outside TE's linear layers; the
+optimizer in FP32). Each of the three GEMMs of a linear layer (forward,
+input gradient, weight gradient) reads FP8 inputs (1 byte) and writes BF16
+at the device's FP8 peak (``mxfp8``: its block-scaled peak) and FP8
+efficiency. Before each, a memory-bound ``<name>_cast`` quantizes the BF16
+input (forward) or output gradient (backward): it reads the tensor once
+(``delayed``: the scale comes from the amax history) or twice
+(``current``: an amax pass, then the cast) and writes two FP8 copies, the
+rowwise and the columnwise one (Hopper transposes it; MXFP8 quantizes each
+direction on its own), with ``mxfp8`` one E8M0 scale per 32 elements of
+each; a device with block-scaled FP8 (``DeviceConfig.mxfp8_tflops``:
+Blackwell, SM 10.0) also runs FP8 GEMMs in every layout, so a per-tensor
+cast writes one copy there. ``delayed`` also updates its amax histories (``amax_history``: 1,024
+fp32 entries for three tensors per GEMM forward and two backward, read and
+written). Sources: the low-precision-training pages of Transformer
+Engine's documentation (NVIDIA/TransformerEngine: "Performance
+considerations" for the rowwise and columnwise usages and the Hopper
+transpose; "FP8 Delayed Scaling" for one tensor read against current
+scaling's two and the history shapes; "MXFP8" for the 32-element blocks).
+
 ``selective`` recompute re-runs the ops marked ``core``, ``comm`` recompute
 the ops marked ``norm``, ``full`` every forward op. The head runs the token
 embedding (a memory-bound gather ``2e·n·h/t_sp``, its backward a scatter-add)
@@ -53,9 +76,15 @@ from dataclasses import dataclass
 from ..hardware import DeviceConfig
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 
-__all__ = ["Op", "layer_ops", "head_ops", "patch_ops", "tail_ops", "FORWARD", "BACKWARD"]
+__all__ = ["Op", "layer_ops", "head_ops", "patch_ops", "tail_ops", "FORWARD", "BACKWARD", "BF16_GEMMS",
+           "AMAX_HISTORY"]
 
 FORWARD, BACKWARD = "forward", "backward"
+#: The GEMMs an FP8 run keeps in BF16 (besides the attention core): Megatron-LM's router and LM head are not
+#: Transformer Engine linear layers, and a patch embedding is a convolution.
+BF16_GEMMS = ("router", "lm_head", "patch_embedding")
+#: Transformer Engine's ``DelayedScaling`` default ``amax_history_len`` (NeMo's and Megatron-LM's too).
+AMAX_HISTORY = 1024
 
 
 @dataclass(frozen=True)
@@ -80,22 +109,42 @@ class _Pricer:
     """Builds a layer's ops on one device (the module docstring's formulas)."""
 
     def __init__(self, device: DeviceConfig, parallel: ParallelConfig):
-        self.device, self.dtype, self.e = device, parallel.dtype, _BYTES[parallel.dtype]
+        self.device, self.e, self.recipe = device, _BYTES[parallel.dtype], parallel.fp8_recipe
+        self.dtype = "bf16" if self.recipe else parallel.dtype  # what the ops outside the FP8 GEMMs run in
+        self.fp8_gemms = 0
         self.ops: list[Op] = []
 
     def matmul(self, name: str, m: float, n: float, k: float, *, batch: float = 1, core: bool = False,
                tokens: float | None = None):
-        """A (batched) matmul forward, its input- and weight-gradient matmuls backward; ``tokens``: an expert
-        GEMM's tokens per expert (all three run at that many rows or reduction steps)."""
-        self._matmul(name, FORWARD, m, n, k, batch, core, tokens)
-        self._matmul(name, BACKWARD, m, k, n, batch, core, tokens)
-        self._matmul(name, BACKWARD, k, n, m, batch, core, tokens)
+        """A (batched) matmul forward, its input- and weight-gradient matmuls backward (FP8: with their casts);
+        ``tokens``: an expert GEMM's tokens per expert (all three run at that many rows or reduction steps)."""
+        fp8 = self.recipe is not None and not core and name not in BF16_GEMMS
+        if fp8:
+            self.fp8_gemms += 1
+            self.memory(f"{name}_cast", self.cast_bytes() * m * k * batch, self.cast_bytes() * m * n * batch)
+        for phase, shape in ((FORWARD, (m, n, k)), (BACKWARD, (m, k, n)), (BACKWARD, (k, n, m))):
+            self._matmul(name, phase, *shape, batch, core, fp8, tokens)
 
-    def _matmul(self, name, phase, m, n, k, batch, core, tokens=None):
+    def _matmul(self, name, phase, m, n, k, batch, core, fp8, tokens=None):
         flops = 2 * m * n * k
-        nbytes = self.e * (m * k + k * n + m * n) * batch
-        time = self.device.matmul_ms(flops * batch, nbytes, self.dtype, size=flops, tokens=tokens)
+        nbytes = ((1 if fp8 else self.e) * (m * k + k * n) + self.e * m * n) * batch
+        dtype = ("mxfp8" if self.recipe == "mxfp8" else "fp8") if fp8 else self.dtype
+        time = self.device.matmul_ms(flops * batch, nbytes, dtype, size=flops, tokens=tokens)
         self.ops.append(Op(name, phase, flops * batch, nbytes, time, True, core))
+
+    def cast_bytes(self) -> float:
+        """Bytes an FP8 cast moves per element (module docstring): one BF16 read (``current``: two), the rowwise
+        and the columnwise FP8 copy (one copy for a per-tensor recipe on a device that runs every FP8 layout),
+        and (``mxfp8``) their scales."""
+        reads = 2 if self.recipe == "current" else 1
+        copies = 2 if self.recipe == "mxfp8" or self.device.mxfp8_tflops is None else 1
+        return reads * self.e + copies + (2 / 32 if self.recipe == "mxfp8" else 0)
+
+    def amax_history(self):
+        """Delayed scaling's amax-history update of the layer's FP8 GEMMs (module docstring), forward and backward."""
+        if self.recipe == "delayed" and self.fp8_gemms:
+            entries = 2 * 4 * AMAX_HISTORY * self.fp8_gemms  # fp32 entries read and written, per tensor
+            self.memory("amax_history", 3 * entries, 2 * entries)
 
     def memory(self, name: str, forward_bytes: float, backward_bytes: float, *, core=False, norm=False):
         """A memory-bound kernel forward and backward."""
@@ -128,6 +177,7 @@ def layer_ops(model: TransformerConfig, moe: bool, parallel: ParallelConfig, dev
     else:
         _mlp(price, model, n, model.ffn_size / t)
     price.memory("dropout_add2", *(n * h / t_sp * r for r in residual))
+    price.amax_history()
     return price.ops
 
 

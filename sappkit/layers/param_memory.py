@@ -9,30 +9,47 @@ from __future__ import annotations
 
 from .configs import _BYTES, ParallelConfig
 
-__all__ = ["param_bytes", "fsdp_working_bytes"]
+__all__ = ["param_bytes", "fsdp_working_bytes", "fp8_copy_bytes"]
 
 
-def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, body: bool = True) -> tuple[float, float]:
     """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
 
     The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
+    ``body``: the parameters are body layers', whose linear layers keep FP8 copies of their weights under
+    ``dtype="fp8"`` (:func:`fp8_copy_bytes`; the embedding and the LM head run in BF16).
 
     Examples
     --------
     >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
     (9000.0, 0.0)
+    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1, dtype="fp8"))  # and two FP8 copies
+    (11000.0, 0.0)
     """
     w, g, o = _state_bytes(parallel)
     kept_gathered = parallel.zero == 3 and not parallel.reshard_after_forward
+    copies = fp8_copy_bytes(parallel) if body else 0.0
     held = 0.0
     for params, shard in _shards(dense, experts, parallel):
         kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
         # Without resharding after the forward, every layer keeps its gathered weights until its backward.
         held += params * (kept + (w * (1 - 1 / shard) if kept_gathered else 0.0))
-    return held, fsdp_working_bytes(dense, experts, parallel)[0]
+        held += params * copies if parallel.zero < 3 or kept_gathered else 0.0
+    return held, fsdp_working_bytes(dense, experts, parallel, body=body)[0]
 
 
-def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+def fp8_copy_bytes(parallel: ParallelConfig) -> float:
+    """Bytes per weight of the FP8 copies an FP8 run keeps across a step: Transformer Engine caches each linear
+    layer's weight quantized rowwise and columnwise (1 byte each; ``mxfp8`` with one E8M0 scale per 32 elements of
+    each), beside the BF16 weight (TE's ``performance_considerations`` docs: "Memory usage"); under ZeRO 3 only
+    the gathered layers' (:func:`fsdp_working_bytes`). 0 without FP8."""
+    if parallel.fp8_recipe is None:
+        return 0.0
+    return 2 + (2 / 32 if parallel.fp8_recipe == "mxfp8" else 0)
+
+
+def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig, *,
+                       body: bool = True) -> tuple[float, float]:
     """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
     and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
 
@@ -44,7 +61,8 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     g·P/D``; without ``reshard_after_forward`` the weights stay gathered from
     the forward (:func:`param_bytes` holds them), so ``w`` drops out of both
     but the prefetch. Zero below stage 3. Counts already split over tensor and expert
-    parallelism; ``D`` per part as :func:`param_bytes` has it.
+    parallelism; ``D`` per part as :func:`param_bytes` has it. Under ``dtype="fp8"`` a resharding body layer's
+    working set adds its FP8 weight copies (:func:`fp8_copy_bytes`).
 
     Examples
     --------
@@ -57,10 +75,12 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     # Without resharding the gathered weights are held already (param_bytes): a layer's backward adds its whole
     # gradient and the next layer's prefetched weights, the first layer the two gradients and the output.
     own = w if parallel.reshard_after_forward else 0
+    # The gathered layer's FP8 copies (without resharding param_bytes holds every layer's).
+    copies = fp8_copy_bytes(parallel) if body and parallel.reshard_after_forward else 0.0
     working = first = 0.0
     for params, shard in _shards(dense, experts, parallel):
-        working += params * (own + w + g) * (1 - 1 / shard)
-        first += params * ((own + 2 * g) * (1 - 1 / shard) + g / shard)
+        working += params * ((own + w + g) * (1 - 1 / shard) + copies)
+        first += params * ((own + 2 * g) * (1 - 1 / shard) + g / shard + copies)
     return working, first
 
 

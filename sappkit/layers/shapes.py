@@ -39,7 +39,10 @@ class Shape:
     """Forward attention-core FLOPs per (query, key) pair."""
 
 
-def layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConfig) -> Shape:
+def layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConfig, *, fp8: bool = False) -> Shape:
+    """One layer kind's counts; ``fp8``: its linear layers save their inputs for the backward in FP8 (1 byte, the
+    columnwise copy Transformer Engine keeps for the weight gradient) instead of ``e`` bytes."""
+    lin = 1 if fp8 else e  # bytes per element of a saved linear-layer input
     h, a, d, dv = model.hidden_size, model.num_heads, model.head_dim, model.v_head_dim
     q_r, kv_r, rope = model.q_lora_rank, model.kv_lora_rank, model.rope_head_dim
     if kv_r:  # MLA: latents projected up to per-head keys and values
@@ -57,22 +60,23 @@ def layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConf
     if moe:
         mlp_dense = h * experts + model.shared_experts * m * h * f
         expert = experts * m * h * f
-        mlp_kept = model.top_k * (2 * e * h + kept_m * e * f) + model.shared_experts * kept_m * e * f + 4 * experts
+        mlp_kept = (model.top_k * ((e + lin) * h + (kept_m - 1) * e * f + lin * f)
+                    + model.shared_experts * ((kept_m - 1) * e * f + lin * f) + 4 * experts)
         if kernels.moe == "hf":
             mlp_kept += model.top_k * (e * h + 4 + 16) + model.top_k * 12 + 4
         mlp_flops = 2 * (h * experts + (model.top_k + model.shared_experts) * m * h * f)
     else:
         mlp_dense, expert = m * h * model.ffn_size, 0.0
-        mlp_kept, mlp_flops = kept_m * e * model.ffn_size, 2 * m * h * model.ffn_size
+        mlp_kept, mlp_flops = ((kept_m - 1) * e + lin) * model.ffn_size, 2 * m * h * model.ffn_size
     qkv = e * (a * d + kv_heads * d + kv_heads * dv)
     core, core_tokens = _attention_core(kernels, e, a, a * (2 * d + dv), qkv, model.dropout)
     norm = e * h if kernels.norm == "paper" else 4 * h + e * h + 4
     hidden_masks = 2 * mask_bytes(kernels, e) * h if model.hidden_dropout else 0
     return Shape(
         seq=model.seq_length, dense_params=attention + mlp_dense + 2 * h, expert_params=expert,
-        replicated=2 * norm + 2 * e * h + hidden_masks + latents,
-        split=qkv + e * a * dv + mlp_kept, core=core, core_tokens=core_tokens,
-        dropped_by_comm=2 * e * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
+        replicated=2 * norm + 2 * lin * h + hidden_masks + latents,
+        split=qkv + lin * a * dv + mlp_kept, core=core, core_tokens=core_tokens,
+        dropped_by_comm=2 * lin * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
 
 
 def mask_bytes(kernels: KernelConfig, e: int) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pandas as pd
 
-from ..columns import BACKWARD_TIME, FIRST_WORKING_MB, FORWARD_TIME, KIND, OPTION, PARAM_MB, WORKING_MB
+from ..columns import BACKWARD_TIME, BODY, FIRST_WORKING_MB, FORWARD_TIME, KIND, OPTION, PARAM_MB, ROLE, WORKING_MB
 from ..hardware import Cluster, overlap_ms
 from ..layers import KernelConfig, LayerTable, ParallelConfig, TransformerConfig, estimate_layers
 from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms, zero3_comm_ms
@@ -62,7 +62,7 @@ class CompiledShape:
         frame = self.layers.frame
         per_kind = self.params.loc[frame[KIND]]
         held, working, first = _param_bytes(per_kind[PARAMS].to_numpy(), per_kind[EXPERT_PARAMS].to_numpy(),
-                                            parallel)
+                                            (frame[ROLE] == BODY).to_numpy(), parallel)
         breakdown = self.layers.breakdown.copy()
         per_row = self.params.loc[breakdown[KIND]]
         pairs = list(zip(per_row[PARAMS].to_numpy(), per_row[EXPERT_PARAMS].to_numpy()))
@@ -92,12 +92,13 @@ def _zero3_times(frame: pd.DataFrame, breakdown: pd.DataFrame, params: pd.DataFr
             BACKWARD_TIME: frame[BACKWARD_TIME].to_numpy() + [sum(added[key][1]) for key in keys]}
 
 
-def _param_bytes(dense: np.ndarray, experts: np.ndarray,
+def _param_bytes(dense: np.ndarray, experts: np.ndarray, body: np.ndarray,
                  parallel: ParallelConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row: held bytes, and the working sets at the end of warm-up and on the first layer (as
-    :func:`sappkit.estimate_layers` prices them)."""
-    held = np.array([param_bytes(d, e, parallel)[0] for d, e in zip(dense, experts)])
-    working = np.array([fsdp_working_bytes(d, e, parallel) for d, e in zip(dense, experts)]).reshape(-1, 2)
+    :func:`sappkit.estimate_layers` prices them; ``body`` marks the body layers' rows)."""
+    rows = list(zip(dense, experts, body))
+    held = np.array([param_bytes(d, e, parallel, body=bool(b))[0] for d, e, b in rows])
+    working = np.array([fsdp_working_bytes(d, e, parallel, body=bool(b)) for d, e, b in rows]).reshape(-1, 2)
     return held, working[:, 0], working[:, 1]
 
 

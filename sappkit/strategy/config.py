@@ -14,6 +14,7 @@ from typing import Literal
 from .._check import check_bool, check_choice, check_int
 from ..errors import InputError
 from ..layers import ParallelConfig
+from ..layers.configs import fp8_recipe_of
 from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MICROBATCH_SIZE, MAX_STAGES
 from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, schedule_chunks
 
@@ -65,8 +66,9 @@ class Strategy:
     to the backward (one gather per micro-batch, the memory of every gathered layer). Ignored below ZeRO 3."""
     sequence_parallel: bool = True
     """Megatron sequence parallelism inside the tensor-parallel group."""
-    dtype: Literal["bf16", "fp16", "fp32"] = "bf16"
-    """Weight and activation precision."""
+    dtype: Literal["bf16", "fp16", "fp32", "fp8"] = "bf16"
+    """Weight and activation precision; ``fp8``: BF16 weights and activations, the linear layers' GEMMs in FP8
+    as Transformer Engine runs them (``fp8_recipe``)."""
     overlap_grad_reduce: bool = True
     """Reduce a chunk's gradients while its last micro-batch's backward runs (Megatron's
     ``--overlap-grad-reduce``); False: after the stage's last op."""
@@ -87,6 +89,10 @@ class Strategy:
     moe_shared_expert_overlap: bool = False
     """MoE: run the shared experts' forward under the forward's dispatch and combine (Megatron-Core's
     ``moe_shared_expert_overlap``)."""
+    fp8_recipe: Literal["delayed", "current", "mxfp8"] | None = None
+    """``dtype="fp8"`` only: Transformer Engine's scaling recipe, ``delayed`` (the default: ``DelayedScaling``),
+    ``current`` (per-tensor current scaling) or ``mxfp8`` (block scaling, Blackwell only:
+    :mod:`sappkit.strategy.legality`); None with any other dtype."""
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
@@ -106,6 +112,7 @@ class Strategy:
         if self.pipeline_parallel == 1 and (v != 1 or schedule != "1f1b"):
             raise InputError(f"pipeline_parallel=1 runs no pipeline: give schedule='1f1b' and virtual_stages=1; "
                              f"got schedule={schedule!r}, virtual_stages={v}")
+        object.__setattr__(self, "fp8_recipe", fp8_recipe_of(self.dtype, self.fp8_recipe))
         _ = self.parallel  # ParallelConfig checks the MoE degrees, the ZeRO stage and the dtype
 
     @property
@@ -122,7 +129,8 @@ class Strategy:
                               expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype,
                               reshard_after_forward=self.reshard_after_forward,
                               expert_imbalance=self.expert_imbalance, moe_a2a_overlap=self.moe_a2a_overlap,
-                              moe_shared_expert_overlap=self.moe_shared_expert_overlap)
+                              moe_shared_expert_overlap=self.moe_shared_expert_overlap,
+                              fp8_recipe=self.fp8_recipe)
 
     @property
     def sharding(self) -> str:
@@ -145,7 +153,7 @@ class Strategy:
         if not self.sequence_parallel:
             parts.append("no-sp")
         if self.dtype != "bf16":
-            parts.append(self.dtype)
+            parts.append(self.dtype if self.fp8_recipe is None else f"fp8-{self.fp8_recipe}")
         parts += [name for name, on in (("no-grad-overlap", self.overlap_grad_reduce),
                                         ("no-p2p-overlap", self.overlap_p2p_comm),
                                         ("no-param-overlap", self.overlap_param_gather)) if not on]

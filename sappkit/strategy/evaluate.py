@@ -105,7 +105,7 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     cluster = resolve_cluster(cluster)
     placement = check_choice("placement", placement, PLACEMENTS)
     batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
-    m = check_strategy_fits(strategy, models, global_batch=batch)
+    m = check_strategy_fits(strategy, models, global_batch=batch, device=cluster.device)
     options = _options(placement, recompute)
     if cluster.devices is not None and strategy.devices > cluster.devices:
         raise InputError(f"the strategy needs {strategy.devices} devices; the cluster has {cluster.devices} "

@@ -24,6 +24,13 @@ The rules, in the order they are checked (a strategy keeps the first it breaks):
 - ``schedule``: the schedule's own rules (:func:`sappkit.pipeline.schedules.check_pipeline`).
 - ``size``: the step stays within what sappkit simulates
   (:data:`~sappkit.limits.MAX_SIMULATED_PASSES` forward passes).
+
+One more rule holds a strategy's precision to its device
+(:func:`check_precision`, checked before the others): ``dtype="fp8"``
+needs FP8 tensor cores (``DeviceConfig.fp8_tflops``: Hopper, Ada and
+Blackwell; Transformer Engine's per-tensor recipes need SM 8.9 or later),
+and the ``mxfp8`` recipe block-scaled ones (``DeviceConfig.mxfp8_tflops``:
+Blackwell, SM 10.0: Transformer Engine's "MXFP8" documentation page).
 """
 
 from __future__ import annotations
@@ -35,12 +42,15 @@ import numpy as np
 import pandas as pd
 
 from ..errors import InputError
+from ..hardware import DeviceConfig
 from ..layers import TransformerConfig
+from ..layers.configs import fp8_recipe_of
 from ..limits import MAX_SIMULATED_PASSES
 from ..pipeline.schedules import check_pipeline
 from .config import Strategy
 
-__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "check_strategy_fits"]
+__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "check_strategy_fits",
+           "check_precision"]
 
 #: The rules, in the order they are checked (module docstring).
 RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
@@ -163,11 +173,36 @@ def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
     return pd.Series([refused.get(key) for key in index], index=frame.index, dtype=object)
 
 
+def check_precision(dtype: str, fp8_recipe: str | None, device: DeviceConfig) -> str | None:
+    """Raise when ``device`` cannot run ``dtype`` with ``fp8_recipe`` (module docstring), else return the recipe
+    it runs (``delayed`` for ``fp8`` without one; None for the other dtypes).
+
+    Examples
+    --------
+    >>> from sappkit.hardware import DeviceConfig
+    >>> check_precision("fp8", None, DeviceConfig.preset("h100-sxm"))
+    'delayed'
+    >>> check_precision("fp8", "mxfp8", DeviceConfig.preset("h100-sxm"))
+    Traceback (most recent call last):
+    ...
+    sappkit.errors.InputError: fp8_recipe='mxfp8' needs block-scaled FP8 tensor cores (Blackwell); device 'h100-sxm' has none (its mxfp8_tflops is None): use 'delayed' or 'current'
+    """
+    recipe = fp8_recipe_of(dtype, fp8_recipe)
+    if recipe is not None and device.fp8_tflops is None:
+        raise InputError(f"dtype='fp8' needs FP8 tensor cores; device {device.name!r} has none (its fp8_tflops is "
+                         "None): use 'bf16'")
+    if recipe == "mxfp8" and device.mxfp8_tflops is None:
+        raise InputError(f"fp8_recipe='mxfp8' needs block-scaled FP8 tensor cores (Blackwell); device "
+                         f"{device.name!r} has none (its mxfp8_tflops is None): use 'delayed' or 'current'")
+    return recipe
+
+
 def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig], *, global_batch: int,
-                        devices_per_node: int | None = None) -> int:
+                        devices_per_node: int | None = None, device: DeviceConfig | None = None) -> int:
     """Raise the rule ``strategy`` breaks for ``models`` (module docstring), else return its micro-batches ``m``.
 
-    ``devices_per_node`` checks the ``node`` rule too (the search's default).
+    ``devices_per_node`` checks the ``node`` rule too (the search's default); ``device`` the precision
+    (:func:`check_precision`).
 
     Examples
     --------
@@ -181,6 +216,8 @@ def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig],
     ...
     sappkit.errors.InputError: strategy t1 p64 v1 dp1 cp1 ep1 b1 1f1b zero1 breaks the 'cells' rule: pipeline_parallel * virtual_stages = 64 * 1 = 64 cells exceed the 32 body layers (each cell holds at least one)
     """
+    if device is not None:
+        check_precision(strategy.dtype, strategy.fp8_recipe, device)
     m = strategy.micro_batches(global_batch)
     frame = pd.DataFrame([{field: getattr(strategy, field) for field in (*_FIELDS, *_MOE_FLAGS)}
                           | {MICRO_BATCHES: m}])

@@ -65,9 +65,9 @@ _SETTINGS = (*_SHAPE, *_STRATEGY, "global_batch", "devices", "cluster", "dtype",
 _COLUMNS = ("run", "source", "where", "metric", "measured", *_SETTINGS)
 _MEMORY_COLUMNS = ("run", "source", "where", "part", "measured_gib", *_SETTINGS)
 _NUMERIC = (*_SHAPE, *_STRATEGY, "global_batch", "devices")
-#: Optional columns of a published run: name -> (its type, a whole number, a number or a flag, ``"model"`` or
-#: ``"strategy"`` field); a row
-#: without one (or with it empty) runs the default of :class:`~sappkit.TransformerConfig` or :class:`Strategy`.
+#: Optional columns of a published run: name -> (its type, a whole number, a flag or a name, ``"model"`` or
+#: ``"strategy"`` field); a row without one (or with it empty) runs the default of :class:`~sappkit.TransformerConfig`
+#: or :class:`Strategy`.
 OPTIONAL = {
     "num_kv_heads": (int, "model"), "head_dim": (int, "model"), "v_head_dim": (int, "model"),
     "gated_mlp": (bool, "model"), "dropout": (bool, "model"),
@@ -77,6 +77,7 @@ OPTIONAL = {
     "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (bool, "strategy"),
     "overlap_param_gather": (bool, "strategy"), "expert_imbalance": (float, "strategy"),
     "moe_a2a_overlap": (bool, "strategy"), "moe_shared_expert_overlap": (bool, "strategy"),
+    "fp8_recipe": (str, "strategy"),
 }
 #: The attention a row ran where it has no ``attention`` column: the materialised attention of Megatron-LM's
 #: 2021-22 runs (flash attention came after them).
@@ -90,7 +91,7 @@ def published_runs(path=None) -> pd.DataFrame:
     --------
     >>> runs = published_runs()
     >>> runs.groupby("cluster").size().to_dict()
-    {'dgx-a100': 18, 'dgx-b200': 3, 'dgx-h100': 43}
+    {'dgx-a100': 18, 'dgx-b200': 7, 'dgx-h100': 89}
     """
     frame = _read(path, PUBLISHED_RUNS, "published runs", _COLUMNS, "measured")
     _check_choices(frame, "metric", ("tflops_sc21", "iteration_s", "tokens_per_s_per_gpu"))
@@ -119,7 +120,8 @@ def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
 
 def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
     """A published run's model, strategy and global batch (the optional columns, :data:`OPTIONAL`, where given)."""
-    read = {bool: _flag, int: _whole, float: lambda row, name: check_number(name, row[name], minimum=1)}
+    read = {bool: _flag, int: _whole, float: lambda row, name: check_number(name, row[name], minimum=1),
+            str: lambda row, name: row[name]}
     given = {name: read[kind](row, name) for name, (kind, _) in OPTIONAL.items()
              if name in row.index and not pd.isna(row[name])}
     shape = {name: given[name] for name, (_, field) in OPTIONAL.items() if field == "model" and name in given}

@@ -39,11 +39,12 @@ from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
 from .config import Finding, Pipeline, TrainerConfig, pipeline_of, strategy_of
 from .megatron_layout import format_layout, parse_layout
-from .megatron_flags import MEGATRON_FLAGS, read_megatron_flags
+from .megatron_flags import FP8_RECIPES, MEGATRON_FLAGS, fp8_recipe_of, read_megatron_flags
 from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
 
+#: sappkit's FP8 recipes as Megatron-LM's ``--fp8-recipe`` names them (``tensorwise``: per-tensor current scaling).
 _WHAT = "Megatron-LM arguments"
 
 
@@ -206,7 +207,9 @@ def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: 
     out += ["--use-distributed-optimizer"] if s.zero >= 1 else []
     out += [flag for flag, on in (("--overlap-moe-expert-parallel-comm", s.moe_a2a_overlap),
                                   ("--moe-shared-expert-overlap", s.moe_shared_expert_overlap)) if on]
-    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": []}[s.dtype]
+    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": ["--bf16", "--fp8-format", "hybrid",
+                                                                     "--fp8-recipe", FP8_RECIPES.get(s.fp8_recipe)]}[
+        s.dtype]
     if s.zero >= 2:
         notes.append(f"ZeRO stage {s.zero}: Megatron's distributed optimizer shards optimizer state and gradients; "
                      "for weights too use Megatron FSDP (--use-megatron-fsdp)")
@@ -247,7 +250,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
                         expert_tensor_parallel=flags.get("--expert-tensor-parallel-size", 1), micro_batch_size=b,
                         schedule=schedule, zero=1 if flags.get("--use-distributed-optimizer") else 0,
                         sequence_parallel=bool(flags.get("--sequence-parallel")),
-                        dtype="fp16" if flags.get("--fp16") else "bf16" if flags.get("--bf16") else "fp32",
+                        dtype="fp8" if flags.get("--fp8-format") else "fp16" if flags.get("--fp16") else "bf16"
+                        if flags.get("--bf16") else "fp32", fp8_recipe=fp8_recipe_of(flags),
                         moe_a2a_overlap=bool(flags.get("--overlap-moe-expert-parallel-comm")),
                         moe_shared_expert_overlap=bool(flags.get("--moe-shared-expert-overlap")))
     options = policy_options(_recompute_policy(flags, notes), schedule, counts)

@@ -7,11 +7,15 @@ Sources followed: Megatron-LM ``megatron/training/arguments.py`` (the flags' nam
 from __future__ import annotations
 
 from .._check import check_int
+from ..errors import InputError
 from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHES, MAX_MICROBATCH_SIZE, \
     MAX_STAGES
 from .shell import read_flags
 
-__all__ = ["MEGATRON_FLAGS", "read_megatron_flags"]
+__all__ = ["FP8_RECIPES", "MEGATRON_FLAGS", "fp8_recipe_of", "read_megatron_flags"]
+
+#: sappkit's FP8 recipe -> Megatron-LM's ``--fp8-recipe`` name.
+FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
 
 #: The flags sappkit reads and writes, and the kind of value each takes.
 MEGATRON_FLAGS = {
@@ -24,7 +28,8 @@ MEGATRON_FLAGS = {
     "--mtp-num-layers": "int", "--microbatch-group-size-per-virtual-pipeline-stage": "int",
     "--recompute-granularity": "str", "--recompute-method": "str", "--recompute-num-layers": "int",
     "--recompute-modules": "list", "--recompute-activations": "bool", "--sequence-parallel": "bool",
-    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool",
+    "--use-distributed-optimizer": "bool", "--fp16": "bool", "--bf16": "bool", "--fp8-format": "str",
+    "--fp8-recipe": "str",
     "--overlap-moe-expert-parallel-comm": "bool", "--moe-shared-expert-overlap": "bool",
     # torchrun's, for the world size
     "--nproc-per-node": "int", "--nnodes": "int",
@@ -58,3 +63,15 @@ def read_megatron_flags(words) -> dict[str, object]:
             check_int(f"{_WHAT}: {flag}", value, minimum=0 if flag in _MAY_BE_ZERO else 1,
                       maximum=_FLAG_LIMITS.get(flag, MAX_LAYERS if "layers" in flag else MAX_DEVICES))
     return flags
+
+
+def fp8_recipe_of(flags: dict) -> str | None:
+    """The FP8 recipe ``--fp8-recipe`` names (Megatron-LM's default ``delayed``); None without ``--fp8-format``."""
+    if not flags.get("--fp8-format"):
+        return None
+    name = flags.get("--fp8-recipe", "delayed")
+    recipes = {megatron: ours for ours, megatron in FP8_RECIPES.items()}
+    if name not in recipes:
+        raise InputError(f"Megatron-LM arguments: --fp8-recipe must be one of {', '.join(map(repr, recipes))}; "
+                         f"got {name!r}")
+    return recipes[name]

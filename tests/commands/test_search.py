@@ -211,3 +211,12 @@ def test_cli_search_names_the_trainers_it_exports_to(capsys):
     err = capsys.readouterr().err.replace("'", "")  # argparse quotes the choices from Python 3.12.8 on
     assert err == ("sappkit search: argument --export: invalid choice: deepspeed (choose from megatron, torchtitan, "
                    "mindformers, hyperparallel) (see sappkit search --help)\n")
+
+
+def test_cli_search_prices_fp8_with_the_recipe_the_device_runs(config, capsys):
+    assert _search(config, "--device", "b200", "--dtype", "fp8", "--fp8-recipe", "mxfp8", "--dims", "t=2",
+                   "--dims", "zero=1", "--format", "json") == 0
+    shown = json.loads(capsys.readouterr().out)["strategies"]
+    assert shown and all(row["label"].endswith(" fp8-mxfp8") for row in shown)
+    assert _search(config, "--device", "b200", "--dtype", "fp8", "--dims", "t=2", "--dims", "zero=1") == 0
+    assert "assumptions: fp8 (delayed scaling), attention kernel 'flash'" in capsys.readouterr().out

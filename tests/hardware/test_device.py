@@ -35,8 +35,12 @@ def test_peaks_per_dtype():
     assert (h100.peak_tflops("bf16"), h100.peak_tflops("fp16"), h100.peak_tflops("fp8"),
             h100.peak_tflops("fp32")) == (989.4, 989.4, 1978.9, 494.7)
     assert DeviceConfig(tflops=300.0).peak_tflops("fp32") == 150.0
-    with pytest.raises(InputError, match=r"^dtype must be one of 'bf16', 'fp16', 'fp32', 'fp8'; got 'int4'$"):
+    with pytest.raises(InputError, match=r"^dtype must be one of 'bf16', 'fp16', 'fp32', 'fp8', 'mxfp8'; got 'int4'$"):
         h100.peak_tflops("int4")
+    assert DeviceConfig.preset("b200").peak_tflops("mxfp8") == 4500.0
+    with pytest.raises(InputError, match=r"^device 'h100-sxm' has no block-scaled FP8 tensor cores \(mxfp8_tflops is "
+                                         r"None\): the mxfp8 recipe needs a Blackwell-class device$"):
+        h100.peak_tflops("mxfp8")
 
 
 @pytest.mark.parametrize("name", sorted(DEVICE_PRESETS))
@@ -54,7 +58,9 @@ def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
     (lambda: DeviceConfig.preset("h200", hbm=1), "device preset 'h200' has no field 'hbm'; its fields: tflops, mfu, "
                                                  "link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, "
                                                  "matmul_half_gflop, hbm_efficiency, kernel_us, memory_mib, "
-                                                 "comm_sm_share, reserved_mib, expert_half_tokens"),
+                                                 "comm_sm_share, reserved_mib, expert_half_tokens, "
+                                                 "fp8_mfu, fp8_matmul_half_gflop, "
+                                                 "mxfp8_tflops"),
     (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
     (lambda: DeviceConfig(hbm_efficiency=0), "hbm_efficiency must be in (0, 1]; got 0"),
     (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),

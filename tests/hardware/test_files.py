@@ -33,7 +33,7 @@ def test_every_preset_of_before_is_still_shipped():
 def test_a_user_file_overrides_any_device_field(tmp_path, field):
     base = DeviceConfig.preset("h100-sxm")
     # a value each field takes: a share in (0, 1), else one the reserve fits under
-    value = 0.5 if field in ("mfu", "hbm_efficiency", "comm_sm_share") else 4096.0 if field == "memory_mib" else 7.0
+    value = 0.5 if field in ("mfu", "hbm_efficiency", "comm_sm_share", "fp8_mfu") else 4096.0 if field == "memory_mib" else 7.0
     (tmp_path / "mine.toml").write_text(f'kind = "device"\nbase = "h100-sxm"\n{field} = {value}\n')
     mine = load(tmp_path / "mine.toml")
     assert mine == dataclasses.replace(base, name="mine", **{field: value})
@@ -76,7 +76,9 @@ def test_written_files_read_back_equal_and_are_accepted_wherever_a_preset_name_i
 @pytest.mark.parametrize("text, message", [
     ('kind = "device"\ntflops = 100.0\nhbm = 3\n', "{path}: key 'hbm' is not a device field; expected one of kind, "
      "base, source, tflops, mfu, link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, matmul_half_gflop, "
-     "hbm_efficiency, kernel_us, memory_mib, comm_sm_share, reserved_mib, expert_half_tokens"),
+     "hbm_efficiency, kernel_us, memory_mib, comm_sm_share, reserved_mib, expert_half_tokens, "
+     "fp8_mfu, fp8_matmul_half_gflop, "
+     "mxfp8_tflops"),
     ('kind = "device"\nmfu = 1.5\n', "{path}: mfu must be in (0, 1]; got 1.5"),
     ('kind = "device"\ntflops = "fast"\n', "{path}: tflops must be a finite number > 0; got 'fast'"),
     ('kind = "gpu"\n', "{path}: kind must be one of 'device', 'cluster'; got 'gpu'"),

@@ -47,7 +47,11 @@ def test_a_config_replaced_keeps_what_it_resolved():
 @pytest.mark.parametrize("make, message", [
     (lambda: ParallelConfig(tensor_parallel=0), "tensor_parallel must be an int >= 1; got 0"),
     (lambda: ParallelConfig(zero=4), "zero must be one of 0, 1, 2, 3; got 4"),
-    (lambda: ParallelConfig(dtype="fp8"), "dtype must be one of 'bf16', 'fp16', 'fp32'; got 'fp8'"),
+    (lambda: ParallelConfig(dtype="int8"), "dtype must be one of 'bf16', 'fp16', 'fp32', 'fp8'; got 'int8'"),
+    (lambda: ParallelConfig(dtype="fp8", fp8_recipe="nvfp4"),
+     "fp8_recipe must be one of 'delayed', 'current', 'mxfp8'; got 'nvfp4'"),
+    (lambda: ParallelConfig(fp8_recipe="current"),
+     "fp8_recipe is an FP8 setting; set dtype='fp8' to use it (got dtype='bf16', fp8_recipe='current')"),
     (lambda: ParallelConfig(sequence_parallel=1), "sequence_parallel must be a bool; got 1"),
     (lambda: ParallelConfig(data_parallel=2, expert_parallel=4),
      "expert_parallel * expert_tensor_parallel = 4 * 1 must divide tensor_parallel * context_parallel * "

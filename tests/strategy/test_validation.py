@@ -37,6 +37,26 @@ BOUNDS = {
     "dgxc-grok1proxy-314b-bf16-32": 0.004, "dgxc-grok1proxy-314b-bf16-64": 0.040,
     "dgxc-grok1proxy-314b-bf16-128": 0.008, "dgxc-grok1proxy-314b-bf16-256": 0.011,
     "dgxc-grok1-314b-bf16-512": 0.014, "dgxc-grok1-314b-bf16-1024": 0.023, "dgxc-grok1-314b-bf16-2048": 0.028,
+    # FP8 (fitted: the dense rows on h100-sxm.toml's and b200.toml's fp8_mfu and fp8_matmul_half_gflop)
+    "mb2604-llama3-70b-h100-fp8": 0.084, "mb2604-llama31-405b-h100-fp8": 0.056,
+    "mb2511-llama3-70b-h100-fp8cs": 0.062, "mb2511-llama31-405b-h100-fp8cs": 0.048,
+    "mb2511-llama3-8b-b200-fp8cs": 0.003, "mb2511-llama31-405b-b200-fp8cs": 0.056,
+    "mb2511-llama3-8b-b200-fp8mx": 0.055, "mb2511-llama31-405b-b200-fp8mx": 0.009, "dgxc-llama31-8b-fp8-8": 0.03,
+    "dgxc-llama31-8b-fp8-16": 0.034, "dgxc-llama31-8b-fp8-32": 0.042, "dgxc-llama31-8b-fp8-64": 0.047,
+    "dgxc-llama31-8b-fp8-128": 0.053, "dgxc-llama31-70b-fp8-64": 0.074, "dgxc-llama31-70b-fp8-128": 0.064,
+    "dgxc-llama31-70b-fp8-256": 0.059, "dgxc-llama31-70b-fp8-512": 0.051, "dgxc-llama31-70b-fp8-1024": 0.05,
+    "dgxc-llama31-70b-fp8-2048": 0.043, "dgxc-llama31-405bproxy-fp8-32": 0.077,
+    "dgxc-llama31-405bproxy-fp8-128": 0.062, "dgxc-llama31-405b-fp8-512": 0.055,
+    "dgxc-llama31-405b-fp8-1024": 0.051, "dgxc-llama31-405b-fp8-2048": 0.039, "dgxc-nemotron4-15b-fp8-16": 0.074,
+    "dgxc-nemotron4-15b-fp8-32": 0.078, "dgxc-nemotron4-15b-fp8-64": 0.08, "dgxc-nemotron4-15b-fp8-128": 0.086,
+    "dgxc-nemotron4-15b-fp8-256": 0.091, "dgxc-nemotron4-15b-fp8-512": 0.1, "dgxc-nemotron4-15b-fp8-1024": 0.104,
+    "dgxc-nemotron4-15b-fp8-2048": 0.13, "dgxc-nemotron4-340b-fp8-256": 0.081, "dgxc-nemotron4-340b-fp8-512": 0.066,
+    "dgxc-nemotron4-340b-fp8-1024": 0.056, "dgxc-nemotron4-340b-fp8-2048": 0.038, "dgxc-gpt3-175b-fp8-128": 0.029,
+    "dgxc-gpt3-175b-fp8-256": 0.011, "dgxc-gpt3-175b-fp8-512": 0.002, "dgxc-gpt3-175b-fp8-1024": 0.009,
+    "dgxc-gpt3-175b-fp8-2048": 0.032, "dgxc-grok1proxy-314b-fp8-8": 0.178, "dgxc-grok1proxy-314b-fp8-16": 0.243,
+    "dgxc-grok1proxy-314b-fp8-32": 0.226, "dgxc-grok1proxy-314b-fp8-64": 0.282,
+    "dgxc-grok1proxy-314b-fp8-128": 0.247, "dgxc-grok1proxy-314b-fp8-256": 0.247, "dgxc-grok1-314b-fp8-512": 0.25,
+    "dgxc-grok1-314b-fp8-1024": 0.255, "dgxc-grok1-314b-fp8-2048": 0.268,
 }
 
 
@@ -57,7 +77,16 @@ def test_the_issue_targets_hold_where_the_model_is_complete(validation):
     a100, h100 = groups.loc[("a100-80g", "dense", "fp16")], groups.loc[("h100-sxm", "dense", "bf16")]
     assert a100["mean_error"] <= 0.035 and a100["worst_error"] <= 0.08  # today's A100 error
     assert h100["mean_error"] <= 0.05 and h100["worst_error"] <= 0.12  # issue 32's target per group
-    assert groups["runs"].iloc[-1] == len(validation.frame) == 64
+    assert groups["runs"].iloc[-1] == len(validation.frame) == 114
+
+
+def test_the_fp8_groups_hold_their_fit(validation):
+    groups = validation.by_group().set_index(["device", "family", "precision"])
+    b200, h100 = groups.loc[("b200", "dense", "fp8")], groups.loc[("h100-sxm", "dense", "fp8")]
+    assert b200["runs"] == 4 and b200["mean_error"] <= 0.05 and b200["worst_error"] <= 0.12  # issue 32's target
+    # H100: 37 rows, mean 5.7%, worst 12.9% (Nemotron-4 15B at 2048 GPUs): short of the target while TP overlap and
+    # the attention kernels' efficiency are not modelled (docs/pricing.md, "FP8"); a guard, not the target.
+    assert h100["runs"] == 37 and h100["mean_error"] <= 0.058 and h100["worst_error"] <= 0.13
 
 
 def test_per_device_memory_within_five_percent_of_the_published_figures():
@@ -81,7 +110,7 @@ def test_every_row_cites_its_table_and_prices_the_strategy_it_states():
 def test_the_frame_reads_in_100_columns(validation):
     lines = validation.describe().splitlines()
     assert all(len(line) <= 100 for line in lines) and lines[-1].startswith("mean |error|")
-    assert repr(validation).startswith("Validation(64 runs: mean |error| ")
+    assert repr(validation).startswith("Validation(114 runs: mean |error| ")
     assert validation.by_group().columns.tolist() == ["device", "family", "precision", "runs", "mean_error",
                                                       "worst_error"]
 

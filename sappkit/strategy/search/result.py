@@ -97,7 +97,8 @@ class StrategySearch:
     def strategy(self, row=None) -> Strategy:
         """The :class:`~sappkit.Strategy` of a row (its index label in :attr:`frame`; default the best)."""
         row = self._row(row)
-        return strategy_of((row.name, *(row[key] for key in STRATEGY_FIELDS)), self.setting.dtype)
+        return strategy_of((row.name, *(row[key] for key in STRATEGY_FIELDS)), self.setting.dtype,
+                           self.setting.fp8_recipe)
 
     def plan(self, row=None, *, trainer: str | None = None):
         """The balanced :class:`~sappkit.Plan` of a row (default the best): the balancer's step objective with the

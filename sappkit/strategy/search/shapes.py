@@ -32,7 +32,7 @@ SHAPE_DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "e
 
 
 def shape_parallel(shape: tuple, data_parallel: int | None = None, zero: int = 1,
-                   dtype: str = "bf16") -> ParallelConfig:
+                   dtype: str = "bf16", fp8_recipe: str | None = None) -> ParallelConfig:
     """The :class:`~sappkit.layers.ParallelConfig` of a shape (a tuple in :data:`SHAPE_DIMENSIONS` order) at
     ``data_parallel`` (default ``ep · etp``, a degree every expert layout divides; the shape's table does not
     depend on it)."""
@@ -40,7 +40,8 @@ def shape_parallel(shape: tuple, data_parallel: int | None = None, zero: int = 1
     dp = int(ep) * int(etp) if data_parallel is None else int(data_parallel)
     return ParallelConfig(tensor_parallel=int(t), context_parallel=int(cp), expert_parallel=int(ep),
                           expert_tensor_parallel=int(etp), micro_batch_size=int(b), sequence_parallel=bool(sp),
-                          data_parallel=dp, zero=int(zero), dtype=dtype)
+                          data_parallel=dp, zero=int(zero), dtype=dtype,
+                          fp8_recipe=fp8_recipe)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class PricedShape:
 
 
 def price_shape(models: tuple[TransformerConfig, ...], shape: tuple, cluster: Cluster, kernels: KernelConfig | None,
-                dtype: str) -> PricedShape:
+                dtype: str, fp8_recipe: str | None = None) -> PricedShape:
     """Compile one shape's layer table under every recompute option (the search's shared work; a worker runs it).
 
     Examples
@@ -119,6 +120,6 @@ def price_shape(models: tuple[TransformerConfig, ...], shape: tuple, cluster: Cl
     >>> priced.costs.counts.tolist(), priced.costs.backward.shape
     ([8.0], (1, 5))
     """
-    compiled = compile_shape(models, shape_parallel(shape, dtype=dtype), cluster, kernels=kernels,
+    compiled = compile_shape(models, shape_parallel(shape, dtype=dtype, fp8_recipe=fp8_recipe), cluster, kernels=kernels,
                              options=SAPP_OPTIONS)
     return PricedShape(shape=shape, compiled=compiled, costs=ShapeCosts.of(compiled))

@@ -19,6 +19,7 @@ from ...layers.flops import model_flops
 from ...layers.units import format_mb
 from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
 from ..evaluate import resolve_cluster, resolve_model
+from ..legality import check_precision
 from .engine import Found, local_executor, run_search
 from .result import COLUMNS, STEP_MS, StrategySearch
 from .shapes import SHAPE_DIMENSIONS
@@ -37,7 +38,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
                       schedules: Sequence[str] | None = None, objective: str = "throughput", balance_top: int = 8,
                       executor: Executor | None = None,
                       progress: bool = True, tensor_across_nodes: bool = False, kernels: KernelConfig | None = None,
-                      dtype: str = "bf16", prune: bool = True) -> StrategySearch:
+                      dtype: str = "bf16", prune: bool = True, fp8_recipe: str | None = None) -> StrategySearch:
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
@@ -84,10 +85,13 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
         Allow tensor parallelism across nodes (the ``node`` rule lifted).
     kernels : KernelConfig, optional
         The kernels the layers run (default :data:`~sappkit.strategy.compiled.DEFAULT_KERNELS`: flash attention).
-    dtype : {"bf16", "fp16", "fp32"}
+    dtype : {"bf16", "fp16", "fp32", "fp8"}
     prune : bool
         False prices every accepted strategy in the cheap pass, bounds ignored (the exhaustive reference the
         tests hold the search to; slow).
+    fp8_recipe : {"delayed", "current", "mxfp8"}, optional
+        ``dtype="fp8"`` only: Transformer Engine's scaling recipe (default ``delayed``); the device must run it
+        (:func:`sappkit.strategy.legality.check_precision`).
 
     Returns
     -------
@@ -131,8 +135,9 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
                          f"{cluster.devices_per_node}); got {devices}")
     limit = cluster.device.usable_mb if memory_mb is None else check_number(
         "memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
+    recipe = check_precision(dtype, fp8_recipe, cluster.device)
     setting = Setting(models=models, cluster=cluster, global_batch=batch, memory_mb=limit, dtype=dtype,
-                      kernels=kernels)
+                      kernels=kernels, fp8_recipe=recipe)
     space = enumerate_strategies(models, devices=devices, devices_per_node=cluster.devices_per_node,
                                  global_batch=batch, dims=dims, schedules=schedules,
                                  tensor_across_nodes=tensor_across_nodes)
@@ -189,7 +194,7 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
            top: int) -> pd.DataFrame:
     """The result's frame (:mod:`~.result`'s docstring), the fastest first."""
     frame = space.copy()
-    frame["label"] = _labels(frame, setting.dtype)
+    frame["label"] = _labels(frame, setting.dtype if setting.fp8_recipe is None else f"fp8-{setting.fp8_recipe}")
     frame["reshard_after_forward"] = frame["zero"] == 3
     frame["status"] = np.where(frame[RULE].notna(), "rejected", "pruned_time")
     for column in ("placement", "recompute"):

@@ -65,6 +65,7 @@ class Setting:
     memory_mb: float
     dtype: str
     kernels: KernelConfig | None = None
+    fp8_recipe: str | None = None
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,8 @@ class Outcome:
 
 def price(setting: Setting, shape: tuple) -> PricedShape:
     """Compile one shape's layer table: the search's shared work."""
-    return price_shape(setting.models, shape, setting.cluster, setting.kernels, setting.dtype)
+    return price_shape(setting.models, shape, setting.cluster, setting.kernels, setting.dtype,
+                       setting.fp8_recipe)
 
 
 def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
@@ -116,13 +118,14 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     index = pd.Series(range(n))
     shape, dp, zero, p = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero", "pipeline_parallel"))
     for (k, d, z), at in index.groupby([shape, dp, zero]).groups.items():
-        parallel = shape_parallel(costs[k][0], d, z, setting.dtype)
+        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe)
         summary = costs[k][1]
         params[at] = [param_bytes(dense, expert, parallel)[0] / _MB
                       for dense, expert in zip(summary.dense_params, summary.expert_params)]
-        ends[at] = [param_bytes(end[4], 0.0, parallel)[0] / _MB + end[3] for end in (summary.head, summary.tail)]
+        ends[at] = [param_bytes(end[4], 0.0, parallel, body=False)[0] / _MB + end[3]
+                    for end in (summary.head, summary.tail)]
     for (k, d, stages), at in index.groupby([shape, dp, p]).groups.items():
-        p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype), setting.cluster,
+        p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype, setting.fp8_recipe), setting.cluster,
                               int(stages))
     const = np.array([costs[k][2] for k in shape])
     memory, time, even = np.empty(n), np.empty(n), np.empty((n, len(SAPP_OPTIONS)))
@@ -140,11 +143,12 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     return Bounded(memory, time, even)
 
 
-def strategy_of(row: tuple, dtype: str) -> Strategy:
+def strategy_of(row: tuple, dtype: str, fp8_recipe: str | None = None) -> Strategy:
     """The :class:`~sappkit.Strategy` of a task's row (its index, then :data:`STRATEGY_FIELDS`)."""
     values = dict(zip(STRATEGY_FIELDS, row[1:]))
     return Strategy(**{key: (value if key == "schedule" else bool(value) if key == "sequence_parallel"
-                             else int(value)) for key, value in values.items()}, dtype=dtype)
+                             else int(value)) for key, value in values.items()}, dtype=dtype,
+                    fp8_recipe=fp8_recipe)
 
 
 def even_pass(setting: Setting, priced: PricedShape, rows: list[tuple], even_ms: np.ndarray) -> list[Outcome]:
@@ -154,7 +158,7 @@ def even_pass(setting: Setting, priced: PricedShape, rows: list[tuple], even_ms:
 
 
 def _even(setting: Setting, priced: PricedShape, row: tuple, bound: np.ndarray) -> Outcome:
-    strategy = strategy_of(row, setting.dtype)
+    strategy = strategy_of(row, setting.dtype, setting.fp8_recipe)
     layers = priced.compiled.table(strategy.parallel, setting.cluster)
     m = strategy.micro_batches(setting.global_batch)
     best = None
@@ -183,7 +187,7 @@ def _even(setting: Setting, priced: PricedShape, row: tuple, bound: np.ndarray) 
 
 def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
     """The balanced pass (module docstring) on one strategy with a pipeline, a row as :func:`even_pass` takes."""
-    strategy = strategy_of(row, setting.dtype)
+    strategy = strategy_of(row, setting.dtype, setting.fp8_recipe)
     layers = priced.compiled.table(strategy.parallel, setting.cluster)
     plan = balanced_plan(setting, strategy, layers)
     if not plan.has_plan:
