@@ -8,7 +8,8 @@ mean square of the rows' errors with a coordinate search (each parameter in turn
 and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
-``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's came
+``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's
+(``mfu=0.6, matmul_half_gflop=10.5``, with the rows' TP communication overlap priced) came
 from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
 dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's). Uses only

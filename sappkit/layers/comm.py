@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..hardware import Cluster, GroupSizes, collective_ms
+from ..hardware import Cluster, GroupSizes, collective_ms, overlap_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
@@ -68,6 +68,9 @@ class LayerComm:
     """Expert parallel, (forward, backward)."""
     regather: float = 0.0
     """The sequence-parallel all-gathers ``comm`` recompute re-runs in the backward."""
+    slowdown: tuple[float, float] = (0.0, 0.0)
+    """What the collectives overlapped with the layer's matmuls slow them by (the SMs they take), (forward,
+    backward)."""
 
 
 def dense_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
@@ -84,25 +87,54 @@ def expert_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
 
 
 def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cluster: Cluster,
-               core_ms: tuple[float, float]) -> LayerComm:
-    """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time."""
+               core_ms: tuple[float, float], gemm_ms: dict | None = None) -> LayerComm:
+    """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time and ``gemm_ms``
+    its matmuls' (op name -> (forward, backward) ms; the TP overlap hides collectives under them)."""
     e, h = _BYTES[parallel.dtype], model.hidden_size
     n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
     ranks, link = cluster.group(dense_sizes(parallel), "tp")
     activation = e * n * h
     blocks = 1 if moe else 2
+    slowdown = (0.0, 0.0)
     if parallel.sequence_parallel:
         gather = collective_ms("all_gather", activation, ranks, link)
-        step = gather + collective_ms("reduce_scatter", activation, ranks, link)
-        tp, regather = (blocks * step, blocks * step), blocks * gather
+        scatter = collective_ms("reduce_scatter", activation, ranks, link)
+        tp, regather = (blocks * (gather + scatter),) * 2, blocks * gather
+        if parallel.tp_comm_overlap and gather + scatter:
+            tp, slowdown = _tp_overlap(_TP_BLOCKS[:blocks], gather, scatter, gemm_ms or {},
+                                       cluster.device.comm_sm_share)
     else:
         reduce = collective_ms("all_reduce", activation, ranks, link)
         tp, regather = (blocks * reduce, blocks * reduce), 0.0
-    return LayerComm(tp=tp, cp=_ring_attention(model, parallel, cluster, n, core_ms),
-                     ep=_dispatch(model, parallel, cluster, n) if moe else (0.0, 0.0), regather=regather)
+    return LayerComm(tp=tp, cp=_context_parallel(model, parallel, cluster, n, core_ms),
+                     ep=_dispatch(model, parallel, cluster, n) if moe else (0.0, 0.0), regather=regather,
+                     slowdown=slowdown)
 
 
-def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
+#: Per block a tensor-parallel group overlaps (attention, then the MLP): the matmuls that read the gathered
+#: input and the one whose output is reduce-scattered (Transformer Engine's userbuffers pairs).
+_TP_BLOCKS = ((("qkv", "q", "q_down", "kv_down"), ("out",)), (("fc1",), ("fc2",)))
+
+
+def _tp_overlap(blocks, gather: float, scatter: float, gemm_ms: dict, share: float):
+    """(exposed, slowdown) per (forward, backward) of the sequence-parallel collectives, each overlapped with its
+    matmul: forward the all-gather under the first matmuls and the reduce-scatter under the last; backward the
+    all-gather of the output gradient under the last matmul's two gradient matmuls and the reduce-scatter of the
+    input gradient under the first matmuls'."""
+    exposed, slowdown = [0.0, 0.0], [0.0, 0.0]
+    for first, last in blocks:
+        windows = [sum(gemm_ms.get(name, (0.0, 0.0))[phase] for name in names) for names in (first, last)
+                   for phase in (0, 1)]
+        pairs = ((0, gather, windows[0]), (0, scatter, windows[2]), (1, gather, windows[3]),
+                 (1, scatter, windows[1]))
+        for phase, comm, window in pairs:
+            left, slower = overlap_ms(comm, window, share)
+            exposed[phase] += left
+            slowdown[phase] += slower
+    return tuple(exposed), tuple(slowdown)
+
+
+def _context_parallel(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
     c = parallel.context_parallel
     if c == 1:
         return 0.0, 0.0

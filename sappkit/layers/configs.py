@@ -12,8 +12,13 @@ from ..errors import InputError
 from ..hardware import DeviceConfig
 from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
 
-__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig"]
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig", "CP_KINDS"]
 
+#: How context parallelism runs attention: ``ring`` (Megatron/Transformer Engine's ``p2p``: the keys and values
+#: passed around a ring, load-balanced causal chunks), ``allgather`` (Llama 3's, torch's ``rotate_method=
+#: "allgather"``: the keys and values all-gathered, then the local queries' attention), ``a2a`` (DeepSpeed
+#: Ulysses: all-to-alls from a sequence split to a head split and back).
+CP_KINDS = ("ring", "allgather", "a2a")
 #: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``.
 _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 
@@ -152,9 +157,16 @@ class ParallelConfig:
     reshard_after_forward: bool = True
     """ZeRO 3: free a layer's gathered weights after its forward and gather them again for its backward
     (FSDP2's default); False keeps them from the forward to the backward. Ignored below ZeRO 3."""
+    tp_comm_overlap: bool = False
+    """Hide each sequence-parallel all-gather and reduce-scatter under the matmul it feeds or follows
+    (Megatron's ``--tp-comm-overlap``, torchtitan's async TP; :mod:`sappkit.layers.comm`)."""
+    cp_kind: Literal["ring", "allgather", "a2a"] = "ring"
+    """How context parallelism runs attention (:data:`CP_KINDS`, :mod:`sappkit.layers.comm`)."""
 
     def __post_init__(self):
         check_bool("reshard_after_forward", self.reshard_after_forward)
+        check_bool("tp_comm_overlap", self.tp_comm_overlap)
+        check_choice("cp_kind", self.cp_kind, CP_KINDS)
         for field in ("micro_batch_size", "tensor_parallel", "context_parallel", "data_parallel",
                       "expert_parallel", "expert_tensor_parallel"):
             check_int(field, getattr(self, field), minimum=1)

@@ -271,7 +271,12 @@ class _Pricing:
                 ops = layer_ops(model, moe, parallel, self.device, self.kernels)
                 core = tuple(sum(op.time_ms for op in ops if op.core and op.phase == phase)
                              for phase in (FORWARD, BACKWARD))
-                comm = layer_comm(model, moe, parallel, self.cluster, core)
+                gemms = {}
+                for op in ops:
+                    if op.matmul and not op.core:
+                        times = gemms.setdefault(op.name, [0.0, 0.0])
+                        times[op.phase != FORWARD] += op.time_ms
+                comm = layer_comm(model, moe, parallel, self.cluster, core, gemms)
             else:
                 ops, comm = ops(), LayerComm(tp=comm())
             priced = kind_times(ops, comm, options, step=step,

@@ -60,8 +60,8 @@ class KindTimes:
 
 def kind_times(ops: list[Op], comm: LayerComm, options, *, boundary_ms: float, step: dict) -> KindTimes:
     """Times and breakdown of one kind under ``options``; ``step`` holds its per-step and count columns."""
-    forward = sum(op.time_ms for op in ops if op.phase == FORWARD)
-    backward = sum(op.time_ms for op in ops if op.phase != FORWARD)
+    forward = sum(op.time_ms for op in ops if op.phase == FORWARD) + comm.slowdown[0]
+    backward = sum(op.time_ms for op in ops if op.phase != FORWARD) + comm.slowdown[1]
     core = sum(op.time_ms for op in ops if op.phase == FORWARD and op.core)
     norms = sum(op.time_ms for op in ops if op.phase == FORWARD and op.norm)
     sent = {TP_COMM_MS: comm.tp, CP_COMM_MS: comm.cp, EP_COMM_MS: comm.ep}

@@ -76,6 +76,13 @@ class Strategy:
     overlap_param_gather: bool = True
     """Gather the updated weights (ZeRO 1 and 2) behind the next step's forward (Megatron's
     ``--overlap-param-gather``); False: after the optimizer step."""
+    tp_comm_overlap: bool = False
+    """Hide each tensor-parallel all-gather and reduce-scatter under the matmul it feeds or follows (Megatron's
+    ``--tp-comm-overlap`` with Transformer Engine's userbuffers, torchtitan's async TP); needs sequence
+    parallelism. False: those collectives run exposed."""
+    cp_kind: Literal["ring", "allgather", "a2a"] = "ring"
+    """How context parallelism runs attention: ``ring`` (Megatron's ``p2p``), ``allgather`` (Llama 3's) or
+    ``a2a`` (Ulysses; ``cp · t`` must divide the heads) (:data:`sappkit.layers.configs.CP_KINDS`)."""
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
@@ -86,7 +93,7 @@ class Strategy:
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
         for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
-                      "reshard_after_forward"):
+                      "reshard_after_forward", "tp_comm_overlap"):
             check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
@@ -109,7 +116,8 @@ class Strategy:
                               sequence_parallel=self.sequence_parallel, context_parallel=self.context_parallel,
                               data_parallel=self.data_parallel, expert_parallel=self.expert_parallel,
                               expert_tensor_parallel=self.expert_tensor_parallel, zero=self.zero, dtype=self.dtype,
-                              reshard_after_forward=self.reshard_after_forward)
+                              reshard_after_forward=self.reshard_after_forward,
+                              tp_comm_overlap=self.tp_comm_overlap, cp_kind=self.cp_kind)
 
     @property
     def sharding(self) -> str:
@@ -121,8 +129,8 @@ class Strategy:
     @property
     def label(self) -> str:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
-        parallelism, ZeRO 3 without resharding, a dtype other than bf16 and overlaps switched off are written only
-        when set)."""
+        parallelism, ZeRO 3 without resharding, TP overlap, a CP kind other than ring, a dtype other than bf16 and
+        overlaps switched off are written only when set)."""
         parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
@@ -131,6 +139,10 @@ class Strategy:
             parts.append("no-reshard")
         if not self.sequence_parallel:
             parts.append("no-sp")
+        if self.tp_comm_overlap:
+            parts.append("tp-overlap")
+        if self.cp_kind != "ring":
+            parts.append(f"cp-{self.cp_kind}")
         if self.dtype != "bf16":
             parts.append(self.dtype)
         parts += [name for name, on in (("no-grad-overlap", self.overlap_grad_reduce),

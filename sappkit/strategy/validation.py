@@ -65,7 +65,7 @@ _SETTINGS = (*_SHAPE, *_STRATEGY, "global_batch", "devices", "cluster", "dtype",
 _COLUMNS = ("run", "source", "where", "metric", "measured", *_SETTINGS)
 _MEMORY_COLUMNS = ("run", "source", "where", "part", "measured_gib", *_SETTINGS)
 _NUMERIC = (*_SHAPE, *_STRATEGY, "global_batch", "devices")
-#: Optional columns of a published run: name -> (its type, a whole number or a flag, ``"model"`` or ``"strategy"`` field); a row
+#: Optional columns of a published run: name -> (its type, a whole number, a flag or a name, ``"model"`` or ``"strategy"`` field); a row
 #: without one (or with it empty) runs the default of :class:`~sappkit.TransformerConfig` or :class:`Strategy`.
 OPTIONAL = {
     "num_kv_heads": (int, "model"), "head_dim": (int, "model"), "v_head_dim": (int, "model"),
@@ -74,7 +74,7 @@ OPTIONAL = {
     "shared_experts": (int, "model"), "dense_layers": (int, "model"),
     "context_parallel": (int, "strategy"), "expert_parallel": (int, "strategy"),
     "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (bool, "strategy"),
-    "overlap_param_gather": (bool, "strategy"),
+    "overlap_param_gather": (bool, "strategy"), "tp_comm_overlap": (bool, "strategy"), "cp_kind": (str, "strategy"),
 }
 #: The attention a row ran where it has no ``attention`` column: the materialised attention of Megatron-LM's
 #: 2021-22 runs (flash attention came after them).
@@ -117,7 +117,8 @@ def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
 
 def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
     """A published run's model, strategy and global batch (the optional columns, :data:`OPTIONAL`, where given)."""
-    given = {name: _flag(row, name) if kind is bool else _whole(row, name) for name, (kind, _) in OPTIONAL.items()
+    read = {bool: _flag, int: _whole, str: lambda row, name: str(row[name])}
+    given = {name: read[kind](row, name) for name, (kind, _) in OPTIONAL.items()
              if name in row.index and not pd.isna(row[name])}
     shape = {name: given[name] for name, (_, field) in OPTIONAL.items() if field == "model" and name in given}
     model = TransformerConfig(**{name: _whole(row, name) for name in _SHAPE}, **shape, name="layer")
