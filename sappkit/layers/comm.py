@@ -11,10 +11,19 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   head reduces (or reduce-scatters) its vocabulary-parallel embedding; the
   tail gathers its input (or copies it, all-reducing the gradient) and
   all-reduces three ``4n``-byte statistics of the cross-entropy.
-- **CP** (ring attention): ``c − 1`` steps each sending the next rank this
-  rank's keys and values (off the node through the device's own card) (``e·n·a_kv/t·(d + d_v)``; backward also their
-  gradients, twice the bytes) while the attention of the current block runs;
-  a step costs what its transfer exceeds the block's attention.
+- **CP**, by ``cp_kind``: ``ring`` (Megatron's ``p2p``): ``c − 1`` steps
+  each sending the next rank this rank's keys and values
+  (``e·n·a_kv/t·(d + d_v)``; backward also their gradients, twice the
+  bytes; off the node through the device's own card) while the attention
+  of the current block runs; a step costs what its transfer exceeds the
+  block's attention (``1/c`` of the core). ``allgather`` (Llama 3's): an
+  all-gather of the keys and values (``c`` times this rank's share) before
+  the attention, and a reduce-scatter of their gradients after its
+  backward, exposed. ``a2a`` (Ulysses): an all-to-all of the queries, keys
+  and values (``e·n·(a·d + a_kv·(d + d_v))/t``) from the sequence split to a
+  head split before the attention and one of its output (``e·n·a·d_v/t``)
+  back, the same two for the gradients backward, exposed and hierarchical
+  like EP's.
 - **EP** (token dispatch): an all-to-all of the routed tokens
   (``e·n/t·top_k·h``) to dispatch and one to combine, forward and backward,
   hierarchical (:meth:`sappkit.hardware.Cluster.all_to_all_ms`: the off-node
@@ -138,13 +147,24 @@ def _context_parallel(model, parallel, cluster, n, core_ms) -> tuple[float, floa
     c = parallel.context_parallel
     if c == 1:
         return 0.0, 0.0
+    e, t = _BYTES[parallel.dtype], parallel.tensor_parallel
+    kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
+    keys_values = e * n * kv_heads / t * (model.head_dim + model.v_head_dim)  # this rank's share
+    if parallel.cp_kind == "allgather":
+        ranks, link = cluster.group(dense_sizes(parallel), "cp")
+        return (collective_ms("all_gather", c * keys_values, ranks, link),
+                collective_ms("reduce_scatter", c * keys_values, ranks, link))
+    if parallel.cp_kind == "a2a":
+        queries = e * n * model.num_heads / t * model.head_dim
+        output = e * n * model.num_heads / t * model.v_head_dim
+        both = sum(cluster.all_to_all_ms(dense_sizes(parallel), "cp", nbytes)
+                   for nbytes in (queries + keys_values, output))
+        return both, both
     ranks, stride = cluster.group_stride(dense_sizes(parallel), "cp")
     link = cluster.nic_link(ranks, stride)
-    kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
-    block = _BYTES[parallel.dtype] * n * kv_heads / parallel.tensor_parallel * (model.head_dim + model.v_head_dim)
     exposed = []
     for factor, core in zip((1, 2), core_ms):
-        step = collective_ms("send_recv", factor * block, ranks, link)
+        step = collective_ms("send_recv", factor * keys_values, ranks, link)
         exposed.append((c - 1) * max(0.0, step - core / c))
     return exposed[0], exposed[1]
 
