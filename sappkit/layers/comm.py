@@ -7,7 +7,10 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   all-reduce of ``e·n·h`` after the attention and after the MLP forward, and
   two backward (the gradients of the inputs they copied); with it an
   all-gather before and a reduce-scatter after each block, forward and
-  backward. A MoE block keeps its tokens sequence-split (no collective). The
+  backward, each exposed, or with ``tp_comm_overlap`` hidden under the
+  matmul it feeds or follows as far as that lasts, slowing it by the SMs it
+  takes (:func:`sappkit.hardware.overlap_ms`; the pairs: ``_tp_overlap``).
+  A MoE block keeps its tokens sequence-split (no collective). The
   head reduces (or reduce-scatters) its vocabulary-parallel embedding; the
   tail gathers its input (or copies it, all-reducing the gradient) and
   all-reduces three ``4n``-byte statistics of the cross-entropy.

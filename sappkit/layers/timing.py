@@ -1,6 +1,7 @@
 """A layer kind's times per recompute option and its breakdown, from its ops and its communication.
 
-Per micro-batch: ``forward_time`` is the forward ops plus the forward
+Per micro-batch: ``forward_time`` is the forward ops (slowed by the
+collectives they hide: ``LayerComm.slowdown``) plus the forward
 communication of every dimension; ``backward_time`` the backward ops and
 communication plus what the option re-runs: ``selective`` the attention
 core's forward ops, ``comm`` the layer norms' forward ops and the
