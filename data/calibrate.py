@@ -9,14 +9,14 @@ and each is below 1% of its range), and prints the values and each row's error. 
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
 ``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's
-(``mfu=0.6, matmul_half_gflop=4``, with the rows' TP communication overlap, ring CP and cuDNN attention priced) came
+(``mfu=0.6, matmul_half_gflop=1``, with the rows' TP communication overlap, ring CP and cuDNN attention priced) came
 from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
 dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's), then the
 96 GB 500 W H100's peak (``h100-96g-500w.toml``, ``tflops=835.5``: ``--free`` fits a parameter otherwise held at
 the preset's value, within a range) from ``python data/calibrate.py --cluster grand-teton-h100 --runs
 tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
-matmul_half_gflop=4 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``. Uses only
+matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``. Uses only
 sappkit's public API and numpy.
 """
 

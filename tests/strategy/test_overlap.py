@@ -1,6 +1,9 @@
-"""Tensor-parallel communication overlap (Megatron's ``--tp-comm-overlap``, torchtitan's async TP): each
-sequence-parallel all-gather and reduce-scatter hidden under the matmul it feeds or follows, exposing what outlasts
-that matmul and slowing it by the SMs the collective takes; checked against the closed form by hand."""
+"""Overlap as a model: tensor-parallel communication overlap (Megatron's ``--tp-comm-overlap``, torchtitan's async
+TP), each sequence-parallel all-gather and reduce-scatter hidden under the matmul it feeds or follows, exposing what
+outlasts that matmul and slowing it by the SMs the collective takes; and the data-parallel gradient reduction per
+bucket under the last backward. Each checked against the closed form by hand."""
+
+import math
 
 import pytest
 
@@ -8,7 +11,9 @@ from sappkit import InputError, Strategy, TransformerConfig, evaluate_strategy
 from sappkit.hardware import Cluster
 from sappkit.hardware.collectives import collective_ms
 from sappkit.layers import KernelConfig
+from sappkit.layers.comm import grad_sync_parts
 from sappkit.layers.ops import BACKWARD, FORWARD, layer_ops
+from sappkit.strategy.step import bucket_count
 
 GPT = TransformerConfig(layers=4, hidden_size=4096, num_heads=32, ffn_size=16384, seq_length=4096,
                         vocab_size=32000)
@@ -79,3 +84,30 @@ def test_tp_overlap_needs_sequence_parallelism():
         "strategy t4 p1 v1 dp2 cp1 ep1 b1 1f1b zero1 no-sp tp-overlap breaks the 'sequence' rule: "
         "tp_comm_overlap needs sequence_parallel (Megatron overlaps the sequence-parallel all-gathers and "
         "reduce-scatters with their matmuls)")
+
+
+def test_the_gradient_reduction_runs_per_bucket_under_the_last_backward_and_exposes_the_rest():
+    slow = Cluster.preset("dgx-h100", devices_per_node=1, inter_node_gbs=2.0)  # dp over the network
+    strategy = Strategy(data_parallel=8)
+    result = evaluate_strategy(GPT, strategy, cluster=slow, global_batch=16, recompute="none")
+    frame = result.layers.frame
+    rows = frame[(frame["role"] != "body") | (frame["option"] == "none")]
+    counts = rows["count"].to_numpy()
+    forward, backward = (float((rows[c] * counts).sum()) for c in ("forward_time", "backward_time"))
+    busy = 2 * (forward + backward)  # two micro-batches
+    parts = result.layers.breakdown.set_index(["kind", "option"])
+    dense = sum(parts.loc[(kind, option), "params"] * count
+                for kind, option, count in zip(rows["kind"], rows["option"], counts))
+    reduce, _ = grad_sync_parts(dense, 0.0, strategy.parallel, slow)
+    k = bucket_count(dense, strategy.parallel)
+    assert k == math.ceil(dense / 4e7) > 1
+    free = 0.0
+    for j in range(k):  # bucket j ready (j + 1)/k into the last backward, each a k-th of the reduction
+        free = max(free, busy - backward + (j + 1) / k * backward) + reduce / k
+    tail = max(0.0, free - busy)
+    expected = tail + slow.device.comm_sm_share * (reduce - tail)
+    assert result.breakdown["dp_comm_ms"].iloc[0] == pytest.approx(expected, rel=1e-9)
+    assert 0.0 < tail < reduce  # the last bucket at least is exposed, the others hide
+    blocking = evaluate_strategy(GPT, Strategy(data_parallel=8, overlap_grad_reduce=False), cluster=slow,
+                                 global_batch=16, recompute="none")
+    assert blocking.breakdown["dp_comm_ms"].iloc[0] == pytest.approx(reduce, rel=1e-9)
