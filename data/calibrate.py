@@ -8,22 +8,28 @@ mean square of the rows' errors with a coordinate search (each parameter in turn
 and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
-``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's came
+``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's
+(``mfu=0.6, matmul_half_gflop=1``, with the rows' TP communication overlap, ring CP and cuDNN attention priced) came
 from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
 dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's), then its
 ``expert_half_tokens`` from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1 mb2604-gptoss-120b-h100
 --fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
 inter_efficiency=0.86`` (the H100's MoE BF16 rows: ``expert_half_tokens``, expert GEMMs by tokens per expert, is
-the one parameter left free; on rows without experts it changes nothing and stays at its start, 0).
+the one parameter left free; on rows without experts it changes nothing and stays at its start, 0). Then the
+96 GB 500 W H100's peak (``h100-96g-500w.toml``, ``tflops=835.5``: ``--free`` fits a parameter otherwise held at
+the preset's value, within a range) from ``python data/calibrate.py --cluster grand-teton-h100 --runs
+tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
+matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``.
 
-Uses only sappkit's public API and numpy.
 
 FP8 (``fp8_mfu``, ``fp8_matmul_half_gflop``): ``--dtype fp8 --family dense`` fits on a cluster's dense FP8 rows
 with the 16-bit parameters held at the preset's by ``--fix``. The H100's came from ``python data/calibrate.py
 --cluster dgx-h100 --dtype fp8 --family dense --fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5
 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``), the B200's from the same with ``--cluster
 dgx-b200`` and the B200 preset's values (``b200.toml``).
+
+Uses only sappkit's public API and numpy.
 """
 
 import argparse
@@ -47,6 +53,8 @@ PARAMETERS = {
     "fp8_matmul_half_gflop": (30.0, 0.0, 200.0, 10.0),
 }
 _CLUSTER_FIELDS = ("intra_efficiency", "inter_efficiency")
+#: Parameters held at the preset's value unless ``--free`` names them: the peak of a part no datasheet gives.
+FREEABLE = {"tflops": (900.0, 500.0, 2500.0, 50.0)}
 
 
 def errors(values: dict, runs, cluster: str = "dgx-a100") -> np.ndarray:
@@ -56,14 +64,20 @@ def errors(values: dict, runs, cluster: str = "dgx-a100") -> np.ndarray:
     return validate(runs, clusters={cluster: nodes}).frame["error"].to_numpy()
 
 
-def fit(runs, fixed: dict, cluster: str = "dgx-a100") -> dict:
-    values = {name: fixed.get(name, start) for name, (start, *_) in PARAMETERS.items()}
-    steps = {name: step for name, (*_, step) in PARAMETERS.items() if name not in fixed}
+def fit(runs, fixed: dict, cluster: str = "dgx-a100", free: dict | None = None) -> dict:
+    """``free``: the :data:`FREEABLE` parameters to fit too, each with its (lower, upper) range or None (its own)."""
+    ranges = dict(PARAMETERS)
+    for name, bounds in (free or {}).items():
+        start, lower, upper, step = FREEABLE[name]
+        lower, upper = bounds or (lower, upper)
+        ranges[name] = (min(max(start, lower), upper), lower, upper, min(step, (upper - lower) / 4))
+    values = {name: fixed.get(name, start) for name, (start, *_) in ranges.items()}
+    steps = {name: step for name, (*_, step) in ranges.items() if name not in fixed}
     best = float(np.sqrt(np.mean(errors(values, runs, cluster) ** 2)))
-    while max(steps[name] / (PARAMETERS[name][2] - PARAMETERS[name][1]) for name in steps) > 1e-2:
+    while max(steps[name] / (ranges[name][2] - ranges[name][1]) for name in steps) > 1e-2:
         improved = False
         for name in steps:
-            _, lower, upper, _ = PARAMETERS[name]
+            _, lower, upper, _ = ranges[name]
             for sign in (1, -1):
                 trial = dict(values, **{name: min(upper, max(lower, values[name] + sign * steps[name]))})
                 score = float(np.sqrt(np.mean(errors(trial, runs, cluster) ** 2)))
@@ -83,6 +97,9 @@ def main():
     parser.add_argument("--fix", nargs="*", default=[], metavar="NAME=VALUE", help="hold parameters at a value")
     parser.add_argument("--dtype", help="fit on the rows of this dtype only (e.g. fp8)")
     parser.add_argument("--family", help="fit on the rows of this family only (dense, fsdp, moe)")
+    parser.add_argument("--free", nargs="*", default=[], metavar="NAME[=LOWER:UPPER]",
+                        help=f"fit these too, within a range if given (else held at the preset's value): "
+                             f"{', '.join(FREEABLE)}")
     args = parser.parse_args()
     fixed = {name: float(value) for name, value in (item.split("=") for item in args.fix)}
     runs = published_runs()
@@ -93,7 +110,13 @@ def main():
     if args.family:
         families = [family(*run_inputs(row)[:2]) for _, row in chosen.iterrows()]
         chosen = chosen[[name == args.family for name in families]]
-    values = fit(chosen, fixed, args.cluster)
+    free = {}
+    for item in args.free:
+        name, _, bounds = item.partition("=")
+        if name not in FREEABLE:
+            parser.error(f"--free takes {', '.join(FREEABLE)}; got {name!r}")
+        free[name] = tuple(float(value) for value in bounds.split(":")) if bounds else None
+    values = fit(chosen, fixed, args.cluster, free)
     print(", ".join(f"{name}={value:.4g}" for name, value in values.items()))
     for name, error in zip(runs["run"], errors(values, runs, args.cluster)):
         held = "" if name in set(chosen["run"]) else "  (held out)"

@@ -17,7 +17,7 @@ from pathlib import Path
 from .._check import short
 from ..errors import InputError
 from ..layers import KernelConfig
-from ..layers.configs import FP8_RECIPES
+from ..layers.configs import ATTENTION_KERNELS, FP8_RECIPES
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
 from ..strategy.search import search_strategies
@@ -63,7 +63,7 @@ def register(subparsers) -> None:
                         help="the values one dimension takes (repeat per dimension), e.g. --dims t=4,8 --dims "
                              "zero=1 --dims sp=true; NAME is t, p, v, dp, cp, ep, etp, b (micro-batch size), zero "
                              "or sp (sequence parallel), or the full name (default: every value a trainer accepts)")
-    parser.add_argument("--attention", default="flash", choices=("paper", "eager", "math", "flash"),
+    parser.add_argument("--attention", default="flash", choices=ATTENTION_KERNELS,
                         help="the attention kernel, which sets what attention keeps for the backward (default "
                              "flash, as modern trainers run it: nothing kept per query-key pair; paper: the softmax "
                              "output)")

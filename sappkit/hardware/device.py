@@ -39,6 +39,8 @@ DTYPES = ("bf16", "fp16", "fp32", "fp8", "mxfp8")
 #: a few hundred MiB more, and the caching allocator leaves some of what it reserves unused. 2 GiB in all: an
 #: assumption (no source measures the sum for a training run), overridable per device.
 RESERVED_MIB = 2048.0
+#: The named attention kernels' efficiency fields, forward and backward.
+_ATTENTION_FIELDS = ("fa2_forward", "fa2_backward", "fa3_forward", "fa3_backward", "cudnn_forward", "cudnn_backward")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,6 +106,20 @@ class DeviceConfig:
     mxfp8_tflops: float | None = None
     """Peak dense TFLOP/s of block-scaled FP8 (MXFP8: one E8M0 scale per 32 elements, applied by the tensor cores,
     as Blackwell's are); None: the device has no such tensor cores and refuses the ``mxfp8`` recipe."""
+    fa2_forward: float | None = None
+    """Fraction of the peak FlashAttention-2's forward reaches on the device, in (0, 1]; None: the matmul
+    efficiency of its size (``flash``). The presets cite the kernel papers' measurements."""
+    fa2_backward: float | None = None
+    """Fraction of the peak FlashAttention-2's backward reaches (its FLOPs counted as 2.5 forwards); None: as
+    ``fa2_forward``'s None."""
+    fa3_forward: float | None = None
+    """FlashAttention-3's forward, as ``fa2_forward``."""
+    fa3_backward: float | None = None
+    """FlashAttention-3's backward, as ``fa2_backward``."""
+    cudnn_forward: float | None = None
+    """cuDNN's fused attention forward (Transformer Engine's ``FusedAttention``), as ``fa2_forward``."""
+    cudnn_backward: float | None = None
+    """cuDNN's fused attention backward, as ``fa2_backward``."""
 
     def __post_init__(self):
         for field in ("tflops", "link_gbs", "hbm_gbs", "hbm_gb"):
@@ -111,9 +127,10 @@ class DeviceConfig:
         for field in ("fp32_tflops", "fp8_tflops", "mxfp8_tflops"):
             if getattr(self, field) is not None:
                 check_number(field, getattr(self, field), minimum=0, strict=True)
-        for field in ("mfu", "hbm_efficiency", "fp8_mfu"):
-            if (field != "fp8_mfu" or self.fp8_mfu is not None) and not 0 < check_number(
-                    field, getattr(self, field)) <= 1:
+        for field in ("mfu", "hbm_efficiency", "fp8_mfu", *_ATTENTION_FIELDS):
+            if field in ("fp8_mfu", *_ATTENTION_FIELDS) and getattr(self, field) is None:
+                continue
+            if not 0 < check_number(field, getattr(self, field)) <= 1:
                 raise InputError(f"{field} must be in (0, 1]; got {getattr(self, field)!r}")
         check_number("matmul_half_gflop", self.matmul_half_gflop, minimum=0)
         if self.fp8_matmul_half_gflop is not None:
@@ -202,6 +219,30 @@ class DeviceConfig:
         efficiency = self.matmul_efficiency(flops if size is None else size, dtype)
         if tokens is not None and self.expert_half_tokens:
             efficiency *= tokens / (tokens + self.expert_half_tokens)
+        compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)
+        return max(compute, self.memory_ms(nbytes, kernel=False)) + self.kernel_us * 1e-3
+
+    def attention_efficiency(self, kernel: str, backward: bool = False) -> float | None:
+        """The fraction of the peak the fused attention ``kernel`` (``fa2``, ``fa3``, ``cudnn``) reaches forward
+        or backward on this device; None for ``flash`` and where the device states none (priced as a matmul)."""
+        field = f"{kernel}_{'backward' if backward else 'forward'}"
+        return getattr(self, field) if field in _ATTENTION_FIELDS else None
+
+    def attention_ms(self, kernel: str, backward: bool, flops: float, nbytes: float, dtype: str = "bf16") -> float:
+        """One fused attention kernel's time, ms: at :meth:`attention_efficiency` of the peak where the device
+        states it (or the memory roofline, whichever is longer, plus the kernel cost), else :meth:`matmul_ms`.
+
+        Examples
+        --------
+        >>> h100 = DeviceConfig.preset("h100-sxm")
+        >>> round(h100.attention_ms("fa2", False, 1e12, 0.0) / h100.attention_ms("fa3", False, 1e12, 0.0), 2)
+        1.74
+        """
+        efficiency = self.attention_efficiency(kernel, backward)
+        if efficiency is None:
+            return self.matmul_ms(flops, nbytes, dtype)
+        if flops <= 0:
+            return 0.0
         compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)
         return max(compute, self.memory_ms(nbytes, kernel=False)) + self.kernel_us * 1e-3
 

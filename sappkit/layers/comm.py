@@ -8,14 +8,26 @@ and links are :meth:`sappkit.hardware.Cluster.group`'s):
   two backward (the gradients of the inputs they copied); with it an
   all-gather before and a reduce-scatter after each block, forward and
   backward (under FP8 the all-gathers move the quantized tensor,
-  :func:`fp8_gather_bytes`). A MoE block keeps its tokens sequence-split (no collective). The
-  head reduces (or reduce-scatters) its vocabulary-parallel embedding; the
-  tail gathers its input (or copies it, all-reducing the gradient) and
-  all-reduces three ``4n``-byte statistics of the cross-entropy.
-- **CP** (ring attention): ``c − 1`` steps each sending the next rank this
-  rank's keys and values (off the node through the device's own card) (``e·n·a_kv/t·(d + d_v)``; backward also their
-  gradients, twice the bytes) while the attention of the current block runs;
-  a step costs what its transfer exceeds the block's attention.
+  :func:`fp8_gather_bytes`), each exposed, or with ``tp_comm_overlap`` hidden
+  under the matmul it feeds or follows as far as that lasts, slowing it by the
+  SMs it takes (:func:`sappkit.hardware.overlap_ms`; the pairs:
+  ``_tp_overlap``). A MoE block keeps its tokens sequence-split (no
+  collective). The head reduces (or reduce-scatters) its vocabulary-parallel
+  embedding; the tail gathers its input (or copies it, all-reducing the
+  gradient) and all-reduces three ``4n``-byte statistics of the cross-entropy.
+- **CP**, by ``cp_kind``: ``ring`` (Megatron's ``p2p``): ``c − 1`` steps
+  each sending the next rank this rank's keys and values
+  (``e·n·a_kv/t·(d + d_v)``; backward also their gradients, twice the
+  bytes; off the node through the device's own card) while the attention
+  of the current block runs; a step costs what its transfer exceeds the
+  block's attention (``1/c`` of the core). ``allgather`` (Llama 3's): an
+  all-gather of the keys and values (``c`` times this rank's share) before
+  the attention, and a reduce-scatter of their gradients after its
+  backward, exposed. ``a2a`` (Ulysses): an all-to-all of the queries, keys
+  and values (``e·n·(a·d + a_kv·(d + d_v))/t``) from the sequence split to a
+  head split before the attention and one of its output (``e·n·a·d_v/t``)
+  back, the same two for the gradients backward, exposed and hierarchical
+  like EP's.
 - **EP** (token dispatch, Megatron-Core's all-to-all dispatcher): an
   all-to-all of the routed tokens (``e·n/t·top_k·h``, times
   ``expert_imbalance`` ``κ``: the busiest device receives ``κ`` times the
@@ -88,6 +100,9 @@ class LayerComm:
     """Expert parallel, (forward, backward)."""
     regather: float = 0.0
     """The sequence-parallel all-gathers ``comm`` recompute re-runs in the backward."""
+    slowdown: tuple[float, float] = (0.0, 0.0)
+    """What the collectives overlapped with the layer's matmuls slow them by (the SMs they take), (forward,
+    backward)."""
 
 
 def dense_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
@@ -105,24 +120,30 @@ def expert_sizes(parallel: ParallelConfig, stages: int = 1) -> GroupSizes:
 
 def layer_comm(model: TransformerConfig, moe: bool, parallel: ParallelConfig, cluster: Cluster,
                core_ms: tuple[float, float], compute_ms: tuple[float, float] = (0.0, 0.0),
-               shared_ms: float = 0.0) -> LayerComm:
+               shared_ms: float = 0.0, gemm_ms: dict | None = None) -> LayerComm:
     """One body layer's communication; ``core_ms`` is its attention core's (forward, backward) time,
-    ``compute_ms`` all its ops' and ``shared_ms`` its shared experts' forward (the windows of the MoE overlaps)."""
+    ``compute_ms`` all its ops' and ``shared_ms`` its shared experts' forward (the windows of the MoE overlaps),
+    ``gemm_ms`` its matmuls' (op name -> (forward, backward) ms; the TP overlap hides collectives under them)."""
     e, h = _BYTES[parallel.dtype], model.hidden_size
     n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
     ranks, link = cluster.group(dense_sizes(parallel), "tp")
     activation = e * n * h
     blocks = 1 if moe else 2
+    slowdown = (0.0, 0.0)
     if parallel.sequence_parallel:
         gather = collective_ms("all_gather", fp8_gather_bytes(parallel, activation / e), ranks, link)
-        step = gather + collective_ms("reduce_scatter", activation, ranks, link)
-        tp, regather = (blocks * step, blocks * step), blocks * gather
+        scatter = collective_ms("reduce_scatter", activation, ranks, link)
+        tp, regather = (blocks * (gather + scatter),) * 2, blocks * gather
+        if parallel.tp_comm_overlap and gather + scatter:
+            tp, slowdown = _tp_overlap(_TP_BLOCKS[:blocks], gather, scatter, gemm_ms or {},
+                                       cluster.device.comm_sm_share)
     else:
         reduce = collective_ms("all_reduce", activation, ranks, link)
         tp, regather = (blocks * reduce, blocks * reduce), 0.0
-    return LayerComm(tp=tp, cp=_ring_attention(model, parallel, cluster, n, core_ms),
+    return LayerComm(tp=tp, cp=_context_parallel(model, parallel, cluster, n, core_ms),
                      ep=_overlapped(_dispatch(model, parallel, cluster, n), parallel, cluster.device.comm_sm_share,
-                                    compute_ms, shared_ms) if moe else (0.0, 0.0), regather=regather)
+                                    compute_ms, shared_ms) if moe else (0.0, 0.0), regather=regather,
+                     slowdown=slowdown)
 
 
 def fp8_gather_bytes(parallel: ParallelConfig, elements: float) -> float:
@@ -134,17 +155,51 @@ def fp8_gather_bytes(parallel: ParallelConfig, elements: float) -> float:
     return elements * (1 + (1 / 32 if parallel.fp8_recipe == "mxfp8" else 0))
 
 
-def _ring_attention(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
+#: Per block a tensor-parallel group overlaps (attention, then the MLP): the matmuls that read the gathered
+#: input and the one whose output is reduce-scattered (Transformer Engine's userbuffers pairs).
+_TP_BLOCKS = ((("qkv", "q", "q_down", "kv_down"), ("out",)), (("fc1",), ("fc2",)))
+
+
+def _tp_overlap(blocks, gather: float, scatter: float, gemm_ms: dict, share: float):
+    """(exposed, slowdown) per (forward, backward) of the sequence-parallel collectives, each overlapped with its
+    matmul: forward the all-gather under the first matmuls and the reduce-scatter under the last; backward the
+    all-gather of the output gradient under the last matmul's two gradient matmuls and the reduce-scatter of the
+    input gradient under the first matmuls'."""
+    exposed, slowdown = [0.0, 0.0], [0.0, 0.0]
+    for first, last in blocks:
+        windows = [sum(gemm_ms.get(name, (0.0, 0.0))[phase] for name in names) for names in (first, last)
+                   for phase in (0, 1)]
+        pairs = ((0, gather, windows[0]), (0, scatter, windows[2]), (1, gather, windows[3]),
+                 (1, scatter, windows[1]))
+        for phase, comm, window in pairs:
+            left, slower = overlap_ms(comm, window, share)
+            exposed[phase] += left
+            slowdown[phase] += slower
+    return tuple(exposed), tuple(slowdown)
+
+
+def _context_parallel(model, parallel, cluster, n, core_ms) -> tuple[float, float]:
     c = parallel.context_parallel
     if c == 1:
         return 0.0, 0.0
+    e, t = _BYTES[parallel.dtype], parallel.tensor_parallel
+    kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
+    keys_values = e * n * kv_heads / t * (model.head_dim + model.v_head_dim)  # this rank's share
+    if parallel.cp_kind == "allgather":
+        ranks, link = cluster.group(dense_sizes(parallel), "cp")
+        return (collective_ms("all_gather", c * keys_values, ranks, link),
+                collective_ms("reduce_scatter", c * keys_values, ranks, link))
+    if parallel.cp_kind == "a2a":
+        queries = e * n * model.num_heads / t * model.head_dim
+        output = e * n * model.num_heads / t * model.v_head_dim
+        both = sum(cluster.all_to_all_ms(dense_sizes(parallel), "cp", nbytes)
+                   for nbytes in (queries + keys_values, output))
+        return both, both
     ranks, stride = cluster.group_stride(dense_sizes(parallel), "cp")
     link = cluster.nic_link(ranks, stride)
-    kv_heads = model.num_heads if model.kv_lora_rank else model.num_kv_heads
-    block = _BYTES[parallel.dtype] * n * kv_heads / parallel.tensor_parallel * (model.head_dim + model.v_head_dim)
     exposed = []
     for factor, core in zip((1, 2), core_ms):
-        step = collective_ms("send_recv", factor * block, ranks, link)
+        step = collective_ms("send_recv", factor * keys_values, ranks, link)
         exposed.append((c - 1) * max(0.0, step - core / c))
     return exposed[0], exposed[1]
 

@@ -12,7 +12,8 @@ from ..errors import InputError
 from ..hardware import DeviceConfig
 from ..limits import MAX_LAYERS, MAX_SEQ_LENGTH, MAX_WIDTH
 
-__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig", "FP8_RECIPES"]
+__all__ = ["TransformerConfig", "ParallelConfig", "DeviceConfig", "KernelConfig", "FP8_RECIPES", "CP_KINDS",
+           "ATTENTION_KERNELS", "FUSED_ATTENTION"]
 
 #: Bytes per element of each dtype: ParallelConfig's choices, the estimate's ``e``. FP8 training keeps its
 #: weights, activations and communication in BF16 and casts each linear layer's GEMM inputs to FP8 (Transformer
@@ -22,6 +23,14 @@ _BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp8": 2}
 #: history), ``current`` (``Float8CurrentScaling``: one scale per tensor from its own amax) and ``mxfp8``
 #: (``MXFP8BlockScaling``: one E8M0 scale per 32 elements, Blackwell's block-scaled tensor cores).
 FP8_RECIPES = ("delayed", "current", "mxfp8")
+#: How context parallelism runs attention: ``ring`` (Megatron/Transformer Engine's ``p2p``: the keys and values
+#: passed around a ring, load-balanced causal chunks), ``allgather`` (Llama 3's, torch's ``rotate_method=
+#: "allgather"``: the keys and values all-gathered, then the local queries' attention), ``a2a`` (DeepSpeed
+#: Ulysses: all-to-alls from a sequence split to a head split and back).
+CP_KINDS = ("ring", "allgather", "a2a")
+#: The attention kernels :class:`KernelConfig` knows; the last four are fused (no memory per (query, key) pair).
+ATTENTION_KERNELS = ("paper", "eager", "math", "flash", "fa2", "fa3", "cudnn")
+FUSED_ATTENTION = ATTENTION_KERNELS[3:]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,9 +180,16 @@ class ParallelConfig:
     fp8_recipe: Literal["delayed", "current", "mxfp8"] | None = None
     """``dtype="fp8"`` only: the FP8 scaling recipe (:data:`FP8_RECIPES`); None there means ``delayed``
     (Transformer Engine's ``DelayedScaling``, Megatron-LM's default ``--fp8-recipe``)."""
+    tp_comm_overlap: bool = False
+    """Hide each sequence-parallel all-gather and reduce-scatter under the matmul it feeds or follows
+    (Megatron's ``--tp-comm-overlap``, torchtitan's async TP; :mod:`sappkit.layers.comm`)."""
+    cp_kind: Literal["ring", "allgather", "a2a"] = "ring"
+    """How context parallelism runs attention (:data:`CP_KINDS`, :mod:`sappkit.layers.comm`)."""
 
     def __post_init__(self):
         check_bool("reshard_after_forward", self.reshard_after_forward)
+        check_bool("tp_comm_overlap", self.tp_comm_overlap)
+        check_choice("cp_kind", self.cp_kind, CP_KINDS)
         for field in ("micro_batch_size", "tensor_parallel", "context_parallel", "data_parallel",
                       "expert_parallel", "expert_tensor_parallel"):
             check_int(field, getattr(self, field), minimum=1)
@@ -202,13 +218,17 @@ class KernelConfig:
     (``tests/torch/test_analytic.py`` checks each against a measurement).
     """
 
-    attention: Literal["paper", "eager", "math", "flash"] = "paper"
+    attention: Literal["paper", "eager", "math", "flash", "fa2", "fa3", "cudnn"] = "paper"
     """``paper``: softmax output (and dropout mask and output) in the activation dtype, K and V at their own
     heads. ``eager`` (transformers' eager attention): K and V repeated to every query head, an fp32 softmax,
     and its cast to the activation dtype (or, with dropout, the dropout's mask and output). ``math`` (SDPA's
     math backend, which computes in fp32): Q, K and V as fp32 copies with K and V repeated, softmax (and
     dropout) in fp32. ``flash`` (flash, memory-efficient and cuDNN kernels; PyTorch's CPU flash kernel): no
-    memory per (query, key) pair, an fp32 log-sum-exp per head and token; the output is the projection's input."""
+    memory per (query, key) pair, an fp32 log-sum-exp per head and token; the output is the projection's input;
+    its time at the matmul efficiency of its size. ``fa2`` (FlashAttention-2, PyTorch SDPA's flash backend),
+    ``fa3`` (FlashAttention-3) and ``cudnn`` (cuDNN's fused attention, Transformer Engine's ``FusedAttention``):
+    ``flash``'s memory, each at the device's sourced fraction of the peak forward and backward
+    (:meth:`~sappkit.hardware.DeviceConfig.attention_efficiency`; a device without one prices it as ``flash``)."""
     norm: Literal["paper", "hf"] = "paper"
     """``paper``: a norm keeps its input. ``hf`` (transformers' eager RMSNorm): an fp32 copy of its input (the
     input itself in fp32), the normalised input in the activation dtype (for the weight's gradient) and an
@@ -226,8 +246,13 @@ class KernelConfig:
     """``bool``: dropout keeps a 1-byte mask (CUDA's fused dropout, the paper); ``dtype``: it keeps its scaled
     noise in the dtype it runs in (PyTorch's CPU dropout)."""
 
+    @property
+    def fused_attention(self) -> bool:
+        """Whether the attention is one fused kernel (``flash`` and the named kernels: :data:`FUSED_ATTENTION`)."""
+        return self.attention in FUSED_ATTENTION
+
     def __post_init__(self):
-        check_choice("attention", self.attention, ("paper", "eager", "math", "flash"))
+        check_choice("attention", self.attention, ATTENTION_KERNELS)
         check_choice("norm", self.norm, ("paper", "hf"))
         check_choice("moe", self.moe, ("paper", "hf"))
         check_choice("dropout_mask", self.dropout_mask, ("bool", "dtype"))

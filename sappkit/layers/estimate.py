@@ -38,7 +38,8 @@ dtype the dropout runs in):
 - ``attention="math"``: Q, K, V as fp32 copies, K and V repeated
   (``4(2a·d + a·d_v)`` per token instead of ``e(a·d + a_kv·d + a_kv·d_v)``),
   per pair ``4a`` (+ ``(c + 4)·a`` with dropout);
-- ``attention="flash"``: nothing per pair, ``4a`` (fp32 log-sum-exp) per token;
+- ``attention="flash"`` (and ``fa2``, ``fa3``, ``cudnn``): nothing per pair, ``4a`` (fp32 log-sum-exp) per
+  token;
 - ``norm="hf"``: each norm keeps ``4h + e·h + 4`` per token instead of ``e·h``;
 - ``fused_mlp=False``: a gated MLP keeps ``4ef`` (the activation's output too);
 - ``moe="hf"``: ``top_k·(e·h + 20) + 12·top_k + 4`` more per token (routing bookkeeping);
@@ -274,7 +275,12 @@ class _Pricing:
                              for phase in (FORWARD, BACKWARD))
                 compute = tuple(sum(op.time_ms for op in ops if op.phase == phase) for phase in (FORWARD, BACKWARD))
                 shared = sum(op.time_ms for op in ops if op.phase == FORWARD and op.name.startswith("shared_"))
-                comm = layer_comm(model, moe, parallel, self.cluster, core, compute, shared)
+                gemms = {}
+                for op in ops:
+                    if op.matmul and not op.core:
+                        times = gemms.setdefault(op.name, [0.0, 0.0])
+                        times[op.phase != FORWARD] += op.time_ms
+                comm = layer_comm(model, moe, parallel, self.cluster, core, compute, shared, gemms)
             else:
                 ops, comm = ops(), LayerComm(tp=comm())
             priced = kind_times(ops, comm, options, step=step,

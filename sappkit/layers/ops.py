@@ -18,7 +18,15 @@ gradient and the weight gradient). A dense layer runs:
   backward and, with dropout, a dropout moving ``2e + 1`` both ways; or
   ``flash``: one kernel of ``2·(d + d_v)`` FLOPs per causal (query, key) pair
   (half the pairs) forward and 2.5 times that backward (FlashAttention-2's
-  five backward matmuls to two forward);
+  five backward matmuls to two forward). Under context parallelism the
+  kind (``ParallelConfig.cp_kind``) decides the kernels: ``ring`` runs ``c``
+  steps, each the ``s/c`` local queries (two load-balanced chunks) against
+  one ``s/c`` block of keys at that block's size, and ``c − 1`` softmax
+  merges (memory-bound: the fp32 partial output and log-sum-exp read twice
+  and written, ``12·(d_v + 1)`` bytes per query and head forward; the fp32
+  query gradient accumulated, ``12·d`` backward); ``allgather`` one kernel
+  of the local queries against all ``s`` keys; ``a2a`` (Ulysses) one kernel
+  of all ``s`` queries and keys over ``a/(t·c)`` heads;
 - ``act``: GeLU moving ``2e·n·f/t`` bytes forward and ``3e`` per element
   backward, SwiGLU ``3e`` and ``5e``;
 - ``dropout_add1``, ``dropout_add2``: the residual add (and hidden dropout)
@@ -85,6 +93,8 @@ FORWARD, BACKWARD = "forward", "backward"
 BF16_GEMMS = ("router", "lm_head", "patch_embedding")
 #: Transformer Engine's ``DelayedScaling`` default ``amax_history_len`` (NeMo's and Megatron-LM's too).
 AMAX_HISTORY = 1024
+#: Bytes per element of a ring step's softmax merge: the partial outputs and log-sum-exps are fp32.
+_MERGE_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -152,11 +162,13 @@ class _Pricer:
             if nbytes:
                 self.ops.append(Op(name, phase, 0.0, nbytes, self.device.memory_ms(nbytes), False, core, norm))
 
-    def fused(self, name: str, forward_flops: float, backward_flops: float, nbytes: float, *, core=False):
-        """A fused kernel on the matmul units (flash attention), priced at its own size."""
+    def fused(self, name: str, forward_flops: float, backward_flops: float, nbytes: float, *, core=False,
+              repeat: int = 1, kernel: str = "flash"):
+        """A fused attention kernel on the matmul units, priced as ``kernel`` runs on the device
+        (:meth:`~sappkit.hardware.DeviceConfig.attention_ms`); ``repeat`` such kernels in turn (one op)."""
         for phase, flops in ((FORWARD, forward_flops), (BACKWARD, backward_flops)):
-            time = self.device.matmul_ms(flops, nbytes, self.dtype)
-            self.ops.append(Op(name, phase, flops, nbytes, time, True, core))
+            time = repeat * self.device.attention_ms(kernel, phase == BACKWARD, flops, nbytes, self.dtype)
+            self.ops.append(Op(name, phase, repeat * flops, repeat * nbytes, time, True, core))
 
 
 def layer_ops(model: TransformerConfig, moe: bool, parallel: ParallelConfig, device: DeviceConfig,
@@ -198,10 +210,8 @@ def _attention(price: _Pricer, model: TransformerConfig, parallel: ParallelConfi
         price.matmul("qkv", n, (a * d + model.num_kv_heads * (d + dv)) / t, h)
     heads, queries = a / t, model.seq_length / parallel.context_parallel
     keys, batch = model.seq_length, parallel.micro_batch_size * heads
-    if kernels.attention == "flash":
-        forward = 2 * batch * queries * keys * (d + dv) / 2  # causal: half the (query, key) pairs
-        price.fused("attention", forward, 2.5 * forward, e * batch * (queries * (2 * d + 2 * dv) + keys * (d + dv)),
-                    core=True)
+    if kernels.fused_attention:
+        _flash(price, parallel, kernels.attention, batch, queries, keys, d, dv)
     else:
         price.matmul("scores", queries, keys, d, batch=batch, core=True)
         scores = batch * queries * keys
@@ -210,6 +220,25 @@ def _attention(price: _Pricer, model: TransformerConfig, parallel: ParallelConfi
             price.memory("attention_dropout", (2 * e + 1) * scores, (2 * e + 1) * scores, core=True)
         price.matmul("context", queries, dv, keys, batch=batch, core=True)
     price.matmul("out", n, h, a * dv / t)
+
+
+def _flash(price: _Pricer, parallel: ParallelConfig, kernel: str, batch: float, queries: float, keys: float, d: int,
+           dv: int) -> None:
+    """Flash attention of ``batch`` heads of ``queries`` local queries against ``keys`` keys (causal: half the
+    pairs), as the context-parallel kind runs it: ``ring`` as ``c`` steps, each a kernel of the local queries
+    against a block of ``keys / c`` keys, with the ``c − 1`` softmax merges; ``a2a`` over ``1/c`` of the heads and
+    the whole sequence; ``allgather`` (and no CP) as one kernel."""
+    c, e = parallel.context_parallel, price.e
+    steps = c if parallel.cp_kind == "ring" else 1
+    if parallel.cp_kind == "a2a":
+        batch, queries = batch / c, queries * c
+    block = keys / steps
+    forward = 2 * batch * queries * block * (d + dv) / 2
+    nbytes = e * batch * (queries * (2 * d + 2 * dv) + block * (d + dv))
+    price.fused("attention", forward, 2.5 * forward, nbytes, core=True, repeat=steps, kernel=kernel)
+    if steps > 1:
+        rows = _MERGE_BYTES * batch * queries
+        price.memory("softmax_merge", 3 * (steps - 1) * rows * (dv + 1), 3 * (steps - 1) * rows * d, core=True)
 
 
 def _mlp(price: _Pricer, model: TransformerConfig, n: float, width: float, prefix: str = "") -> None:

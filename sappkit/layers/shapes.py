@@ -91,7 +91,7 @@ def _attention_core(kernels: KernelConfig, e: int, a: int, repeated: int, qkv: f
     ``repeated`` is ``a·(2d + d_v)``, Q, K and V at every query head, in
     elements; ``qkv`` the paper's Q, K, V bytes per token.
     """
-    if kernels.attention == "flash":
+    if kernels.fused_attention:
         return 0.0, 4 * a
     if kernels.attention == "paper":
         return a * (e + (mask_bytes(kernels, e) + e if dropout else 0)), 0.0

@@ -1,6 +1,7 @@
 """A layer kind's times per recompute option and its breakdown, from its ops and its communication.
 
-Per micro-batch: ``forward_time`` is the forward ops plus the forward
+Per micro-batch: ``forward_time`` is the forward ops (slowed by the
+collectives they hide: ``LayerComm.slowdown``) plus the forward
 communication of every dimension; ``backward_time`` the backward ops and
 communication plus what the option re-runs: ``selective`` the attention
 core's forward ops, ``comm`` the layer norms' forward ops and the
@@ -60,8 +61,8 @@ class KindTimes:
 
 def kind_times(ops: list[Op], comm: LayerComm, options, *, boundary_ms: float, step: dict) -> KindTimes:
     """Times and breakdown of one kind under ``options``; ``step`` holds its per-step and count columns."""
-    forward = sum(op.time_ms for op in ops if op.phase == FORWARD)
-    backward = sum(op.time_ms for op in ops if op.phase != FORWARD)
+    forward = sum(op.time_ms for op in ops if op.phase == FORWARD) + comm.slowdown[0]
+    backward = sum(op.time_ms for op in ops if op.phase != FORWARD) + comm.slowdown[1]
     core = sum(op.time_ms for op in ops if op.phase == FORWARD and op.core)
     norms = sum(op.time_ms for op in ops if op.phase == FORWARD and op.norm)
     sent = {TP_COMM_MS: comm.tp, CP_COMM_MS: comm.cp, EP_COMM_MS: comm.ep}

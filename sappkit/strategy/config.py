@@ -93,6 +93,13 @@ class Strategy:
     """``dtype="fp8"`` only: Transformer Engine's scaling recipe, ``delayed`` (the default: ``DelayedScaling``),
     ``current`` (per-tensor current scaling) or ``mxfp8`` (block scaling, Blackwell only:
     :mod:`sappkit.strategy.legality`); None with any other dtype."""
+    tp_comm_overlap: bool = False
+    """Hide each tensor-parallel all-gather and reduce-scatter under the matmul it feeds or follows (Megatron's
+    ``--tp-comm-overlap`` with Transformer Engine's userbuffers, torchtitan's async TP); needs sequence
+    parallelism. False: those collectives run exposed."""
+    cp_kind: Literal["ring", "allgather", "a2a"] = "ring"
+    """How context parallelism runs attention: ``ring`` (Megatron's ``p2p``), ``allgather`` (Llama 3's) or
+    ``a2a`` (Ulysses; ``cp · t`` must divide the heads) (:data:`sappkit.layers.configs.CP_KINDS`)."""
 
     def __post_init__(self):
         for field in ("tensor_parallel", "data_parallel", "context_parallel", "expert_parallel",
@@ -103,7 +110,8 @@ class Strategy:
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
         for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
-                      "reshard_after_forward", "moe_a2a_overlap", "moe_shared_expert_overlap"):
+                      "reshard_after_forward", "moe_a2a_overlap", "moe_shared_expert_overlap",
+                      "tp_comm_overlap"):
             check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
@@ -130,7 +138,8 @@ class Strategy:
                               reshard_after_forward=self.reshard_after_forward,
                               expert_imbalance=self.expert_imbalance, moe_a2a_overlap=self.moe_a2a_overlap,
                               moe_shared_expert_overlap=self.moe_shared_expert_overlap,
-                              fp8_recipe=self.fp8_recipe)
+                              fp8_recipe=self.fp8_recipe, tp_comm_overlap=self.tp_comm_overlap,
+                              cp_kind=self.cp_kind)
 
     @property
     def sharding(self) -> str:
@@ -142,8 +151,8 @@ class Strategy:
     @property
     def label(self) -> str:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
-        parallelism, ZeRO 3 without resharding, a dtype other than bf16, overlaps switched off, an expert imbalance
-        and the MoE overlaps are written only when set)."""
+        parallelism, ZeRO 3 without resharding, TP overlap, a CP kind other than ring, a dtype other than bf16,
+        overlaps switched off, an expert imbalance and the MoE overlaps are written only when set)."""
         parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
@@ -152,6 +161,10 @@ class Strategy:
             parts.append("no-reshard")
         if not self.sequence_parallel:
             parts.append("no-sp")
+        if self.tp_comm_overlap:
+            parts.append("tp-overlap")
+        if self.cp_kind != "ring":
+            parts.append(f"cp-{self.cp_kind}")
         if self.dtype != "bf16":
             parts.append(self.dtype if self.fp8_recipe is None else f"fp8-{self.fp8_recipe}")
         parts += [name for name, on in (("no-grad-overlap", self.overlap_grad_reduce),

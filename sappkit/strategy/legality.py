@@ -5,14 +5,18 @@ The rules, in the order they are checked (a strategy keeps the first it breaks):
 
 - ``heads``: ``t`` divides the attention heads and the key/value heads of
   every stack (Megatron-LM splits whole heads and whole query groups over
-  the tensor-parallel ranks).
+  the tensor-parallel ranks); all-to-all context parallelism (Ulysses,
+  ``cp_kind="a2a"``) splits the heads again over ``cp``, so ``cp · t``
+  divides the attention heads.
 - ``node``: ``t`` divides the devices of a node, so a tensor-parallel group
   stays on the node's links (the search's default; ``tensor_across_nodes``
   and :func:`check_strategy_fits` lift it: pricing a group across nodes is
   a question one may ask).
 - ``sequence``: with ``cp > 1`` the sequence splits into ``2 cp`` chunks
   (Megatron-LM's load-balanced causal ring attention), and with sequence
-  parallelism a rank's share splits again over ``t``.
+  parallelism a rank's share splits again over ``t``; tensor-parallel
+  communication overlap (``tp_comm_overlap``) needs sequence parallelism
+  (Megatron overlaps its all-gathers and reduce-scatters).
 - ``experts``: a dense model runs ``ep = 1`` and no MoE overlap; a MoE
   model's ``ep`` divides its routed experts, and ``ep · etp`` divides ``t ·
   cp · dp``. ``moe_a2a_overlap`` needs ``ep > 1``, with a pipeline
@@ -57,7 +61,8 @@ RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "
 RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
 _FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
-           "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule")
+           "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule",
+           "tp_comm_overlap", "cp_kind")
 #: Flags :func:`apply_rules` reads where a frame has them (a search varies neither; absent means off).
 _MOE_FLAGS = ("moe_a2a_overlap", "moe_shared_expert_overlap")
 
@@ -97,6 +102,9 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
         reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
         reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
                                                "(whole key/value heads per rank)")
+        reject("heads", (_column(frame, "cp_kind", "ring") == "a2a") & (heads % (cp * t) != 0),
+               lambda i: f"context_parallel * tensor_parallel = {cp[i] * t[i]} does not divide num_heads={heads} "
+                         "(all-to-all context parallelism splits whole heads over cp * t)")
     if not tensor_across_nodes:
         reject("node", devices_per_node % t != 0,
                lambda i: f"tensor_parallel={t[i]} does not divide devices_per_node={devices_per_node} "
@@ -108,6 +116,9 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
     reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
            lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
                      "(sequence parallelism)")
+    reject("sequence", _column(frame, "tp_comm_overlap", False) & ~frame["sequence_parallel"].to_numpy(bool),
+           lambda i: "tp_comm_overlap needs sequence_parallel (Megatron overlaps the sequence-parallel all-gathers "
+                     "and reduce-scatters with their matmuls)")
     _expert_rules(reject, model, t * cp * dp, ep, etp)
     _overlap_rules(reject, model, frame, ep, p, v)
     reject("batch", global_batch % (dp * b) != 0,
@@ -121,6 +132,11 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
     reject("size", p * v * m > MAX_SIMULATED_PASSES,
            lambda i: f"p * v * m = {p[i]} * {v[i]} * {m[i]} = {p[i] * v[i] * m[i]:,} forward passes; sappkit "
                      f"simulates at most {MAX_SIMULATED_PASSES.cited}")
+
+
+def _column(frame: pd.DataFrame, name: str, default) -> np.ndarray:
+    """A strategy field's column, or its default where the frame has none (the search leaves it at that)."""
+    return frame[name].to_numpy() if name in frame else np.full(len(frame), default)
 
 
 def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:

@@ -10,7 +10,9 @@ per-layer breakdown times the micro-batches), then
 as the stage waited for them: what the schedule overlaps with other work is
 not charged; without it, the transfers the stage sends, which it spends
 waiting), ``dp_comm_ms``
-(the exposed gradient reduction and weight gather), ``optimizer_ms`` and
+(the exposed gradient reduction, per bucket under the last backward with
+``overlap_grad_reduce`` and the slowdown of the backward it hides under, and
+the weight gather), ``optimizer_ms`` and
 ``idle_ms``, the rest: pipeline bubbles and waiting for the slowest stage.
 ``dp_overlapped_ms`` is the data-parallel time hidden behind the backward
 (not part of the sum).
@@ -37,8 +39,8 @@ from ..pipeline.events import step_plan
 from ..pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from .config import Strategy
 
-__all__ = ["Priced", "price_pipeline", "price_plan", "price_single_stage", "STEP_COLUMNS", "PP_COMM_MS", "DP_COMM_MS",
-           "OPTIMIZER_MS", "IDLE_MS", "STEP_MS", "DP_OVERLAPPED_MS"]
+__all__ = ["Priced", "price_pipeline", "price_plan", "price_single_stage", "bucket_count", "STEP_COLUMNS",
+           "PP_COMM_MS", "DP_COMM_MS", "OPTIMIZER_MS", "IDLE_MS", "STEP_MS", "DP_OVERLAPPED_MS"]
 
 PP_COMM_MS, DP_COMM_MS, OPTIMIZER_MS = "pp_comm_ms", "dp_comm_ms", "optimizer_ms"
 IDLE_MS, STEP_MS, DP_OVERLAPPED_MS = "idle_ms", "step_ms", "dp_overlapped_ms"
@@ -90,7 +92,7 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
         ops = slice(bounds[s], bounds[s + 1])
         chunk_of = np.array([order.cells[i][0] for i in order.position[ops]])
         gradient = np.isin(order.phase[ops], (BACKWARD, BACKWARD_WEIGHT))
-        ready = [float(starts[ops][gradient & (chunk_of == c)].max()) for c in range(setup.chunks)]
+        ready = [_last_backward(starts[ops], ends[ops], gradient & (chunk_of == c)) for c in range(setup.chunks)]
         end = float(ends[ops].max())
         busy = float((ends[ops] - starts[ops]).sum())
         if strategy.overlap_p2p_comm:  # the transfers into the stage, as far as it waited for them
@@ -99,7 +101,8 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
             transfers = float(sending[timer.graph.duration[ops]].sum()) * p2p_ms
             busy -= transfers
         syncs = [grad_sync_parts(*params[c, s], strategy.parallel, cluster, p) for c in range(setup.chunks)]
-        tail = _tail(strategy, cluster, end, ready, syncs, tuple(params[:, s].sum(axis=0)))
+        tail = _tail(strategy, cluster, end, ready, syncs, tuple(params[:, s].sum(axis=0)),
+                     [float(params[c, s].sum()) for c in range(setup.chunks)])
         done.append(end + tail[DP_COMM_MS] + tail[OPTIMIZER_MS])
         rows.append({STAGE: s, **dict(zip(_BUSY, busy_parts[s])), PP_COMM_MS: transfers, **tail, "_busy": busy})
     step = float(max(done))
@@ -119,7 +122,7 @@ def price_single_stage(layers: LayerTable, strategy: Strategy, cluster: Cluster,
     spent = {column: micro_batches * float(total) for column, total in zip(_BUSY, totals)}
     dense, experts = (float(total) for total in totals[len(_BUSY):])
     sync = grad_sync_parts(dense, experts, strategy.parallel, cluster)
-    tail = _tail(strategy, cluster, busy, [busy - backward], [sync], (dense, experts))
+    tail = _tail(strategy, cluster, busy, [(busy - backward, busy)], [sync], (dense, experts), [dense + experts])
     step = busy + tail[DP_COMM_MS] + tail[OPTIMIZER_MS]
     memory = {PARAM_MB: float((rows[PARAM_MB] * counts).sum()),
               ACTIVATION_MB: float((rows[ACTIVATION_MB] * counts).sum()), OVERHEAD_MB: 0.0,
@@ -141,20 +144,43 @@ def _sending(setup) -> np.ndarray:
     return sending
 
 
-def _tail(strategy: Strategy, cluster: Cluster, end: float, ready: list[float], syncs: list[tuple[float, float]],
-          params: tuple[float, float]) -> dict:
-    """The exposed data-parallel time and the optimizer step of a stage whose last op ends at ``end``."""
+def _last_backward(starts: np.ndarray, ends: np.ndarray, mask: np.ndarray) -> tuple[float, float]:
+    """(start, end) of the last gradient op among ``mask``: the chunk's last micro-batch's backward."""
+    last = int(np.flatnonzero(mask)[np.argmax(starts[mask])])
+    return float(starts[last]), float(ends[last])
+
+
+def bucket_count(params: float, parallel) -> int:
+    """How many buckets Megatron-Core's distributed data parallelism reduces ``params`` gradients in: its default
+    bucket of ``max(4·10⁷, 10⁶·dp·cp)`` parameters (``DistributedDataParallel``'s ``bucket_size``)."""
+    bucket = max(4e7, 1e6 * parallel.data_parallel * parallel.context_parallel)
+    return max(1, int(np.ceil(params / bucket)))
+
+
+def _tail(strategy: Strategy, cluster: Cluster, end: float, ready: list[tuple[float, float]],
+          syncs: list[tuple[float, float]], params: tuple[float, float], chunk_params: list[float]) -> dict:
+    """The exposed data-parallel time and the optimizer step of a stage whose last op ends at ``end``.
+
+    With ``overlap_grad_reduce`` each chunk's reduction runs per bucket (:func:`bucket_count`): bucket ``j`` of
+    ``k`` is ready ``(j + 1)/k`` into the chunk's last backward (``ready``: its start and end), and the buckets
+    reduce one after another; what runs past ``end`` is exposed (the last bucket at least), and what runs under
+    the backward slows it by the SMs it takes (``comm_sm_share``), added to the exposed time."""
     reduce = [r for r, _ in syncs]
     if strategy.overlap_grad_reduce:
+        buckets = []
+        for (start, stop), time, count in zip(ready, reduce, chunk_params):
+            k = bucket_count(count, strategy.parallel)
+            buckets += [(start + (j + 1) / k * (stop - start), time / k) for j in range(k)]
         free = 0.0
-        for start, time in sorted(zip(ready, reduce)):
+        for start, time in sorted(buckets):
             free = max(free, start) + time
         exposed = max(0.0, free - end)
+        exposed += cluster.device.comm_sm_share * (sum(reduce) - exposed)
     else:
         exposed = sum(reduce)
     gather = sum(g for _, g in syncs)
     exposed += 0.0 if strategy.overlap_param_gather else gather
-    hidden = sum(reduce) + gather - exposed
+    hidden = max(0.0, sum(reduce) + gather - exposed)
     return {DP_COMM_MS: exposed, OPTIMIZER_MS: optimizer_ms(*params, strategy.parallel, cluster),
             DP_OVERLAPPED_MS: hidden}
 

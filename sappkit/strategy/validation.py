@@ -77,7 +77,8 @@ OPTIONAL = {
     "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (bool, "strategy"),
     "overlap_param_gather": (bool, "strategy"), "expert_imbalance": (float, "strategy"),
     "moe_a2a_overlap": (bool, "strategy"), "moe_shared_expert_overlap": (bool, "strategy"),
-    "fp8_recipe": (str, "strategy"),
+    "fp8_recipe": (str, "strategy"), "tp_comm_overlap": (bool, "strategy"),
+    "cp_kind": (str, "strategy"),
 }
 #: The attention a row ran where it has no ``attention`` column: the materialised attention of Megatron-LM's
 #: 2021-22 runs (flash attention came after them).
@@ -121,7 +122,7 @@ def _check_choices(frame: pd.DataFrame, column: str, choices: tuple) -> None:
 def run_inputs(row) -> tuple[TransformerConfig, Strategy, int]:
     """A published run's model, strategy and global batch (the optional columns, :data:`OPTIONAL`, where given)."""
     read = {bool: _flag, int: _whole, float: lambda row, name: check_number(name, row[name], minimum=1),
-            str: lambda row, name: row[name]}
+            str: lambda row, name: str(row[name])}
     given = {name: read[kind](row, name) for name, (kind, _) in OPTIONAL.items()
              if name in row.index and not pd.isna(row[name])}
     shape = {name: given[name] for name, (_, field) in OPTIONAL.items() if field == "model" and name in given}

@@ -196,7 +196,7 @@ def test_cli_search_exports_a_best_without_a_pipeline_as_megatrons_degrees(capsy
      "sappkit search: --export torchtitan: the best strategy t1 p1 v1 dp16 cp1 ep1 b2 1f1b zero3 runs no pipeline "
      "(pipeline_parallel=1) and sappkit exports a strategy without a plan to megatron only; use --export megatron\n"),
     (["--schedules", "interleaved", "--export", "hyperparallel"],
-     "sappkit search: --export hyperparallel: the best strategy t4 p2 v4 dp1 cp2 ep1 b2 interleaved zero3: "
+     "sappkit search: --export hyperparallel: the best strategy t4 p2 v3 dp2 cp1 ep1 b1 interleaved zero3: "
      "hyperparallel runs no 'interleaved' schedule; plan for one of '1f1b'\n"),
 ])
 def test_cli_search_refuses_an_export_the_trainer_cannot_run(capsys, extra, message):

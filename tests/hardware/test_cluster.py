@@ -83,7 +83,8 @@ def test_cluster_presets_cite_their_sources_and_take_overrides(name):
     (lambda: Cluster(device=GPU, devices_per_node=0), "devices_per_node must be an int >= 1; got 0"),
     (lambda: Cluster(device=GPU, inter_efficiency=2.0), "inter_efficiency must be in (0, 1]; got 2.0"),
     (lambda: Cluster.preset("dgx-z"), "cluster must be one of 'atlas-800t-a2', 'dgx-a100', 'dgx-b200', "
-                                      "'dgx-h100' or a hardware file (.toml); got 'dgx-z'"),
+                                      "'dgx-h100', 'grand-teton-h100', 'whitefiber-h200' or a hardware file (.toml); "
+                                      "got 'dgx-z'"),
     (lambda: NODES.group(GroupSizes(), "xp"), "dimension must be one of tp, cp, ep, dp, pp; got 'xp'"),
     (lambda: collective_ms("broadcast", 1.0, 2, Link(1.0, 0.0)),
      "kind must be one of 'all_reduce', 'reduce_scatter', 'all_gather', 'all_to_all', 'send_recv'; "

@@ -54,13 +54,14 @@ def test_every_preset_cites_its_datasheet_and_overrides_any_field(name):
 
 @pytest.mark.parametrize("call, message", [
     (lambda: DeviceConfig.preset("tpu"), "device must be one of 'a100-40g', 'a100-80g', 'ascend-910b', 'b200', "
-                                         "'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
+                                         "'h100-96g-500w', 'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
     (lambda: DeviceConfig.preset("h200", hbm=1), "device preset 'h200' has no field 'hbm'; its fields: tflops, mfu, "
                                                  "link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, "
                                                  "matmul_half_gflop, hbm_efficiency, kernel_us, memory_mib, "
                                                  "comm_sm_share, reserved_mib, expert_half_tokens, "
                                                  "fp8_mfu, fp8_matmul_half_gflop, "
-                                                 "mxfp8_tflops"),
+                                                 "mxfp8_tflops, fa2_forward, fa2_backward, fa3_forward, "
+                                                 "fa3_backward, cudnn_forward, cudnn_backward"),
     (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
     (lambda: DeviceConfig(hbm_efficiency=0), "hbm_efficiency must be in (0, 1]; got 0"),
     (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),

@@ -33,7 +33,9 @@ def test_every_preset_of_before_is_still_shipped():
 def test_a_user_file_overrides_any_device_field(tmp_path, field):
     base = DeviceConfig.preset("h100-sxm")
     # a value each field takes: a share in (0, 1), else one the reserve fits under
-    value = 0.5 if field in ("mfu", "hbm_efficiency", "comm_sm_share", "fp8_mfu") else 4096.0 if field == "memory_mib" else 7.0
+    shares = ("mfu", "hbm_efficiency", "comm_sm_share", "fp8_mfu")
+    value = 0.5 if field in shares or field.endswith(("_forward", "_backward")) else 4096.0 if field == "memory_mib" \
+        else 7.0
     (tmp_path / "mine.toml").write_text(f'kind = "device"\nbase = "h100-sxm"\n{field} = {value}\n')
     mine = load(tmp_path / "mine.toml")
     assert mine == dataclasses.replace(base, name="mine", **{field: value})
@@ -78,16 +80,17 @@ def test_written_files_read_back_equal_and_are_accepted_wherever_a_preset_name_i
      "base, source, tflops, mfu, link_gbs, hbm_gbs, name, hbm_gb, fp32_tflops, fp8_tflops, matmul_half_gflop, "
      "hbm_efficiency, kernel_us, memory_mib, comm_sm_share, reserved_mib, expert_half_tokens, "
      "fp8_mfu, fp8_matmul_half_gflop, "
-     "mxfp8_tflops"),
+     "mxfp8_tflops, fa2_forward, fa2_backward, fa3_forward, fa3_backward, cudnn_forward, "
+     "cudnn_backward"),
     ('kind = "device"\nmfu = 1.5\n', "{path}: mfu must be in (0, 1]; got 1.5"),
     ('kind = "device"\ntflops = "fast"\n', "{path}: tflops must be a finite number > 0; got 'fast'"),
     ('kind = "gpu"\n', "{path}: kind must be one of 'device', 'cluster'; got 'gpu'"),
     ('tflops = 1.0\n', "{path}: kind must be one of 'device', 'cluster'; got None"),
     ('kind = "device"\nbase = "dgx-h100"\n', "device must be one of 'a100-40g', 'a100-80g', 'ascend-910b', "
-     "'b200', 'h100-sxm', 'h200' or a hardware file (.toml); got 'dgx-h100'"),
+     "'b200', 'h100-96g-500w', 'h100-sxm', 'h200' or a hardware file (.toml); got 'dgx-h100'"),
     ('kind = "device"\nbase = "bad.toml"\n', "{path}: base 'bad.toml' is based on this file again"),
     ('kind = "cluster"\ndevice = "tpu"\n', "{path}: key 'device': device must be one of 'a100-40g', 'a100-80g', "
-     "'ascend-910b', 'b200', 'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
+     "'ascend-910b', 'b200', 'h100-96g-500w', 'h100-sxm', 'h200' or a hardware file (.toml); got 'tpu'"),
     ('kind = "cluster"\ndevice = 3\n', "{path}: key 'device' must be a preset name, a file or a table; got 3"),
     ('kind = "cluster"\n[device]\nmfu = 2.0\n', "{path}: key 'device': mfu must be in (0, 1]; got 2.0"),
     ('kind = "cluster"\nbase = "dgx-h100"\nintra_node_gbs = 0\n',

@@ -58,8 +58,10 @@ def test_a_config_replaced_keeps_what_it_resolved():
      "data_parallel = 2"),
     (lambda: DeviceConfig(tflops=0), "tflops must be a finite number > 0; got 0"),
     (lambda: DeviceConfig(mfu=1.5), "mfu must be in (0, 1]; got 1.5"),
-    (lambda: KernelConfig(attention="sdpa"), "attention must be one of 'paper', 'eager', 'math', 'flash'; "
-                                             "got 'sdpa'"),
+    (lambda: KernelConfig(attention="sdpa"), "attention must be one of 'paper', 'eager', 'math', 'flash', 'fa2', "
+                                             "'fa3', 'cudnn'; got 'sdpa'"),
+    (lambda: DeviceConfig(fa3_forward=1.2), "fa3_forward must be in (0, 1]; got 1.2"),
+    (lambda: ParallelConfig(cp_kind="ulysses"), "cp_kind must be one of 'ring', 'allgather', 'a2a'; got 'ulysses'"),
     (lambda: KernelConfig(norm="rms"), "norm must be one of 'paper', 'hf'; got 'rms'"),
     (lambda: KernelConfig(moe="megatron"), "moe must be one of 'paper', 'hf'; got 'megatron'"),
     (lambda: KernelConfig(dropout_mask=1), "dropout_mask must be one of 'bool', 'dtype'; got 1"),

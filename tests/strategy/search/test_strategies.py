@@ -100,7 +100,7 @@ def test_a_dask_local_cluster_gives_the_same_result():
     (dict(objective="memory"), "objective must be one of 'throughput'; got 'memory'"),
     (dict(balance_top=0), "balance_top must be an int >= 1; got 0"),
     (dict(device="h300"), "device must be one of 'a100-40g', 'a100-80g', 'ascend-910b', 'b200', "
-                          "'h100-sxm', 'h200' or a hardware file (.toml); got 'h300'"),
+                          "'h100-96g-500w', 'h100-sxm', 'h200' or a hardware file (.toml); got 'h300'"),
     (dict(memory_mb=0), "memory_mb must be a finite number > 0; got 0"),
     (dict(executor="dask"), "executor must be a concurrent.futures.Executor (e.g. dask.distributed.Client("
                             "...).get_executor()); got 'dask'"),
