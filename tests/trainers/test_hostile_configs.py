@@ -20,6 +20,8 @@ from sappkit.trainers.megatron import read_megatron
 from sappkit.trainers.mindformers import read_mindformers
 from sappkit.trainers.torchtitan_import import python_settings, read_torchtitan
 
+from .tables import table
+
 GPT = TransformerConfig(layers=32, hidden_size=2048, num_heads=16, ffn_size=8192, seq_length=2048, vocab_size=51200)
 LLAMA = dict(model_type="llama", num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
              num_key_value_heads=8, intermediate_size=14336, vocab_size=128256, max_position_embeddings=8192,
@@ -259,20 +261,31 @@ def test_a_recipe_with_a_byte_order_mark_is_read(tmp_path):
     assert python_settings(path.read_text(encoding="utf-8")) == {"parallelism": {"pipeline_parallel_degree": 2}}
 
 
-def test_a_config_without_a_pipeline_gets_a_message_about_itself(tmp_path):
-    rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o, forward_time=1, backward_time=b,
-                 activation_mb=a) for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+def test_a_config_without_a_pipeline_is_priced_as_one_stage(tmp_path):
+    # Megatron's default p = 1: every layer on one device, micro-batch after micro-batch (1F1B on one stage).
+    # By hand: parameters 8 x 100 + 50 + 80 = 930 MB; one micro-batch in flight, 8 x 40 + 10 + 20 = 350 MB;
+    # the layer ending warm-up is the LM head (the cell ends with it), 20 MB; a micro-batch takes
+    # 8 x (1 + 2) + (0.5 + 1) + (0.8 + 1.5) = 27.8, and the step 4 x 27.8 = 111.2, no bubble.
     path = tmp_path / "a.sh"
-    path.write_text("--num-layers 8\n")
-    refused(lambda: check_config(path, pd.DataFrame(rows), memory_mb=1e4),
-            f"{path}: the config runs no pipeline (pipeline parallel size 1), and its plan prices a pipeline's "
-            "stages; price one stage with sappkit.evaluate_strategy(model, config.strategy, ...)")
+    path.write_text("--num-layers 8 --micro-batch-size 1 --global-batch-size 4\n")
+    checked = check_config(path, table(8), memory_mb=1e4)
+    assert checked.describe() == (
+        "megatron config: t1 p1 v1 dp1 cp1 ep1 b1 1f1b zero0 no-sp fp32, m=4\n"
+        "simulated step 111 time units, peak 1,300 MB of 10,000 MB\n"
+        "stage  0:   8 layers,  1,300 MB, time 27.8 time units\n"
+        "no findings")
+    stage = checked.plan.stages.iloc[0]
+    assert (stage["param_mb"], stage["activation_mb"], stage["working_mb"]) == (930.0, 350.0, 20.0)
+    assert checked.step_time == pytest.approx(111.2) == checked.plan.simulate().step_time
     refused(lambda: check_config(path, None, memory_mb=1e4),
             "layers must be the model's layer table (a LayerTable or its DataFrame), which prices the config; got "
             "None")
 
 
-# ---------------------------------------------------------------------------------------------- 8. outputs
+def test_one_stage_is_still_refused_outside_a_config():
+    from sappkit import balance
+    refused(lambda: balance(table(8), stages=1, micro_batches=4, memory_mb=1e4),
+            "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)")
 
 
 def test_module_names_with_control_characters_export_as_toml_and_python_that_parse():
