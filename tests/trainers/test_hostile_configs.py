@@ -10,6 +10,8 @@ import tomllib
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sappkit
 from sappkit import InputError, Strategy, TransformerConfig, evaluate_strategy, search_strategies
@@ -349,3 +351,26 @@ def test_out_may_not_be_the_trace_it_reads(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"sappkit layers: --out {trace} is the file --from-trace reads; write the table elsewhere", err
     assert "\n" not in err
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab \"'\\#$`;", max_size=12))
+def test_an_assigned_value_is_read_as_shlex_reads_it(value):
+    import shlex
+    from sappkit.trainers.shell import _assigned
+    try:
+        expected = " ".join(shlex.split(value, comments=True))
+    except ValueError:
+        expected = ""
+    assert _assigned(value) == expected
+
+
+def test_a_doubling_script_is_refused_before_its_values_are_split_word_by_word(monkeypatch):
+    import sappkit.trainers.shell as shell
+    split = []
+    real = shell.shlex.split
+    monkeypatch.setattr(shell.shlex, "split", lambda text, **k: split.append(len(text)) or real(text, **k))
+    refused(lambda: read_megatron("A=1\n" + 'A="$A $A"\n' * 22 + "--num-layers 8 $A\n"),
+            f"the launch script expands to more than 1000000 ({X}MAX_EXPANDED_CHARS) characters once its variables "
+            "are substituted; sappkit reads scripts within that")
+    assert split == []  # quoted values are read whole, not fed to shlex (pure Python, seconds on 500,000 characters)
