@@ -12,7 +12,7 @@ from .configs import _BYTES, ParallelConfig
 __all__ = ["param_bytes", "fsdp_working_bytes"]
 
 
-def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, frozen: bool = False) -> tuple[float, float]:
     """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
 
     The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
@@ -21,18 +21,21 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple
     --------
     >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1))  # bf16 weight, fp32 gradient, Adam / 4
     (9000.0, 0.0)
+    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1), frozen=True)  # the weights alone
+    (2000.0, 0.0)
     """
-    w, g, o = _state_bytes(parallel)
+    w, g, o = _state_bytes(parallel, frozen)
     kept_gathered = parallel.zero == 3 and not parallel.reshard_after_forward
     held = 0.0
     for params, shard in _shards(dense, experts, parallel):
         kept = {0: w + g + o, 1: w + g + o / shard, 2: w + (g + o) / shard, 3: (w + g + o) / shard}[parallel.zero]
         # Without resharding after the forward, every layer keeps its gathered weights until its backward.
         held += params * (kept + (w * (1 - 1 / shard) if kept_gathered else 0.0))
-    return held, fsdp_working_bytes(dense, experts, parallel)[0]
+    return held, fsdp_working_bytes(dense, experts, parallel, frozen=frozen)[0]
 
 
-def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -> tuple[float, float]:
+def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig, *,
+                       frozen: bool = False) -> tuple[float, float]:
     """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
     and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
 
@@ -53,7 +56,7 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     """
     if parallel.zero != 3:
         return 0.0, 0.0
-    w, g, _ = _state_bytes(parallel)
+    w, g, _ = _state_bytes(parallel, frozen)
     # Without resharding the gathered weights are held already (param_bytes): a layer's backward adds its whole
     # gradient and the next layer's prefetched weights, the first layer the two gradients and the output.
     own = w if parallel.reshard_after_forward else 0
@@ -64,10 +67,11 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig) -
     return working, first
 
 
-def _state_bytes(parallel: ParallelConfig) -> tuple[int, int, int]:
-    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters")."""
+def _state_bytes(parallel: ParallelConfig, frozen: bool = False) -> tuple[int, int, int]:
+    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters"); a frozen
+    parameter has weights only."""
     w = _BYTES[parallel.dtype]
-    return w, 4, (12 if w == 2 else 8)
+    return (w, 0, 0) if frozen else (w, 4, (12 if w == 2 else 8))
 
 
 def _shards(dense: float, experts: float, parallel: ParallelConfig) -> tuple[tuple[float, int], ...]:

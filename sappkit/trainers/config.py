@@ -70,6 +70,10 @@ class TrainerConfig:
         Samples per step, where the config gives it.
     seq_split : int
         SeqPipe's slices per micro-batch (MindFormers ``seq_split_num``).
+    mtp_layers : int
+        Multi-token-prediction layers the config runs after the decoder (Megatron-LM ``--mtp-num-layers``), on
+        the last stage: the layer table's tail prices them
+        (:attr:`sappkit.TransformerConfig.mtp_layers`, :mod:`sappkit.layers.mtp`).
     seq_params : dict or None
         SeqPipe's model sizes (:func:`sappkit.balance`'s ``seq_params``), where
         the config gives them.
@@ -94,6 +98,7 @@ class TrainerConfig:
     micro_batches: int
     global_batch: int | None = None
     seq_split: int = 1
+    mtp_layers: int = 0
     seq_params: dict | None = None
     findings: tuple[Finding, ...] = ()
     settings: dict = field(default_factory=dict)
@@ -123,6 +128,10 @@ class TrainerConfig:
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
         notes = self.notes
+        if self.mtp_layers:
+            notes += (f"the config runs {self.mtp_layers} MTP layer(s) on the last stage: they are priced as far as "
+                      "the layer table's tail prices them (estimate_layers with TransformerConfig(mtp_layers="
+                      f"{self.mtp_layers}))",)
         if self.built_layers != self.num_layers:
             notes += (f"priced as built: {self.built_layers} body layers, not the {self.num_layers} declared",)
         with one_stage_allowed(s.pipeline_parallel == 1):  # no pipeline: 1F1B on one stage

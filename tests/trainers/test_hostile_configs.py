@@ -374,3 +374,15 @@ def test_a_doubling_script_is_refused_before_its_values_are_split_word_by_word(m
             f"the launch script expands to more than 1000000 ({X}MAX_EXPANDED_CHARS) characters once its variables "
             "are substituted; sappkit reads scripts within that")
     assert split == []  # quoted values are read whole, not fed to shlex (pure Python, seconds on 500,000 characters)
+
+
+def test_megatrons_mtp_layers_are_read_and_said_to_be_priced_with_the_tail():
+    from sappkit import read_trainer_config
+    args = ["--num-layers", "8", "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1",
+            "--global-batch-size", "4", "--mtp-num-layers", "1"]
+    config = read_trainer_config(args, layers=table(8), memory_mb=1e4)
+    assert config.mtp_layers == 1
+    assert config.plan.notes[-1] == ("the config runs 1 MTP layer(s) on the last stage: they are priced as far as "
+                                     "the layer table's tail prices them (estimate_layers with "
+                                     "TransformerConfig(mtp_layers=1))")
+    assert read_trainer_config(args[:-2]).mtp_layers == 0
