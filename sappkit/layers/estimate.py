@@ -99,7 +99,9 @@ embedding ``3·p²·h + s·h`` (positions; ``2·3p²·h`` FLOPs and the ``e·3p�
 pixels per token). **Tail**: final norm and LM head ``h + v·h`` (``2hv``
 FLOPs per token) keeping ``R = 2eh`` and ``S = 4v`` (fp32 logits) per token:
 the paper's ``4·s·b·h/t·(1 + v/h)`` (sec. 4.3). Under ``time_model="flops"``
-head and tail backward is ``2×`` forward.
+head and tail backward is ``2×`` forward. The last stack's multi-token-prediction
+layers are part of the tail (:mod:`sappkit.layers.mtp`). A frozen stack's layers
+hold ``w`` bytes per parameter alone and run backward only their input gradients.
 """
 
 from __future__ import annotations
