@@ -54,6 +54,8 @@ def test_the_last_stage_holds_the_mtp_layers_in_flight_and_in_its_working_set(sc
     grown = plans[1].stages["memory_mb"] - plans[0].stages["memory_mb"]
     assert grown.iloc[last] == pytest.approx(params + kept * (1 + 1))  # in flight (one) and the working set
     assert grown.drop(last).abs().max() == pytest.approx(0.0)
+    simulated = plans[1].simulate().stages["memory_mb"] - plans[0].simulate().stages["memory_mb"]
+    assert simulated.tolist() == pytest.approx(grown.tolist())  # the simulator's peaks see them alike
     assert plans[1].stages["time"].iloc[last] - plans[0].stages["time"].iloc[last] == pytest.approx(
         mtp.tail["forward_time"] + mtp.tail["backward_time"] - plain.tail["forward_time"]
         - plain.tail["backward_time"])
