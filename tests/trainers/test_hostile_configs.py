@@ -386,3 +386,12 @@ def test_megatrons_mtp_layers_are_read_and_said_to_be_priced_with_the_tail():
                                      "the layer table's tail prices them (estimate_layers with "
                                      "TransformerConfig(mtp_layers=1))")
     assert read_trainer_config(args[:-2]).mtp_layers == 0
+
+
+def test_mindformers_mtp_depth_is_read():
+    # mindspore-lab/mindformers research/deepseek3/deepseek3_671b/pretrain_deepseek3_671b.yaml: mtp_depth: 1
+    document = {"parallel_config": {"pipeline_stage": 2, "micro_batch_num": 4},
+                "model": {"model_config": {"num_layers": 8, "mtp_depth": 1}}}
+    assert read_mindformers(document).mtp_layers == 1
+    refused(lambda: read_mindformers({**document, "model": {"model_config": {"num_layers": 8, "mtp_depth": "1"}}}),
+            "MindFormers config: mtp_depth must be an int >= 0; got '1'")
