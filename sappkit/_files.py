@@ -7,8 +7,8 @@
   :data:`~sappkit.limits.MAX_FILE_MB`.
 - :func:`load_json`, :func:`load_yaml` and :func:`load_toml`: a document, refused when it does
   not parse (one line naming the problem and its place), nests too deeply
-  for the parser, holds more than :data:`~sappkit.limits.MAX_DOCUMENT_VALUES`
-  values once YAML aliases are expanded (an alias bomb) or refers to itself;
+  for the parser, or (YAML) holds more than :data:`~sappkit.limits.MAX_DOCUMENT_VALUES`
+  values once its aliases are expanded (an alias bomb) or refers to itself;
   :func:`read_csv`: a CSV file as a frame.
 - :func:`output_path` and :func:`write_file`: a file written whole or not at
   all (to a temporary file beside it, then renamed), refused with the
@@ -124,7 +124,7 @@ def load_yaml(path: Path, what: str):
         except yaml.YAMLError:  # worded as the pure-Python parser words it, with or without libyaml
             return yaml.load(text, Loader=yaml.SafeLoader)
 
-    return _document(path, what, "YAML", parse, _yaml_problem, (ValueError, yaml.YAMLError))
+    return _document(path, what, "YAML", parse, _yaml_problem, (ValueError, yaml.YAMLError), aliases=True)
 
 
 def load_toml(path: Path, what: str):
@@ -138,9 +138,11 @@ def load_toml(path: Path, what: str):
                      (ValueError,))
 
 
-def _document(path: Path, what: str, language: str, parse, problem, errors: tuple):
+def _document(path: Path, what: str, language: str, parse, problem, errors: tuple, *, aliases: bool = False):
     """``parse`` of the file's text, or an InputError with the parse error (one of ``errors``, worded by ``problem``)
-    on one line. A ValueError is also what an integer beyond Python's digit limit raises."""
+    on one line. A ValueError is also what an integer beyond Python's digit limit raises. With ``aliases`` (YAML,
+    whose parts may be shared) the values are counted as expanded; JSON and TOML parse to trees no larger than
+    their text, which :data:`~sappkit.limits.MAX_FILE_MB` bounds."""
     text = read_text(path, what)
     try:
         document = parse(text)
@@ -149,7 +151,8 @@ def _document(path: Path, what: str, language: str, parse, problem, errors: tupl
     except errors as error:
         reason = problem(error)
     else:
-        _count_values(path, document, what)
+        if aliases:
+            _count_values(path, document, what)
         return document
     raise InputError(f"{path}: not valid {language} ({reason}); expected {what}")
 

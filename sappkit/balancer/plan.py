@@ -1,17 +1,14 @@
 """A balancer plan: where the body layers go, under which recompute, and what that costs.
 
-:class:`Plan` is what :func:`sappkit.balance` returns and what
-:func:`plan_from_offsets` builds from a hand-written MindFormers config. Its
-frames are computed from the placement alone (``evaluate``), so a solved
+:class:`Plan` is what :func:`sappkit.balance` returns and what :func:`plan_from_offsets` builds from a
+hand-written MindFormers config. Its frames are computed from the placement alone (``evaluate``), so a solved
 plan and an evaluated config are judged the same way.
 
-MindFormers offsets (:meth:`Plan.offsets`): cell ``(c, s)`` holds
-``L // (p v) + offset[c][s]`` body layers; ``recompute`` counts its ``full``
-layers, ``select_recompute`` its ``selective + both + full`` layers and
-``select_comm_recompute`` its ``comm + both + full`` layers, applied to the
-cell's *first* layers (so a cell cannot hold ``selective`` and ``comm``
-layers without the overlap running ``both``). One chunk: lists per stage;
-more: lists of lists per chunk.
+MindFormers offsets (:meth:`Plan.offsets`): cell ``(c, s)`` holds ``L // (p v) + offset[c][s]`` body layers;
+``recompute`` counts its ``full`` layers, ``select_recompute`` its ``selective + both + full`` layers and
+``select_comm_recompute`` its ``comm + both + full`` layers, applied to the cell's *first* layers (so a cell
+cannot hold ``selective`` and ``comm`` layers without the overlap running ``both``). One chunk: lists per
+stage; more: lists of lists per chunk.
 """
 
 from __future__ import annotations
@@ -25,6 +22,7 @@ import pandas as pd
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
+from ..pipeline.schedules import one_stage_allowed
 from ..layers.units import chunks_text, format_mb, format_time, html_summary, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
@@ -307,28 +305,30 @@ class Plan:
         """The plan as the recompute chooser's :class:`~sappkit.Partition` (options as configured)."""
         self._require_counts()
         setup = self.setup
-        return Partition.from_assignment(self.assignment, stages=setup.stages, micro_batches=setup.micro_batches,
-                                         chunks=setup.chunks, schedule=setup.schedule,
-                                         less_memory=setup.less_memory, seq_split=setup.seq_split,
-                                         kind_order=setup.kinds)
+        with one_stage_allowed(setup.stages == 1):  # a config without a pipeline (TrainerConfig.plan_for)
+            return Partition.from_assignment(self.assignment, stages=setup.stages, micro_batches=setup.micro_batches,
+                                             chunks=setup.chunks, schedule=setup.schedule,
+                                             less_memory=setup.less_memory, seq_split=setup.seq_split,
+                                             kind_order=setup.kinds)
 
     def costs(self) -> pd.DataFrame:
         """Per-cell costs (:func:`sappkit.cell_costs`) of the placement, the simulator's input."""
         from ..pipeline.costs import cell_costs
 
-        self._require_counts()
-        setup = self.setup
-        return cell_costs(setup.layers, self.assignment, stages=setup.stages, chunks=setup.chunks,
-                          schedule=setup.schedule, const_mb=setup.const_mb)
+        setup, _ = self.setup, self._require_counts()
+        with one_stage_allowed(setup.stages == 1):
+            return cell_costs(setup.layers, self.assignment, stages=setup.stages, chunks=setup.chunks,
+                              schedule=setup.schedule, const_mb=setup.const_mb)
 
     def simulate(self, **options):
         """Simulate one step of the plan (:func:`sappkit.simulate`; ``options`` such as ``p2p_time``)."""
         from ..pipeline.simulator import simulate
 
         setup = self.setup
-        return simulate(self.costs(), schedule=setup.schedule, micro_batches=setup.micro_batches,
-                        less_memory=setup.less_memory, seq_split=setup.seq_split, limit_mb=setup.memory_mb,
-                        **options)
+        with one_stage_allowed(setup.stages == 1):
+            return simulate(self.costs(), schedule=setup.schedule, micro_batches=setup.micro_batches,
+                            less_memory=setup.less_memory, seq_split=setup.seq_split, limit_mb=setup.memory_mb,
+                            **options)
 
     def _require_counts(self) -> np.ndarray:
         if self.counts is None:

@@ -41,9 +41,10 @@ MODULES = (
     "strategy",
     "search",
     "startup",
+    "inputs",
 )
 #: Modules that take minutes however few their cases (every notebook executed): left out of a quick run.
-SLOW = ("notebooks", "search")
+SLOW = ("notebooks", "search", "inputs")
 
 
 def median_seconds(function: Callable[[], object], *, repeats: int = 5) -> float:

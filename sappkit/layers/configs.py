@@ -85,6 +85,13 @@ class TransformerConfig:
     """Kind name of the MoE layers; default ``name + "_moe"``."""
     module: str = "model"
     """Submodule the stack's layers belong to (e.g. ``vision``, ``language``)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction layers after the last decoder layer (DeepSeek-V3's ``num_nextn_predict_layers``,
+    Megatron-LM's ``--mtp-num-layers``; last stack only), priced with the tail on the last stage
+    (:mod:`sappkit.layers.mtp`)."""
+    frozen: bool = False
+    """The stack trains no weights (a frozen vision tower): no gradients, no optimizer state, no weight-gradient
+    matmuls; a frozen stack with no trained stack before it runs no backward and keeps no activations."""
 
     def __post_init__(self):
         check_int("layers", self.layers, minimum=1, maximum=MAX_LAYERS)
@@ -94,6 +101,8 @@ class TransformerConfig:
         for field in ("vocab_size", "patch_size", "q_lora_rank", "kv_lora_rank", "rope_head_dim", "experts",
                       "top_k", "shared_experts", "dense_layers"):
             check_int(field, getattr(self, field), minimum=0, maximum=MAX_WIDTH)
+        check_int("mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
+        check_bool("frozen", self.frozen)
         mla = self.kv_lora_rank > 0
         kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         check_int("num_kv_heads", kv_heads, minimum=1, maximum=MAX_WIDTH)

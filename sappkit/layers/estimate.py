@@ -100,7 +100,9 @@ embedding ``3·p²·h + s·h`` (positions; ``2·3p²·h`` FLOPs and the ``e·3p�
 pixels per token). **Tail**: final norm and LM head ``h + v·h`` (``2hv``
 FLOPs per token) keeping ``R = 2eh`` and ``S = 4v`` (fp32 logits) per token:
 the paper's ``4·s·b·h/t·(1 + v/h)`` (sec. 4.3). Under ``time_model="flops"``
-head and tail backward is ``2×`` forward.
+head and tail backward is ``2×`` forward. The last stack's multi-token-prediction
+layers are part of the tail (:mod:`sappkit.layers.mtp`). A frozen stack's layers
+hold ``w`` bytes per parameter alone and run backward only their input gradients.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ from ..columns import (
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
 from ..hardware import Cluster, DeviceConfig
-from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms, tail_comm
+from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms
+from .mtp import mtp_comm, mtp_ops, mtp_shapes
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 from .ops import BACKWARD, FORWARD, head_ops, layer_ops, patch_ops, tail_ops
 from .param_memory import fsdp_working_bytes, param_bytes
@@ -206,16 +209,16 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     price = _Pricing(parallel, device, cluster, kernels, time_model)
     first, last = models[0], models[-1]
     rows = price.rows(head_shape(models, parallel, kernels), first.module, HEAD, "embedding",
-                      ops=lambda: _head_ops(models, parallel, device), comm=lambda: head_comm(last, parallel, cluster),
-                      boundary=last)
+                      ops=lambda: _head_ops(models, parallel, device),
+                      comm=lambda: LayerComm(tp=head_comm(last, parallel, cluster)), boundary=last)
     for model in models:
         for kind, count, moe in kinds(model):
             shape = layer_shape(model, moe, _BYTES[parallel.dtype], kernels, fp8=parallel.fp8_recipe is not None)
             rows += price.rows([shape], model.module, BODY, kind, count=count, options=options, body=(model, moe),
                                boundary=model)
-    rows += price.rows(tail_shape(last, parallel), last.module, TAIL, "lm_head",
-                       ops=lambda: tail_ops(last, parallel, device), comm=lambda: tail_comm(last, parallel, cluster),
-                       boundary=last)
+    rows += price.rows(tail_shape(last, parallel) + mtp_shapes(last, parallel, kernels), last.module, TAIL, "lm_head",
+                       ops=lambda: tail_ops(last, parallel, device) + mtp_ops(last, parallel, device, kernels),
+                       comm=lambda: mtp_comm(last, parallel, cluster, device, kernels), boundary=last)
     frame = pd.DataFrame([row for row, _ in rows])
     breakdown = pd.DataFrame([{KIND: row[KIND], OPTION: row[OPTION], **parts} for row, parts in rows])
     return LayerTable(frame, const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
@@ -259,14 +262,17 @@ class _Pricing:
         t, experts = parallel.tensor_parallel, parallel.expert_parallel * parallel.expert_tensor_parallel
         dense = sum(p.dense_params for p in parts) / t
         routed = sum(p.expert_params for p in parts) / experts
-        held, _ = param_bytes(dense, routed, parallel, body=body is not None)
-        working, first_working = fsdp_working_bytes(dense, routed, parallel, body=body is not None)
+        frozen = body is not None and body[0].frozen
+        held, _ = param_bytes(dense, routed, parallel, body=body is not None, frozen=frozen)
+        working, first_working = fsdp_working_bytes(dense, routed, parallel, body=body is not None,
+                                                   frozen=frozen)
         kept, flops = _kept(parts, parallel)
-        step = {DP_COMM_MS: grad_sync_ms(dense, routed, parallel, self.cluster),
-                OPTIMIZER_MS: optimizer_ms(dense, routed, parallel, self.cluster), PARAMS: dense,
-                EXPERT_PARAMS: routed, MODEL_FLOPS: 3 * flops}
+        trained = (0.0, 0.0) if frozen else (dense, routed)  # a frozen stack reduces and updates nothing
+        step = {DP_COMM_MS: grad_sync_ms(*trained, parallel, self.cluster),
+                OPTIMIZER_MS: optimizer_ms(*trained, parallel, self.cluster), PARAMS: trained[0],
+                EXPERT_PARAMS: trained[1], MODEL_FLOPS: 3 * flops}
         if self.time_model == "flops":
-            priced = _flops_times(parts, parallel, self.device, options, step)
+            priced = _flops_times(parts, parallel, self.device, options, step, frozen=frozen)
         else:
             if body is not None:
                 model, moe = body
@@ -282,7 +288,7 @@ class _Pricing:
                         times[op.phase != FORWARD] += op.time_ms
                 comm = layer_comm(model, moe, parallel, self.cluster, core, compute, shared, gemms)
             else:
-                ops, comm = ops(), LayerComm(tp=comm())
+                ops, comm = ops(), comm()
             priced = kind_times(ops, comm, options, step=step,
                                 boundary_ms=boundary_ms(boundary, parallel, self.cluster, stages=2))
         return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
@@ -305,8 +311,9 @@ def _kept(parts: list[Shape], parallel: ParallelConfig) -> tuple[dict, float]:
             "full": sum(n * p.kept_by_full for n, p in zip(tokens, parts)) / t_sp}, flops
 
 
-def _flops_times(parts, parallel, device, options, step) -> KindTimes:
-    """The paper's times (module docstring, "Time (flops)"): FLOPs at the device's flat ``mfu``."""
+def _flops_times(parts, parallel, device, options, step, *, frozen: bool = False) -> KindTimes:
+    """The paper's times (module docstring, "Time (flops)"): FLOPs at the device's flat ``mfu``; a frozen stack's
+    backward runs the input gradients alone (the matmuls once, the attention core twice)."""
     t, c, b = parallel.tensor_parallel, parallel.context_parallel, parallel.micro_batch_size
     t_sp = t if parallel.sequence_parallel else 1
     ms_per_flop = 1e3 / (device.tflops * 1e12 * device.mfu)
@@ -317,8 +324,9 @@ def _flops_times(parts, parallel, device, options, step) -> KindTimes:
     gathered = comm_bytes * (t - 1) / t if parallel.sequence_parallel else 0.0
     comm_time = (gathered / (device.link_gbs * 1e9) + 2 * comm_bytes / t_sp / (device.hbm_gbs * 1e9)) * 1e3
     extra = {"none": 0.0, "selective": core_time, "comm": comm_time, "both": core_time + comm_time, "full": forward}
-    times = {option: (forward, 2 * forward + extra[option]) for option in options}
-    breakdown = {option: {COMPUTE_MS: 3 * forward + extra[option], RECOMPUTE_MS: extra[option], TP_COMM_MS: 0.0,
+    backward = forward + core_time if frozen else 2 * forward
+    times = {option: (forward, backward + extra[option]) for option in options}
+    breakdown = {option: {COMPUTE_MS: forward + backward + extra[option], RECOMPUTE_MS: extra[option], TP_COMM_MS: 0.0,
                           CP_COMM_MS: 0.0, EP_COMM_MS: 0.0, PP_COMM_MS: 0.0, **step} for option in options}
     return KindTimes(times, breakdown)
 
@@ -355,6 +363,9 @@ def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ..
         if index < len(models) - 1 and model.vocab_size:
             raise InputError(f"{where} vocab_size={model.vocab_size}; only the last stack has a vocabulary "
                              "(its token embedding is the head, its LM head the tail)")
+        if index < len(models) - 1 and model.mtp_layers:
+            raise InputError(f"{where} mtp_layers={model.mtp_layers}; only the last stack predicts tokens (its MTP "
+                             "layers follow its last layer)")
         if index > 0 and model.patch_size:
             raise InputError(f"{where} patch_size={model.patch_size}; only the first stack embeds patches")
     if not models[-1].vocab_size:

@@ -4,7 +4,7 @@ Per micro-batch and device, with ``n = s·b/c`` tokens, ``t`` tensor-parallel
 ranks (``t_sp = t`` under sequence parallelism, else 1) and ``e`` bytes per
 element. Matmuls are ``(M, K) × (K, N)``: ``2MNK`` FLOPs moving ``e(MK + KN
 + MN)`` bytes; their backward is two matmuls of the same FLOPs (the input
-gradient and the weight gradient). A dense layer runs:
+gradient and the weight gradient; a frozen stack's layers run only the first). A dense layer runs:
 
 - ``norm1``, ``norm2``: memory-bound, ``2e·n·h/t_sp`` bytes forward (read,
   write), ``3e·n·h/t_sp`` backward (read input and gradient, write);
@@ -118,9 +118,10 @@ class Op:
 class _Pricer:
     """Builds a layer's ops on one device (the module docstring's formulas)."""
 
-    def __init__(self, device: DeviceConfig, parallel: ParallelConfig):
+    def __init__(self, device: DeviceConfig, parallel: ParallelConfig, *, frozen: bool = False):
         self.device, self.e, self.recipe = device, _BYTES[parallel.dtype], parallel.fp8_recipe
         self.dtype = "bf16" if self.recipe else parallel.dtype  # what the ops outside the FP8 GEMMs run in
+        self.frozen = frozen  # weights that train no gradient: their matmuls run no weight-gradient matmul
         self.fp8_gemms = 0
         self.ops: list[Op] = []
 
@@ -132,8 +133,10 @@ class _Pricer:
         if fp8:
             self.fp8_gemms += 1
             self.memory(f"{name}_cast", self.cast_bytes() * m * k * batch, self.cast_bytes() * m * n * batch)
-        for phase, shape in ((FORWARD, (m, n, k)), (BACKWARD, (m, k, n)), (BACKWARD, (k, n, m))):
-            self._matmul(name, phase, *shape, batch, core, fp8, tokens)
+        self._matmul(name, FORWARD, m, n, k, batch, core, fp8, tokens)
+        self._matmul(name, BACKWARD, m, k, n, batch, core, fp8, tokens)
+        if core or not self.frozen:  # the core's second backward matmul is an input gradient too
+            self._matmul(name, BACKWARD, k, n, m, batch, core, fp8, tokens)
 
     def _matmul(self, name, phase, m, n, k, batch, core, fp8, tokens=None):
         flops = 2 * m * n * k
@@ -173,8 +176,9 @@ class _Pricer:
 
 def layer_ops(model: TransformerConfig, moe: bool, parallel: ParallelConfig, device: DeviceConfig,
               kernels: KernelConfig) -> list[Op]:
-    """The ops of one body layer (dense, or MoE when ``moe``) per micro-batch on one device."""
-    price = _Pricer(device, parallel)
+    """The ops of one body layer (dense, or MoE when ``moe``) per micro-batch on one device (of a frozen stack: no
+    weight-gradient matmuls)."""
+    price = _Pricer(device, parallel, frozen=model.frozen)
     t, c, e = parallel.tensor_parallel, parallel.context_parallel, price.e
     t_sp = t if parallel.sequence_parallel else 1
     h, n = model.hidden_size, model.seq_length * parallel.micro_batch_size / c

@@ -12,7 +12,8 @@ from .configs import _BYTES, ParallelConfig
 __all__ = ["param_bytes", "fsdp_working_bytes", "fp8_copy_bytes"]
 
 
-def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, body: bool = True) -> tuple[float, float]:
+def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, body: bool = True,
+                frozen: bool = False) -> tuple[float, float]:
     """Bytes a device holds for ``dense`` and routed-``experts`` parameters, and the ZeRO-3 gathered working set.
 
     The module docstring's rules ("Parameters"); the counts are already split over tensor and expert parallelism.
@@ -25,8 +26,10 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, body:
     (9000.0, 0.0)
     >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1, dtype="fp8"))  # and two FP8 copies
     (11000.0, 0.0)
+    >>> param_bytes(1000, 0, ParallelConfig(data_parallel=4, zero=1), frozen=True)  # the weights alone
+    (2000.0, 0.0)
     """
-    w, g, o = _state_bytes(parallel)
+    w, g, o = _state_bytes(parallel, frozen)
     kept_gathered = parallel.zero == 3 and not parallel.reshard_after_forward
     copies = fp8_copy_bytes(parallel) if body else 0.0
     held = 0.0
@@ -35,7 +38,7 @@ def param_bytes(dense: float, experts: float, parallel: ParallelConfig, *, body:
         # Without resharding after the forward, every layer keeps its gathered weights until its backward.
         held += params * (kept + (w * (1 - 1 / shard) if kept_gathered else 0.0))
         held += params * copies if parallel.zero < 3 or kept_gathered else 0.0
-    return held, fsdp_working_bytes(dense, experts, parallel, body=body)[0]
+    return held, fsdp_working_bytes(dense, experts, parallel, body=body, frozen=frozen)[0]
 
 
 def fp8_copy_bytes(parallel: ParallelConfig) -> float:
@@ -49,7 +52,7 @@ def fp8_copy_bytes(parallel: ParallelConfig) -> float:
 
 
 def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig, *,
-                       body: bool = True) -> tuple[float, float]:
+                       body: bool = True, frozen: bool = False) -> tuple[float, float]:
     """Bytes a layer's backward holds beyond its shards under ZeRO-3 / FSDP that reshards: at the end of warm-up,
     and as the stage's first layer runs the stage's last backward (``working_mb``, ``first_working_mb``).
 
@@ -71,7 +74,7 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig, *
     """
     if parallel.zero != 3:
         return 0.0, 0.0
-    w, g, _ = _state_bytes(parallel)
+    w, g, _ = _state_bytes(parallel, frozen)
     # Without resharding the gathered weights are held already (param_bytes): a layer's backward adds its whole
     # gradient and the next layer's prefetched weights, the first layer the two gradients and the output.
     own = w if parallel.reshard_after_forward else 0
@@ -84,10 +87,11 @@ def fsdp_working_bytes(dense: float, experts: float, parallel: ParallelConfig, *
     return working, first
 
 
-def _state_bytes(parallel: ParallelConfig) -> tuple[int, int, int]:
-    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters")."""
+def _state_bytes(parallel: ParallelConfig, frozen: bool = False) -> tuple[int, int, int]:
+    """Bytes per parameter of weight, gradient and optimizer state (module docstring, "Parameters"); a frozen
+    parameter has weights only."""
     w = _BYTES[parallel.dtype]
-    return w, 4, (12 if w == 2 else 8)
+    return (w, 0, 0) if frozen else (w, 4, (12 if w == 2 else 8))
 
 
 def _shards(dense: float, experts: float, parallel: ParallelConfig) -> tuple[tuple[float, int], ...]:

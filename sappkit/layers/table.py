@@ -12,24 +12,19 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .._check import check_number, short
-from .._frames import check_frame, name_column, number_column, whole_column
-from .._frames import plain as _plain
+from .._check import check_number
+from .._frames import number_column
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
-    LAYER_OPTIONAL, LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES,
-    SPLIT_COLUMNS, TAIL, WORKING_MB,
+    LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, TAIL, WORKING_MB,
 )
 from ..errors import InputError
-from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
-from .options import CUSTOM_OPTIONS, check_custom_options, check_option_names
+from ..limits import MAX_MEMORY_MB, MAX_TIME
+from .options import CUSTOM_OPTIONS, check_custom_options
+from .table_rows import check_per_kind, validated_rows
 from .units import check_time_unit, time_unit_of, with_time_unit
 
 __all__ = ["LayerTable", "as_layer_table"]
-
-#: Columns that describe a kind, so they must agree across its option rows.
-_PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
-
 
 @dataclass(frozen=True, eq=False)
 class LayerTable:
@@ -106,7 +101,7 @@ class LayerTable:
         unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
         custom = check_custom_options(self.frame.attrs.get(CUSTOM_OPTIONS, ()) if self.custom_options is None
                                       and isinstance(self.frame, pd.DataFrame) else self.custom_options)
-        frame = with_time_unit(_validated(self.frame, custom), unit)
+        frame = with_time_unit(validated_rows(self.frame, custom), unit)
         frame.attrs[CUSTOM_OPTIONS] = custom
         self._index(frame)
         object.__setattr__(self, "time_unit", unit)
@@ -294,7 +289,7 @@ class LayerTable:
             frame[column] = values
             limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
             frame[column] = number_column(frame, column, "layers", maximum=limit)
-        _check_per_kind(frame)
+        check_per_kind(frame)
         table = object.__new__(LayerTable)
         for name in ("const_mb", "device", "time_unit", "custom_options"):
             object.__setattr__(table, name, getattr(self, name))
@@ -321,76 +316,3 @@ def as_layer_table(layers, *, name: str = "layers") -> LayerTable:
         return LayerTable(layers)
     raise InputError(f"{name} must be a LayerTable or a DataFrame with columns "
                      f"{', '.join(LAYER_REQUIRED)}; got {type(layers).__name__}")
-
-
-def _validated(frame, custom: tuple[str, ...]) -> pd.DataFrame:
-    """Check the layer columns, the option names (SAPP's or ``custom``) and per-kind consistency; return a clean
-    copy with defaults filled."""
-    if not isinstance(frame, pd.DataFrame):
-        raise InputError(f"layers must be a DataFrame; got {type(frame).__name__}")
-    check_frame(frame, "layers", LAYER_REQUIRED, "a layer table")
-    frame = frame.reset_index(drop=True).copy()
-    # Optional columns may be absent or blank on some rows: both mean the default.
-    for column, default in LAYER_OPTIONAL.items():
-        values = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
-        frame[column] = values.astype(object).fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
-    for column in (KIND, OPTION, MODULE):
-        frame[column] = name_column(frame, column, "layers")
-
-    def where(row: int) -> str:
-        return f"layers row {row} (kind {frame.at[row, KIND]!r})"
-
-    for column in LAYER_NUMERIC:
-        limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
-        values = number_column(frame, column, "layers", maximum=limit, where=where)
-        if column != COUNT:  # counts are checked whole below, against the values as given
-            frame[column] = values
-    # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
-    for column in SPLIT_COLUMNS:
-        if column in frame.columns:
-            blank = frame[column].isna()
-            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
-            frame[column] = number_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column,
-                                          "layers", maximum=limit, where=where)
-            frame.loc[blank, column] = np.nan
-    for row, role in frame[ROLE].items():
-        if role not in ROLES:
-            raise InputError(f"{where(row)} column 'role' is {short(role)}; "
-                             f"expected one of {', '.join(map(repr, ROLES))}")
-    frame[COUNT] = whole_column(frame, COUNT, "layers", minimum=1, maximum=MAX_LAYERS, where=where)
-    duplicated = frame.duplicated([KIND, OPTION])
-    if duplicated.any():
-        row = int(np.flatnonzero(duplicated)[0])
-        raise InputError(f"layers row {row} repeats (kind, option) = "
-                         f"({frame.at[row, KIND]!r}, {frame.at[row, OPTION]!r}); each pair may appear once")
-    _check_per_kind(frame)
-    if not (frame[ROLE] == BODY).any():
-        raise InputError("layers has no body kind; a pipeline needs at least one row with role 'body'")
-    counts = frame[frame[ROLE] == BODY].drop_duplicates(KIND).set_index(KIND)[COUNT]
-    if counts.sum() > MAX_LAYERS:
-        raise InputError(f"layers has {counts.sum()} body layers "
-                         f"({', '.join(f'{kind!r}: {n}' for kind, n in counts.items())}); "
-                         f"expected at most {MAX_LAYERS.cited}")
-    check_option_names(frame, custom, where)
-    return frame
-
-
-def _check_per_kind(frame: pd.DataFrame) -> None:
-    for kind, rows in frame.groupby(KIND, sort=False):
-        for column in _PER_KIND:
-            values = rows[column].unique()
-            if len(values) > 1:
-                raise InputError(f"layers kind {kind!r} has different {column!r} on its rows "
-                                 f"{rows.index.tolist()}: {[_plain(v) for v in values]}; "
-                                 f"a kind's {column} is one value")
-        role = rows[ROLE].iloc[0]
-        if role in (HEAD, TAIL) and len(rows) > 1:
-            raise InputError(f"layers {role} kind {kind!r} has {len(rows)} option rows "
-                             f"({', '.join(rows[OPTION])}); a {role} has exactly one")
-        if role in (HEAD, TAIL) and rows[COUNT].iloc[0] != 1:
-            raise InputError(f"layers {role} kind {kind!r} has count {rows[COUNT].iloc[0]}; a {role} has count 1")
-    for role in (HEAD, TAIL):
-        kinds = frame.loc[frame[ROLE] == role, KIND].unique()
-        if len(kinds) > 1:
-            raise InputError(f"layers has {len(kinds)} {role} kinds ({', '.join(map(repr, kinds))}); "
-                             f"at most one {role} is allowed")

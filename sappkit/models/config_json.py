@@ -12,7 +12,8 @@ The keys read, by family (a multimodal config's ``text_config`` is read the same
   dense layers);
 - DeepSeek-V3 (``deepseek_v3``, ``deepseek_v2``): ``q_lora_rank``, ``kv_lora_rank``, ``qk_nope_head_dim``,
   ``qk_rope_head_dim``, ``v_head_dim``, ``n_routed_experts``, ``num_experts_per_tok``, ``n_shared_experts``,
-  ``moe_intermediate_size``, ``first_k_dense_replace``.
+  ``moe_intermediate_size``, ``first_k_dense_replace``, ``num_nextn_predict_layers`` (its multi-token-prediction
+  layers, :attr:`~sappkit.TransformerConfig.mtp_layers`; DeepSeek-V3 ships 1).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def _deepseek(keys: _Keys) -> dict:
                 kv_lora_rank=keys.int("kv_lora_rank"), rope_head_dim=rope, num_kv_heads=heads,
                 experts=keys.int("n_routed_experts"), top_k=keys.int("num_experts_per_tok"),
                 shared_experts=keys.int("n_shared_experts", 0), expert_ffn_size=keys.int("moe_intermediate_size"),
-                dense_layers=keys.int("first_k_dense_replace", 0))
+                dense_layers=keys.int("first_k_dense_replace", 0),
+                mtp_layers=keys.int("num_nextn_predict_layers", 0, maximum=MAX_LAYERS))
 
 
 def _qwen_moe(keys: _Keys) -> dict:

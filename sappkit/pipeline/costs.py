@@ -33,7 +33,7 @@ from ..limits import MAX_MEMORY_MB, MAX_STAGES
 from ..layers.table import LayerTable, as_layer_table
 from ..layers.units import with_time_unit
 from .memory_events import NO_BACKWARD, memory_events
-from .schedules import check_pipeline, in_flight_counts, model_order, tail_cell
+from .schedules import check_pipeline, fewest_stages, in_flight_counts, model_order, tail_cell
 from .simulator_inputs import STATIC_MB
 
 __all__ = ["even_counts", "even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT",
@@ -314,7 +314,8 @@ def _even_counts(total: int, cells: list[tuple[int, int]], p: int, head_tail_sta
 
 def _check_shape(schedule, stages, chunks) -> tuple[str, int, int]:
     """Validate schedule, stages and chunks (micro-batches do not matter here)."""
-    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    p = check_int("stages", stages, minimum=fewest_stages(schedule), maximum=MAX_STAGES,
+                  why="a pipeline needs at least two stages")
     schedule, p, _, v, _ = check_pipeline(schedule, p, 2 * p, chunks)
     return schedule, p, v
 

@@ -31,6 +31,8 @@ in the simulator:
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Literal
 
 import numpy as np
@@ -44,7 +46,7 @@ from . import zero_bubble
 
 __all__ = ["Schedule", "SCHEDULES", "SAPP_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
            "in_flight_counts", "forward_in_backward", "check_pipeline", "check_simulated", "model_order",
-           "tail_cell"]
+           "tail_cell", "one_stage_allowed", "fewest_stages"]
 
 Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs", "zb_interleaved", "zbv",
                    "dualpipev_split"]
@@ -58,6 +60,41 @@ V_SHAPED: tuple[str, ...] = ("dualpipev", "zbv", "dualpipev_split")
 SPLIT_BACKWARD: tuple[str, ...] = ("zb_interleaved", "zbv", "dualpipev_split")
 #: Chunks a schedule fixes (and the schedule running other chunk counts); the others take the caller's.
 _FIXED_CHUNKS = {"1f1b": (1, "interleaved"), "gpipe": (1, "looped_bfs"), **{v: (2, None) for v in V_SHAPED}}
+
+
+#: Whether :func:`check_pipeline` accepts one stage (see :func:`one_stage_allowed`).
+_ONE_STAGE = ContextVar("one_stage", default=False)
+
+
+@contextmanager
+def one_stage_allowed(allowed: bool = True):
+    """Within it (where ``allowed``), a pipeline may have one stage under ``1f1b``: a run without a pipeline.
+
+    A trainer config at pipeline parallel size 1 (Megatron-LM's default) runs
+    every layer on one device, micro-batch after micro-batch, which is 1F1B
+    on one stage: one micro-batch in flight, the working set of the layer that
+    ends warm-up, ``m`` times the stage's time. The config checker prices it
+    with the pipeline's own models inside this context; everywhere else one
+    stage is refused, since the balancer, the chooser and the simulator are
+    asked about pipelines.
+
+    Examples
+    --------
+    >>> with one_stage_allowed():
+    ...     check_pipeline("1f1b", 1, 4)
+    ('1f1b', 1, 4, 1, 1)
+    """
+    token = _ONE_STAGE.set(bool(allowed) or _ONE_STAGE.get())
+    try:
+        yield
+    finally:
+        _ONE_STAGE.reset(token)
+
+
+def fewest_stages(schedule) -> int:
+    """The fewest stages :func:`check_pipeline` accepts for ``schedule``: 1 for ``1f1b`` in
+    :func:`one_stage_allowed`, else 2."""
+    return 1 if schedule == "1f1b" and _ONE_STAGE.get() else 2
 
 
 def schedule_chunks(schedule: str, chunks: int) -> int:
@@ -75,7 +112,8 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
                    seq_split=1) -> tuple[str, int, int, int, int]:
     """Validate a pipeline shape; return ``(schedule, p, m, v, k)`` or raise naming the bad argument."""
     schedule = check_choice("schedule", schedule, SCHEDULES)
-    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    p = check_int("stages", stages, minimum=fewest_stages(schedule), maximum=MAX_STAGES,
+                  why="a pipeline needs at least two stages")
     m = check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)
     v = check_int("chunks", chunks, minimum=1, maximum=MAX_CHUNKS)
     k = check_int("seq_split", seq_split, minimum=1, maximum=MAX_SEQ_SPLIT)
@@ -224,7 +262,8 @@ def forward_in_backward(stages: int, micro_batches: int, less_memory: bool = Fal
     >>> forward_in_backward(4, 4).tolist()
     [0, 0, 1, 3]
     """
-    p = check_int("stages", stages, minimum=2, maximum=MAX_STAGES, why="a pipeline needs at least two stages")
+    p = check_int("stages", stages, minimum=fewest_stages("1f1b"), maximum=MAX_STAGES,
+                  why="a pipeline needs at least two stages")
     m = check_int("micro_batches", micro_batches, minimum=1, maximum=MAX_MICRO_BATCHES)
     s = np.arange(p)
     if check_bool("less_memory", less_memory):

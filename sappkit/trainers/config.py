@@ -25,7 +25,7 @@ from ..columns import CHUNK, COUNT, KIND, LAYERS, OPTION, ROLE, STAGE
 from ..errors import InputError
 from ..layers.table import as_layer_table
 from ..limits import MAX_DEVICES, MAX_MEMORY_MB, Limit
-from ..pipeline.schedules import model_order
+from ..pipeline.schedules import model_order, one_stage_allowed
 from ..recompute import RecomputeChoice
 from ..strategy import Strategy
 
@@ -70,6 +70,10 @@ class TrainerConfig:
         Samples per step, where the config gives it.
     seq_split : int
         SeqPipe's slices per micro-batch (MindFormers ``seq_split_num``).
+    mtp_layers : int
+        Multi-token-prediction layers the config runs after the decoder (Megatron-LM ``--mtp-num-layers``), on
+        the last stage: the layer table's tail prices them
+        (:attr:`sappkit.TransformerConfig.mtp_layers`, :mod:`sappkit.layers.mtp`).
     seq_params : dict or None
         SeqPipe's model sizes (:func:`sappkit.balance`'s ``seq_params``), where
         the config gives them.
@@ -94,6 +98,7 @@ class TrainerConfig:
     micro_batches: int
     global_batch: int | None = None
     seq_split: int = 1
+    mtp_layers: int = 0
     seq_params: dict | None = None
     findings: tuple[Finding, ...] = ()
     settings: dict = field(default_factory=dict)
@@ -113,27 +118,30 @@ class TrainerConfig:
         where the trainer builds fewer or more (integer division), the plan
         prices what it builds: the last body kind loses or gains the
         difference, and the plan's notes say so. ``seq_params`` overrides
-        :attr:`seq_params` (SeqPipe with more than one slice needs them).
+        :attr:`seq_params` (SeqPipe with more than one slice needs them). A
+        config without a pipeline (pipeline parallel size 1) is priced as 1F1B
+        on one stage (:func:`~sappkit.pipeline.schedules.one_stage_allowed`).
         """
         if layers is None:
             raise InputError("layers must be the model's layer table (a LayerTable or its DataFrame); got None")
         table = _built_table(as_layer_table(layers), self)
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
-        if s.pipeline_parallel == 1:
-            raise InputError(f"{self.source}: the config runs no pipeline (pipeline parallel size 1), and its plan "
-                             "prices a pipeline's stages; price one stage with sappkit.evaluate_strategy("
-                             "model, config.strategy, ...)")
-        setup = make_setup(table, stages=s.pipeline_parallel, micro_batches=self.micro_batches,
-                           memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
-                           less_memory=less_memory, seq_split=self.seq_split, objective=objective,
-                           seq_params=(seq_params or self.seq_params) if self.seq_split > 1 else None)
-        assignment = _assignment(table, setup.cells, self.layer_counts, self.options)
-        notes = setup.notes + self.notes
+        notes = self.notes
+        if self.mtp_layers:
+            notes += (f"the config runs {self.mtp_layers} MTP layer(s) on the last stage: they are priced as far as "
+                      "the layer table's tail prices them (estimate_layers with TransformerConfig(mtp_layers="
+                      f"{self.mtp_layers}))",)
         if self.built_layers != self.num_layers:
             notes += (f"priced as built: {self.built_layers} body layers, not the {self.num_layers} declared",)
-        return make_plan(setup, counts_from_assignment(setup, assignment), status="evaluated", gap=None,
-                         solve_seconds=0.0, method=f"{self.trainer} config", notes=notes)
+        with one_stage_allowed(s.pipeline_parallel == 1):  # no pipeline: 1F1B on one stage
+            setup = make_setup(table, stages=s.pipeline_parallel, micro_batches=self.micro_batches,
+                               memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
+                               less_memory=less_memory, seq_split=self.seq_split, objective=objective,
+                               seq_params=(seq_params or self.seq_params) if self.seq_split > 1 else None)
+            assignment = _assignment(table, setup.cells, self.layer_counts, self.options)
+            return make_plan(setup, counts_from_assignment(setup, assignment), status="evaluated", gap=None,
+                             solve_seconds=0.0, method=f"{self.trainer} config", notes=setup.notes + notes)
 
     def with_plan(self, layers, *, memory_mb, **options) -> TrainerConfig:
         """This config with :attr:`plan` priced on ``layers``."""

@@ -260,7 +260,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     findings += _mtp_findings(mtp_cells)
     return TrainerConfig(trainer="megatron", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=layers, micro_batches=m, global_batch=batch,
-                         findings=tuple(findings), settings=flags, notes=tuple(notes), source=origin)
+                         mtp_layers=flags.get("--mtp-num-layers", 0), findings=tuple(findings), settings=flags,
+                         notes=tuple(notes), source=origin)
 
 
 def _data_parallel(flags, world_size, model_parallel: int) -> tuple[int, str]:
@@ -383,8 +384,8 @@ def _mtp_findings(mtp_cells) -> list[Finding]:
         if "t" not in layers:
             found.append(Finding("mtp_only_stage", "warning",
                                  f"stage {stage} chunk {chunk} holds only MTP layers ({layers}): a whole "
-                                 "pipeline stage for what costs about one decoder layer, and sappkit's layer "
-                                 "table does not price MTP",
+                                 "pipeline stage for what costs about one decoder layer (sappkit prices MTP "
+                                 "layers with the LM head, on the last stage)",
                                  "put the MTP layers with the last decoder layers (e.g. '...tttmL'), and take "
                                  "one stage fewer or give the others its share"))
     return found

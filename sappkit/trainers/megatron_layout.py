@@ -19,6 +19,7 @@ in ``megatron/training/arguments.py``, commit ``d98e8a64ddf3`` (2026-08-22).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from .._check import short
@@ -85,10 +86,15 @@ class Layout:
 def parse_layout(text: str) -> Layout:
     """Parse a ``--pipeline-model-parallel-layout`` string the way Megatron-LM does.
 
-    Commas are dropped; then every ``(group)*n`` is unrolled (one level of
-    parentheses: the group holds no parenthesis), then every ``x*n``; then
-    the text splits into stages at ``|``, and each character must be one of
-    ``E``, ``t``, ``m``, ``L``.
+    Commas are dropped; then every ``(group)*n`` is unrolled (Megatron's
+    ``\\(([^)]+)\\)\\*(\\d+)``, left to right: a group is everything up to the
+    next ``)``, copied as written), then every ``x*n`` of the result (``(.)\\*(\\d+)``:
+    any one character, ``|`` included); then the text splits into stages at
+    ``|``, and each character must be one of ``E``, ``t``, ``m``, ``L``. The
+    work is bounded: each pass measures what it would build before building
+    it, and neither may exceed :data:`~sappkit.limits.MAX_EXPANDED_CHARS`
+    characters (a group that unrolls to nothing, ``(t*0)*9999999``, is measured
+    as the copies it makes, as Megatron makes them).
 
     Examples
     --------
@@ -97,12 +103,15 @@ def parse_layout(text: str) -> Layout:
     ('Ettt', 'tt', 'tt', 'm', 'L')
     >>> parse_layout("E|t*3|tL").decoder_counts(3)
     [[0, 3, 1]]
+    >>> parse_layout("E|*2t*002L").stages  # a repeated '|' is stages, a count may have leading zeros
+    ('E', '', 'ttL')
     """
     if not isinstance(text, str):
         raise InputError(f"pipeline layout must be a string; got {short(text)}")
     if len(text) > _MAX_TEXT:
         raise InputError(f"pipeline layout holds {len(text):,} characters; the limit is {_MAX_TEXT:,}")
-    expanded = _unroll_repeats(_unroll_groups(text.replace(",", "")))
+    grouped = _built(text, _group_pieces(text, text.replace(",", "")))
+    expanded = _built(text, _repeat_pieces(text, grouped))
     for stage in expanded.split("|"):
         for char in stage:
             if char not in LAYER_CHARS:
@@ -111,62 +120,52 @@ def parse_layout(text: str) -> Layout:
     return Layout(tuple(expanded.split("|")))
 
 
-def _unroll_groups(text: str) -> str:
-    """Replace every ``(group)*n`` by ``n`` copies of ``group`` (the group holds no ``)`` ), left to right."""
-    out, size, i = [], _Size(text), 0
-    while i < len(text):
-        close = text.find(")", i + 1) if text[i] == "(" else -1
-        count, end = _count_after(text, close + 1) if close > i + 1 else (None, i)
-        if count is None:
-            out.append(size.add(text[i]))
-            i += 1
-            continue
-        group = text[i + 1:close]
-        # what the group's own x*n repeats will expand to, so the total is bounded before anything is built
-        out.append(size.add(group, count, weight=len(_unroll_repeats(group, _Size(text)))))
-        i = end
-    return "".join(out)
+#: Megatron's second pattern: one character repeated.
+_REPEAT = re.compile(r"(.)\*(\d+)")
+_DIGITS = re.compile(r"\d+")
 
 
-def _unroll_repeats(text: str, size: _Size | None = None) -> str:
-    """Replace every ``x*n`` (one character ``x``) by ``n`` copies of ``x``, left to right."""
-    out, size, i = [], size or _Size(text), 0
-    while i < len(text):
-        count, end = _count_after(text, i + 1) if i + 1 < len(text) else (None, i)
-        if count is None:
-            out.append(size.add(text[i]))
-            i += 1
-        else:
-            out.append(size.add(text[i], count))
-            i = end
-    return "".join(out)
+def _group_pieces(text: str, plain: str) -> list[tuple[str, int]]:
+    """``plain`` as ``(piece, copies)`` after Megatron's first pattern: each ``(group)*n``, ``group`` holding no
+    ``)`` and at least one character, is ``n`` copies of ``group``; the rest is one copy. Linear in ``plain``."""
+    pieces, start, close = [], 0, -1
+    i = plain.find("(")
+    while i != -1:
+        if close <= i:
+            close = plain.find(")", i + 1)
+            if close == -1:
+                break
+        digits = _DIGITS.match(plain, close + 2) if plain.startswith("*", close + 1) else None
+        if close > i + 1 and digits:
+            pieces += [(plain[start:i], 1), (plain[i + 1:close], _copies(text, digits.group()))]
+            start = digits.end()
+        i = plain.find("(", start if start > i else i + 1)
+    return pieces + [(plain[start:], 1)]
 
 
-class _Size:
-    """The running size of an expansion: each piece is counted before it is built, the total bounded."""
-
-    def __init__(self, text: str):
-        self.text, self.total = text, 0
-
-    def add(self, piece: str, count: int = 1, *, weight: int | None = None) -> str:
-        self.total += (len(piece) if weight is None else weight) * count
-        if self.total > MAX_EXPANDED_CHARS:
-            raise InputError(f"pipeline layout {short(self.text)} expands to more than "
-                             f"{MAX_EXPANDED_CHARS.cited} layer characters")
-        return piece * count
+def _repeat_pieces(text: str, grouped: str) -> list[tuple[str, int]]:
+    """``grouped`` as ``(piece, copies)`` after Megatron's second pattern (``x*n``: ``n`` copies of ``x``)."""
+    pieces, start = [], 0
+    for match in _REPEAT.finditer(grouped):
+        pieces += [(grouped[start:match.start()], 1), (match.group(1), _copies(text, match.group(2)))]
+        start = match.end()
+    return pieces + [(grouped[start:], 1)]
 
 
-def _count_after(text: str, star: int) -> tuple[int | None, int]:
-    """``(n, end)`` when ``text[star:]`` starts with ``*`` and digits, else ``(None, star)``."""
-    if star >= len(text) or text[star] != "*":
-        return None, star
-    end = star + 1
-    while end < len(text) and text[end] in "0123456789":
-        end += 1
-    if end - star - 1 > 7:  # more than MAX_EXPANDED_CHARS copies of anything
-        raise InputError(f"pipeline layout {short(text)}: the repeat count {short(text[star + 1:end])} exceeds "
+def _built(text: str, pieces: list[tuple[str, int]]) -> str:
+    """The pieces joined, once their total is known to be within :data:`~sappkit.limits.MAX_EXPANDED_CHARS`."""
+    if sum(len(piece) * copies for piece, copies in pieces) > MAX_EXPANDED_CHARS:
+        raise InputError(f"pipeline layout {short(text)} expands to more than "
+                         f"{MAX_EXPANDED_CHARS.cited} layer characters")
+    return "".join(piece * copies for piece, copies in pieces)
+
+
+def _copies(text: str, digits: str) -> int:
+    """A repeat count, refused (before ``int`` reads it) beyond :data:`~sappkit.limits.MAX_EXPANDED_CHARS`."""
+    if len(digits.lstrip("0")) > len(str(int(MAX_EXPANDED_CHARS))):
+        raise InputError(f"pipeline layout {short(text)}: the repeat count {short(digits)} exceeds "
                          f"{MAX_EXPANDED_CHARS.cited}")
-    return (int(text[star + 1:end]), end) if end > star + 1 else (None, star)
+    return int(digits.lstrip("0") or "0")
 
 
 def format_layout(stages) -> str:

@@ -25,7 +25,10 @@ Sources followed: MindFormers ``mindformers/models/utils.py``
 configuration reference (``docs/mindformers/docs/source_en/feature/
 configuration.md``, mindspore-ai/docs commit ``9e844dc65dc5``): the
 ``recompute_config`` fields, ``micro_batch_num >= pipeline_stage``,
-``runner_config.batch_size``.
+``runner_config.batch_size``; ``model.model_config.mtp_depth``, DeepSeek-V3's
+multi-token-prediction layers (``research/deepseek3/deepseek3_671b/
+pretrain_deepseek3_671b.yaml``, mindspore-lab/mindformers commit ``aa3b5258922e``:
+``mtp_depth: 1``).
 """
 
 from __future__ import annotations
@@ -190,8 +193,8 @@ def read_mindformers(source, *, world_size: int | None = None) -> TrainerConfig:
                         schedule=schedule, sequence_parallel=flag(_WHAT, parallel, "use_seq_parallel", False))
     seq_split = whole(_WHAT, parallel, "seq_split_num", 1, maximum=MAX_SEQ_SPLIT) if schedule == "seqpipe" else 1
     return TrainerConfig(trainer="mindformers", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
-                         options=tuple(options), num_layers=layers, micro_batches=m,
-                         seq_split=seq_split,
+                         options=tuple(options), num_layers=layers, micro_batches=m, seq_split=seq_split,
+                         mtp_layers=whole(_WHAT, model, "mtp_depth", 0, minimum=0, maximum=MAX_LAYERS),
                          seq_params=_seq_params(document, model, parallel), findings=tuple(findings), settings=document, notes=tuple(notes), source=origin)
 
 

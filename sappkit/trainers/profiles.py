@@ -44,8 +44,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import re._constants as re_constants
-import re._parser as re_parser
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +54,7 @@ from .._files import as_path, load_json
 from ..columns import BACKWARD_TIME, BODY, FORWARD_TIME, HEAD, KIND, OPTION, ROLE, TAIL
 from ..errors import InputError
 from ..layers.table import LayerTable, as_layer_table
+from .patterns import exponential_repeat
 
 __all__ = ["read_profile_times", "profile_layer_table", "PROFILE_COLUMNS"]
 
@@ -131,39 +130,20 @@ def read_profile_times(path, layer_pattern: str, *, head_pattern: str | None = N
 
 
 def _pattern(name: str, value) -> re.Pattern:
-    """``value`` compiled; one that could backtrack for ever (a repeat of a repeat or of an alternation) refused."""
+    """``value`` compiled; one that backtracks exponentially (:mod:`sappkit.trainers.patterns`) refused."""
     if not isinstance(value, str) or not value or len(value) > _MAX_PATTERN:
         raise InputError(f"{name} must be a regular expression (a non-empty string of at most {_MAX_PATTERN} "
                          f"characters); got {short(value)}")
     try:
         pattern = re.compile(value)
-        nested = _repeats_a_choice(re_parser.parse(value))
+        why = exponential_repeat(value)
     except (re.error, RecursionError, OverflowError) as error:
         raise InputError(f"{name} {short(value)} is not a regular expression ({error})") from None
-    if nested:
-        raise InputError(f"{name} {short(value)} repeats a group that itself repeats or alternates, which "
-                         "backtracks exponentially on names that almost match; write it without the nesting "
-                         "(e.g. '(a+)+' as 'a+')")
+    if why:
+        raise InputError(f"{name} {short(value)} backtracks exponentially on names that almost match: {why}; "
+                         "write each repeat so that the next character tells its iterations apart (e.g. '(a+)+' "
+                         "as 'a+')")
     return pattern
-
-
-def _repeats_a_choice(parsed, repeated: bool = False) -> bool:
-    """Whether a repeat (``*``, ``+``, ``{m,n}`` with n > 1) holds another repeat or an alternation."""
-    for op, argument in parsed:
-        if op in (re_constants.MAX_REPEAT, re_constants.MIN_REPEAT):
-            low, high, inner = argument
-            if repeated and high > 1:
-                return True
-            if _repeats_a_choice(inner, repeated or high > 1):
-                return True
-        elif op is re_constants.BRANCH:
-            if repeated or any(_repeats_a_choice(branch, repeated) for branch in argument[1]):
-                return True
-        elif op is re_constants.SUBPATTERN and _repeats_a_choice(argument[-1], repeated):
-            return True
-        elif op in (re_constants.ASSERT, re_constants.ASSERT_NOT) and _repeats_a_choice(argument[1], repeated):
-            return True
-    return False
 
 
 def _events(path) -> tuple[list[_Event], list[dict]]:

@@ -26,6 +26,8 @@ __all__ = ["read_flags", "shell_tokens"]
 
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 _REFERENCE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}|\$([A-Za-z_][A-Za-z0-9_]*)")
+#: A value a shell reads as its text alone: one word, or one quoted string without escapes or quotes inside.
+_PLAIN_VALUE = re.compile(r"\s*(?:\"([^\"\\`$]*)\"|'([^']*)'|([^\s\"'\\#;&|<>()`$]*))\s*")
 _ARITHMETIC = re.compile(r"\$\(\(([^()]*(?:\([^()]*\)[^()]*)*)\)\)")
 
 
@@ -47,16 +49,24 @@ def shell_tokens(text: str) -> list[str]:
         _check_expansion(total)
         assignment = _ASSIGNMENT.match(line)
         if assignment and not assignment.group(2).lstrip().startswith("("):
-            try:
-                value = shlex.split(assignment.group(2), comments=True)
-            except ValueError:
-                value = []
-            known[assignment.group(1)] = " ".join(value)
+            known[assignment.group(1)] = _assigned(assignment.group(2))
         lines.append(line)
     try:
         return shlex.split("\n".join(lines), comments=True)
     except ValueError as error:
         raise InputError(f"the launch script does not split into words as a shell would ({error})") from None
+
+
+def _assigned(value: str) -> str:
+    """The value an assignment gives its variable, its words joined by spaces: a plain word or quoted string as
+    written (a regular expression, linear in its length), anything else as ``shlex`` splits it."""
+    plain = _PLAIN_VALUE.fullmatch(value)
+    if plain:
+        return next((group for group in plain.groups() if group is not None), "")
+    try:
+        return " ".join(shlex.split(value, comments=True))
+    except ValueError:
+        return ""
 
 
 def _check_expansion(characters: int) -> None:

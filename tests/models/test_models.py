@@ -93,3 +93,14 @@ def test_bad_configs_name_the_file_and_the_key(tmp_path, keys, message):
 def test_unknown_presets_are_refused():
     with pytest.raises(InputError, match=r"^model must be one of 'gpt3-175b', .*; got 'llama5'$"):
         get("llama5")
+
+
+def test_deepseek_v3s_multi_token_prediction_layer_is_read(tmp_path):
+    # deepseek-ai/DeepSeek-V3's config.json ships "num_nextn_predict_layers": 1 (its one MTP module)
+    model = read_model_config(_write(tmp_path, {**DEEPSEEK_V3, "num_nextn_predict_layers": 1}), seq_length=4096)
+    assert (model.mtp_layers, model.layers) == (1, 61)
+    assert read_model_config(_write(tmp_path, DEEPSEEK_V3), seq_length=4096).mtp_layers == 0
+    with pytest.raises(InputError) as caught:
+        read_model_config(_write(tmp_path, {**DEEPSEEK_V3, "num_nextn_predict_layers": "1"}))
+    assert str(caught.value) == (f"{tmp_path / 'config.json'}: key 'num_nextn_predict_layers' must be a whole "
+                                 "number in 0..2048 (sappkit.limits.MAX_LAYERS); got '1'")

@@ -10,6 +10,8 @@ import tomllib
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sappkit
 from sappkit import InputError, Strategy, TransformerConfig, evaluate_strategy, search_strategies
@@ -19,6 +21,8 @@ from sappkit.trainers.hyperparallel import read_hyperparallel
 from sappkit.trainers.megatron import read_megatron
 from sappkit.trainers.mindformers import read_mindformers
 from sappkit.trainers.torchtitan_import import python_settings, read_torchtitan
+
+from .tables import table
 
 GPT = TransformerConfig(layers=32, hidden_size=2048, num_heads=16, ffn_size=8192, seq_length=2048, vocab_size=51200)
 LLAMA = dict(model_type="llama", num_hidden_layers=32, hidden_size=4096, num_attention_heads=32,
@@ -184,9 +188,46 @@ def test_a_pattern_that_backtracks_exponentially_is_refused(tmp_path):
     path = tmp_path / "trace.json"
     path.write_text(json.dumps([event("a" * 40 + "b", 0, 1)]))
     refused(lambda: read_profile_times(path, "^(a+)+$"),
-            "layer_pattern '^(a+)+$' repeats a group that itself repeats or alternates, which backtracks "
-            "exponentially on names that almost match; write it without the nesting (e.g. '(a+)+' as 'a+')")
+            "layer_pattern '^(a+)+$' backtracks exponentially on names that almost match: the repeat 'a+' inside a "
+            "repeat may end where it could go on; write each repeat so that the next character tells its "
+            "iterations apart (e.g. '(a+)+' as 'a+')")
     assert len(read_profile_times(path, r"^a+b$")) == 1  # one repeat is linear, and still read
+
+
+# Each measured on CPython 3.11 against a near miss ("a" * 40 + "!", "ab" * 20 + "!", ...): the refused ones take
+# seconds by 30 characters and double with each few more; the accepted ones take microseconds at thousands.
+@pytest.mark.parametrize("pattern, why", [
+    (r"^(a*)*$", "the repeat 'a*' inside a repeat may end where it could go on"),
+    (r"(.*a)+", "the repeat '.*' inside a repeat may end where it could go on"),
+    (r"(\w+\d?)+", "the repeat '\\w+' inside a repeat may end where it could go on"),
+    (r"(x|x)+y", "an alternation inside a repeat has two branches that start alike"),
+    (r"(ab|\wb)+!", "an alternation inside a repeat has two branches that start alike"),
+    (r"(a?b?)+c", "the optional 'a?' inside a repeat may match what comes next"),
+    (r"((ab)+)+", "the repeat '(ab)+' inside a repeat may end where it could go on"),
+    (r".*.*.*.*.*x", "5 repeats may each end in many places (more than 4), and each multiplies the work by a "
+                     "name's length"),
+])
+def test_repeats_that_split_a_name_many_ways_are_refused_with_the_repeat(tmp_path, pattern, why):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps([event("layer1", 0, 1)]))
+    refused(lambda: read_profile_times(path, pattern),
+            f"layer_pattern {pattern!r} backtracks exponentially on names that almost match: {why}; write each "
+            "repeat so that the next character tells its iterations apart (e.g. '(a+)+' as 'a+')")
+
+
+@pytest.mark.parametrize("pattern, name, layer", [
+    (r"((x|y)+)_(\d+)", "xyyx_3", "xyyx"),  # an alternation whose branches start apart
+    (r"((?:attn|mlp)+)\.\d+", "attnmlp.3", "attnmlp"),
+    (r"^(?:\w+\.)*layers\.(\d+)$", "model.decoder.layers.7", "7"),  # a module path: each part ends at a dot
+    (r"((?:\d+,)+)end", "1,22,333,end", "1,22,333,"),
+    (r"(?:a|ab)+(\d)", "aabab1", "1"),  # after an "a", the next character tells the branches apart
+    (r"nn\.Module: (Block_\d+)", "nn.Module: Block_3", "Block_3"),
+    (r"(?i)(?:A|a)+_(\d+)", "aAa_2", "2"),  # one character either case: a character class
+])
+def test_repeats_whose_iterations_the_next_character_tells_apart_are_read(tmp_path, pattern, name, layer):
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps([event(name, 0, 1)]))
+    assert read_profile_times(path, pattern)["layer"].tolist() == [layer]
 
 
 def test_many_spans_find_their_ops_by_bisection(tmp_path, monkeypatch):
@@ -259,20 +300,31 @@ def test_a_recipe_with_a_byte_order_mark_is_read(tmp_path):
     assert python_settings(path.read_text(encoding="utf-8")) == {"parallelism": {"pipeline_parallel_degree": 2}}
 
 
-def test_a_config_without_a_pipeline_gets_a_message_about_itself(tmp_path):
-    rows = [dict(kind="block", role="body", count=8, param_mb=100, option=o, forward_time=1, backward_time=b,
-                 activation_mb=a) for o, b, a in (("none", 2, 50), ("full", 3, 5))]
+def test_a_config_without_a_pipeline_is_priced_as_one_stage(tmp_path):
+    # Megatron's default p = 1: every layer on one device, micro-batch after micro-batch (1F1B on one stage).
+    # By hand: parameters 8 x 100 + 50 + 80 = 930 MB; one micro-batch in flight, 8 x 40 + 10 + 20 = 350 MB;
+    # the layer ending warm-up is the LM head (the cell ends with it), 20 MB; a micro-batch takes
+    # 8 x (1 + 2) + (0.5 + 1) + (0.8 + 1.5) = 27.8, and the step 4 x 27.8 = 111.2, no bubble.
     path = tmp_path / "a.sh"
-    path.write_text("--num-layers 8\n")
-    refused(lambda: check_config(path, pd.DataFrame(rows), memory_mb=1e4),
-            f"{path}: the config runs no pipeline (pipeline parallel size 1), and its plan prices a pipeline's "
-            "stages; price one stage with sappkit.evaluate_strategy(model, config.strategy, ...)")
+    path.write_text("--num-layers 8 --micro-batch-size 1 --global-batch-size 4\n")
+    checked = check_config(path, table(8), memory_mb=1e4)
+    assert checked.describe() == (
+        "megatron config: t1 p1 v1 dp1 cp1 ep1 b1 1f1b zero0 no-sp fp32, m=4\n"
+        "simulated step 111 time units, peak 1,300 MB of 10,000 MB\n"
+        "stage  0:   8 layers,  1,300 MB, time 27.8 time units\n"
+        "no findings")
+    stage = checked.plan.stages.iloc[0]
+    assert (stage["param_mb"], stage["activation_mb"], stage["working_mb"]) == (930.0, 350.0, 20.0)
+    assert checked.step_time == pytest.approx(111.2) == checked.plan.simulate().step_time
     refused(lambda: check_config(path, None, memory_mb=1e4),
             "layers must be the model's layer table (a LayerTable or its DataFrame), which prices the config; got "
             "None")
 
 
-# ---------------------------------------------------------------------------------------------- 8. outputs
+def test_one_stage_is_still_refused_outside_a_config():
+    from sappkit import balance
+    refused(lambda: balance(table(8), stages=1, micro_batches=4, memory_mb=1e4),
+            "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)")
 
 
 def test_module_names_with_control_characters_export_as_toml_and_python_that_parse():
@@ -299,3 +351,47 @@ def test_out_may_not_be_the_trace_it_reads(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err == f"sappkit layers: --out {trace} is the file --from-trace reads; write the table elsewhere", err
     assert "\n" not in err
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab \"'\\#$`;", max_size=12))
+def test_an_assigned_value_is_read_as_shlex_reads_it(value):
+    import shlex
+    from sappkit.trainers.shell import _assigned
+    try:
+        expected = " ".join(shlex.split(value, comments=True))
+    except ValueError:
+        expected = ""
+    assert _assigned(value) == expected
+
+
+def test_a_doubling_script_is_refused_before_its_values_are_split_word_by_word(monkeypatch):
+    import sappkit.trainers.shell as shell
+    split = []
+    real = shell.shlex.split
+    monkeypatch.setattr(shell.shlex, "split", lambda text, **k: split.append(len(text)) or real(text, **k))
+    refused(lambda: read_megatron("A=1\n" + 'A="$A $A"\n' * 22 + "--num-layers 8 $A\n"),
+            f"the launch script expands to more than 1000000 ({X}MAX_EXPANDED_CHARS) characters once its variables "
+            "are substituted; sappkit reads scripts within that")
+    assert split == []  # quoted values are read whole, not fed to shlex (pure Python, seconds on 500,000 characters)
+
+
+def test_megatrons_mtp_layers_are_read_and_said_to_be_priced_with_the_tail():
+    from sappkit import read_trainer_config
+    args = ["--num-layers", "8", "--pipeline-model-parallel-size", "2", "--micro-batch-size", "1",
+            "--global-batch-size", "4", "--mtp-num-layers", "1"]
+    config = read_trainer_config(args, layers=table(8), memory_mb=1e4)
+    assert config.mtp_layers == 1
+    assert config.plan.notes[-1] == ("the config runs 1 MTP layer(s) on the last stage: they are priced as far as "
+                                     "the layer table's tail prices them (estimate_layers with "
+                                     "TransformerConfig(mtp_layers=1))")
+    assert read_trainer_config(args[:-2]).mtp_layers == 0
+
+
+def test_mindformers_mtp_depth_is_read():
+    # mindspore-lab/mindformers research/deepseek3/deepseek3_671b/pretrain_deepseek3_671b.yaml: mtp_depth: 1
+    document = {"parallel_config": {"pipeline_stage": 2, "micro_batch_num": 4},
+                "model": {"model_config": {"num_layers": 8, "mtp_depth": 1}}}
+    assert read_mindformers(document).mtp_layers == 1
+    refused(lambda: read_mindformers({**document, "model": {"model_config": {"num_layers": 8, "mtp_depth": "1"}}}),
+            "MindFormers config: mtp_depth must be an int >= 0; got '1'")

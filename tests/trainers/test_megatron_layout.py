@@ -56,6 +56,10 @@ def test_every_written_layout_reads_back_by_megatrons_rules_to_the_same_stages(s
     st.tuples(st.text("Etm|,", min_size=1, max_size=6), st.integers(0, 5)).map(lambda t: f"({t[0]})*{t[1]}"),
 ), max_size=12).map("".join))
 def test_any_layout_string_parses_as_megatron_parses_it(text):
+    parses_as_megatron_parses_it(text)
+
+
+def parses_as_megatron_parses_it(text):
     expected = megatron_reference(text)
     if expected is None:
         with pytest.raises(InputError):
@@ -111,3 +115,36 @@ def test_what_megatron_refuses_is_refused_with_the_character(text, message):
 
 def test_a_layout_is_a_value():
     assert parse_layout("E|tL") == Layout(("E", "tL"))
+
+
+@pytest.mark.parametrize("text", ["E|*3t*0002L", "E(t*2|)*003L", "(t|m)*2,L", "E((t|)*2L", "Et*0|L", "E|t**2|L",
+                                  "(Et*1)*1|L", "E|(t*)*2L"])
+def test_counts_with_leading_zeros_and_repeated_separators_parse_as_megatron_parses_them(text):
+    parses_as_megatron_parses_it(text)
+
+
+def test_a_group_that_unrolls_to_nothing_is_measured_by_the_copies_it_makes():
+    # Megatron copies "t*0" 9,999,999 times before its second pattern erases them: 30 MB per piece, and 7,692
+    # pieces fit the 100,000-character limit. Bounded work: refused after measuring, having built almost nothing.
+    import tracemalloc
+    text = "(t*0)*9999999" * 7692
+    tracemalloc.start()
+    try:
+        with pytest.raises(InputError) as caught:
+            parse_layout(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert str(caught.value) == (f"pipeline layout a str of {len(text)} characters expands to more than 1000000 "
+                                 "(sappkit.limits.MAX_EXPANDED_CHARS) layer characters")
+    assert peak < 20 * 2**20
+    assert parse_layout("E|" + "(t*0)*99999" + "|tL").stages == ("E", "", "tL")  # within the limit: as Megatron
+
+
+def test_a_count_of_thousands_of_digits_is_refused_before_it_is_read():
+    text = "Et*" + "9" * 5000 + "|L"
+    with pytest.raises(InputError) as caught:
+        parse_layout(text)
+    assert str(caught.value) == ("pipeline layout a str of 5005 characters: the repeat count a str of 5000 "
+                                 "characters exceeds 1000000 (sappkit.limits.MAX_EXPANDED_CHARS)")
+    assert parse_layout("Et*" + "0" * 5000 + "1|L").stages == ("Et", "L")

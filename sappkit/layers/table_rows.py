@@ -1,0 +1,100 @@
+"""The checks a layer table's rows pass: columns, option names, roles, counts and per-kind agreement.
+
+:class:`~sappkit.layers.table.LayerTable` calls :func:`validated_rows` once on
+the frame it is given and :func:`check_per_kind` on replaced columns
+(docs/design.md "The layer table").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .._check import short
+from .._frames import check_frame, name_column, number_column, whole_column
+from .._frames import plain as _plain
+from ..columns import (
+    BODY, COUNT, FIRST_WORKING_MB, KIND, LAYER_NUMERIC, LAYER_OPTIONAL, LAYER_REQUIRED, MODULE, OPTION, PARAM_MB,
+    ROLE, ROLES, SPLIT_COLUMNS, TAIL, HEAD, WORKING_MB,
+)
+from ..errors import InputError
+from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
+from .options import check_option_names
+
+__all__ = ["validated_rows", "check_per_kind"]
+
+#: Columns that describe a kind, so they must agree across its option rows.
+_PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
+
+
+def validated_rows(frame, custom: tuple[str, ...]) -> pd.DataFrame:
+    """Check the layer columns, the option names (SAPP's or ``custom``) and per-kind consistency; return a clean
+    copy with defaults filled."""
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(f"layers must be a DataFrame; got {type(frame).__name__}")
+    check_frame(frame, "layers", LAYER_REQUIRED, "a layer table")
+    frame = frame.reset_index(drop=True).copy()
+    # Optional columns may be absent or blank on some rows: both mean the default.
+    for column, default in LAYER_OPTIONAL.items():
+        values = frame[column] if column in frame.columns else pd.Series(None, index=frame.index, dtype=object)
+        frame[column] = values.astype(object).fillna(frame[WORKING_MB] if column == FIRST_WORKING_MB else default)
+    for column in (KIND, OPTION, MODULE):
+        frame[column] = name_column(frame, column, "layers")
+
+    def where(row: int) -> str:
+        return f"layers row {row} (kind {frame.at[row, KIND]!r})"
+
+    for column in LAYER_NUMERIC:
+        limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
+        values = number_column(frame, column, "layers", maximum=limit, where=where)
+        if column != COUNT:  # counts are checked whole below, against the values as given
+            frame[column] = values
+    # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
+    for column in SPLIT_COLUMNS:
+        if column in frame.columns:
+            blank = frame[column].isna()
+            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
+            frame[column] = number_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column,
+                                          "layers", maximum=limit, where=where)
+            frame.loc[blank, column] = np.nan
+    for row, role in frame[ROLE].items():
+        if role not in ROLES:
+            raise InputError(f"{where(row)} column 'role' is {short(role)}; "
+                             f"expected one of {', '.join(map(repr, ROLES))}")
+    frame[COUNT] = whole_column(frame, COUNT, "layers", minimum=1, maximum=MAX_LAYERS, where=where)
+    duplicated = frame.duplicated([KIND, OPTION])
+    if duplicated.any():
+        row = int(np.flatnonzero(duplicated)[0])
+        raise InputError(f"layers row {row} repeats (kind, option) = "
+                         f"({frame.at[row, KIND]!r}, {frame.at[row, OPTION]!r}); each pair may appear once")
+    check_per_kind(frame)
+    if not (frame[ROLE] == BODY).any():
+        raise InputError("layers has no body kind; a pipeline needs at least one row with role 'body'")
+    counts = frame[frame[ROLE] == BODY].drop_duplicates(KIND).set_index(KIND)[COUNT]
+    if counts.sum() > MAX_LAYERS:
+        raise InputError(f"layers has {counts.sum()} body layers "
+                         f"({', '.join(f'{kind!r}: {n}' for kind, n in counts.items())}); "
+                         f"expected at most {MAX_LAYERS.cited}")
+    check_option_names(frame, custom, where)
+    return frame
+
+
+def check_per_kind(frame: pd.DataFrame) -> None:
+    for kind, rows in frame.groupby(KIND, sort=False):
+        for column in _PER_KIND:
+            values = rows[column].unique()
+            if len(values) > 1:
+                raise InputError(f"layers kind {kind!r} has different {column!r} on its rows "
+                                 f"{rows.index.tolist()}: {[_plain(v) for v in values]}; "
+                                 f"a kind's {column} is one value")
+        role = rows[ROLE].iloc[0]
+        if role in (HEAD, TAIL) and len(rows) > 1:
+            raise InputError(f"layers {role} kind {kind!r} has {len(rows)} option rows "
+                             f"({', '.join(rows[OPTION])}); a {role} has exactly one")
+        if role in (HEAD, TAIL) and rows[COUNT].iloc[0] != 1:
+            raise InputError(f"layers {role} kind {kind!r} has count {rows[COUNT].iloc[0]}; a {role} has count 1")
+    for role in (HEAD, TAIL):
+        kinds = frame.loc[frame[ROLE] == role, KIND].unique()
+        if len(kinds) > 1:
+            raise InputError(f"layers has {len(kinds)} {role} kinds ({', '.join(map(repr, kinds))}); "
+                             f"at most one {role} is allowed")
