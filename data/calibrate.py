@@ -8,26 +8,29 @@ mean square of the rows' errors with a coordinate search (each parameter in turn
 and each is below 1% of its range), and prints the values and each row's error. ``--runs sc21`` fits on the rows
 whose ``run`` starts with ``sc21`` only and reports the others as held out. The presets' values came from
 ``python data/calibrate.py --fix inter_efficiency=0.86`` and are written by hand into
-``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The H100's
-(``mfu=0.6, matmul_half_gflop=1``, with the rows' TP communication overlap, ring CP and cuDNN attention priced) came
-from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --fix
-hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``: the
-dense BF16 NeMo rows of dgxc-benchmarking; the memory-bound and link parameters kept at the A100's), then its
-``expert_half_tokens`` from ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1 mb2604-gptoss-120b-h100
---fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
-inter_efficiency=0.86`` (the H100's MoE BF16 rows: ``expert_half_tokens``, expert GEMMs by tokens per expert, is
-the one parameter left free; on rows without experts it changes nothing and stays at its start, 0). Then the
-96 GB 500 W H100's peak (``h100-96g-500w.toml``, ``tflops=835.5``: ``--free`` fits a parameter otherwise held at
-the preset's value, within a range) from ``python data/calibrate.py --cluster grand-teton-h100 --runs
-tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
-matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``.
+``sappkit/hardware/presets/a100-80g.toml`` and ``dgx-a100.toml`` (the DGX A100's link efficiencies). The other
+presets' fits run in this order, each holding what the ones before it fitted:
 
-
-FP8 (``fp8_mfu``, ``fp8_matmul_half_gflop``): ``--dtype fp8 --family dense`` fits on a cluster's dense FP8 rows
-with the 16-bit parameters held at the preset's by ``--fix``. The H100's came from ``python data/calibrate.py
---cluster dgx-h100 --dtype fp8 --family dense --fix mfu=0.65 matmul_half_gflop=7.5 hbm_efficiency=0.6125 kernel_us=5
-intra_efficiency=0.75 inter_efficiency=0.86`` (``h100-sxm.toml``), the B200's from the same with ``--cluster
-dgx-b200`` and the B200 preset's values (``b200.toml``).
+1. the H100's ``mfu`` and ``matmul_half_gflop`` (``h100-sxm.toml``: ``0.6``, ``1``) on the 33 dense BF16 NeMo rows of
+   dgxc-benchmarking, with their TP communication overlap, ring CP and cuDNN attention priced as they ran, the
+   memory-bound and link parameters kept at the A100's: ``python data/calibrate.py --cluster dgx-h100 --runs
+   dgxc-llama31 dgxc-nemotron4 dgxc-gpt3 --dtype bf16 --fix hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
+   inter_efficiency=0.86``;
+2. the H100's ``expert_half_tokens`` (768: expert GEMMs by tokens per expert; on rows without experts it changes
+   nothing) on its 10 MoE BF16 rows: ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1
+   mb2604-gptoss-120b-h100 --dtype bf16 --fix mfu=0.6 matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5
+   intra_efficiency=0.75 inter_efficiency=0.86``;
+3. the H100's FP8 efficiency (``fp8_mfu`` 0.55, ``fp8_matmul_half_gflop`` 30) on its 37 dense FP8 rows
+   (``--dtype fp8 --family dense`` picks them): ``python data/calibrate.py --cluster dgx-h100 --dtype fp8 --family
+   dense --fix mfu=0.6 matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
+   inter_efficiency=0.86``;
+4. the 96 GB 500 W H100's peak (``h100-96g-500w.toml``, ``tflops=835.5``: ``--free`` fits a parameter otherwise held
+   at the preset's value, within a range): ``python data/calibrate.py --cluster grand-teton-h100 --runs
+   tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
+   matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``;
+5. the B200's FP8 efficiency (``b200.toml``: 0.45, 77.5) on its 4 dense FP8 rows, its 16-bit parameters the A100's:
+   ``python data/calibrate.py --cluster dgx-b200 --dtype fp8 --family dense --fix mfu=0.7312 matmul_half_gflop=0.75
+   hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86 expert_half_tokens=0``.
 
 Uses only sappkit's public API and numpy.
 """
