@@ -30,6 +30,7 @@ hbm_efficiency = 1.0
 kernel_us = 0.0
 comm_sm_share = 0.12
 reserved_mib = 2048.0
+expert_half_tokens = 0.0
 <BLANKLINE>
 """
 
