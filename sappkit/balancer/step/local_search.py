@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluate import ceiling, placement_memory
+from ..evaluate import ceiling, placement_memory, stage_memory
 from ..setup import BalanceSetup
 from .exchange import exchanged, stage_exchanges
 from .resplit import stage_resplits
@@ -126,6 +126,22 @@ class Improved:
 def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     """Per placement ``[n, item, chunk, stage]``: no negative count, no empty cell but the head's and the
     tail's, the multimodal frontier and recompute consistency hold, every stage fits."""
+    return _well_formed(setup, counts) & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
+
+
+def _valid_changes(setup: BalanceSetup, counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
+    """:func:`valid` of the placements ``changes`` (rows of :func:`_changes`) make of the valid ``counts``:
+    only the stages a change touches can stop fitting, so only their memory is priced (a p = 16 placement's
+    memory costs eight times a change's)."""
+    placements = _apply(counts, changes)
+    stages = changes[:, 1::2] % setup.stages  # [change, the four cells a change touches]
+    contents = np.moveaxis(placements, -1, 1)[np.arange(len(changes))[:, None], stages]
+    fits = stage_memory(setup, contents, stages).total <= ceiling(setup.memory_mb)
+    return _well_formed(setup, placements) & fits.all(axis=1)
+
+
+def _well_formed(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
+    """:func:`valid` but the memory."""
     ok = (counts >= 0).all(axis=(1, 2, 3))
     per_cell = counts.sum(axis=1)
     for c, s in setup.cells:
@@ -147,7 +163,7 @@ def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
             if (kind, least) in index and later_most:
                 clash = (counts[:, later_most].sum(axis=1) > 0) & (counts[:, index[(kind, least)]] > 0)
                 ok &= ~clash.any(axis=(1, 2))
-    return ok & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
+    return ok
 
 
 def _changes(setup: BalanceSetup, counts: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -259,7 +275,7 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
             while len(waiting) < wanted and screened < len(changes):
                 block = changes[screened:screened + _SCREEN]
                 screened += _SCREEN
-                waiting = np.concatenate([waiting, block[valid(setup, _apply(counts, block))]])
+                waiting = np.concatenate([waiting, block[_valid_changes(setup, counts, block)]])
             if not len(waiting):
                 break
             tried, waiting = waiting[:wanted], waiting[wanted:]
