@@ -43,9 +43,8 @@ class Cache:
     """Fronts and stage enumerations, reusable across memory limits and objectives of one instance.
 
     :meth:`bind` empties the stage enumerations when the instance changes, so a cache never serves another's;
-    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`); ``split_budget``
-    (None: :mod:`~sappkit.balancer.exact.boundary.split_search`'s own) the bounds the ``m = p`` split search
-    tries before it answers unproven.
+    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`); ``split_budget`` the
+    bounds the ``m = p`` split search tries before it answers unproven (None: its own).
     """
 
     fronts: dict = field(default_factory=dict)
