@@ -3,7 +3,8 @@
 The cases (:mod:`sappkit.bench.step_cases`): 17 bench cases against a 30-second reference search, 40
 held-out ones (every combination of tight and loose memory, 96 and 192 layers, ``v`` = 1 and 2, 2 and 5
 options, in turn) against a 60-second one, and 30 interleaved stress cases (six families of fixed ``p``,
-``m`` and ``v``, five each) against a 30-second one (120 s for three of them). The reference searches
+``m`` and ``v``, five each) against a 30-second one (120 s for three of them, and for those searched again
+since: each row names its search's stored seconds). The reference searches
 (:mod:`sappkit.bench.step_reference`) are stored in the bundled ``step_references.json`` (``python
 data/make_step_references.py`` wrote it in about 70 CPU minutes); a case not stored there is searched live. For each case the row gives the ``step``
 plan's simulated step time (its status and gap) against
@@ -33,7 +34,7 @@ from ..balancer.plan import make_plan
 from ..balancer.setup import BalanceSetup
 from . import row
 from .step_cases import QUICK_CASES, STRESS_FAMILIES, Case, step_cases, stress_label
-from .step_reference import reference_starts, search_case, stored_references
+from .step_reference import reference_starts, search_case, search_seconds, stored_references
 
 __all__ = ["measure", "compare", "TOLERANCE"]
 
@@ -89,7 +90,8 @@ def _measured_row(case: Case, stored: dict | None) -> dict:
     reference = found["reference_ms"]
     source = "searched now" if found["live"] else "stored" + (", STALE: rewrite it" if found["stale"] else "")
     result = row(case.benchmark, label, found["solve_s"], None,
-                 f"step {step:.1f} ({plan.status}, gap {plan.gap:.1%}); {case.seconds:g} s search {reference:.1f} "
+                 f"step {step:.1f} ({plan.status}, gap {plan.gap:.1%}); {search_seconds(case, stored):g} s search "
+                 f"{reference:.1f} "
                  f"({source}, {step / reference - 1:+.2%}); sapp {step / found['sapp_ms'] - 1:+.2%}; "
                  f"even {step / found['even_ms'] - 1:+.2%}; {plan.method}")
     result["excess"], result["gap"] = step / reference - 1, plan.gap

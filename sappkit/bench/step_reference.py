@@ -30,8 +30,8 @@ from ..balancer.step.steptime import step_timer
 from ..balancer.views import even_plan
 from .step_cases import Case
 
-__all__ = ["reference_search", "reference_starts", "search_case", "stored_references", "REFERENCE_FILE",
-           "SEARCH_SEED", "CHECKPOINT_ROUNDS"]
+__all__ = ["reference_search", "reference_starts", "search_case", "search_seconds", "stored_references",
+           "REFERENCE_FILE", "SEARCH_SEED", "CHECKPOINT_ROUNDS"]
 
 #: The bundled file of stored reference plans (:func:`stored_references`).
 REFERENCE_FILE = "step_references.json"
@@ -110,8 +110,9 @@ def _search_starts(setup: BalanceSetup, sapp: np.ndarray, even: list) -> list[np
 
 def search_case(case: Case, *, rounds: int | None = None) -> dict:
     """The reference search of ``case`` as :data:`REFERENCE_FILE` stores it: its :data:`CHECKPOINT_ROUNDS`
-    checkpoint, then the search for ``case.seconds`` of CPU time, or for exactly ``rounds`` rounds (to
-    regenerate a stored case; ``rounds=CHECKPOINT_ROUNDS`` gives the checkpoint alone)."""
+    checkpoint, then the search for ``case.seconds`` of CPU time (stored as ``seconds``), or for exactly
+    ``rounds`` rounds (to regenerate a stored case; ``rounds=CHECKPOINT_ROUNDS`` gives the checkpoint
+    alone)."""
     setup, sapp, even = reference_starts(case)
     starts = _search_starts(setup, sapp, even)
     found = {}
@@ -122,7 +123,13 @@ def search_case(case: Case, *, rounds: int | None = None) -> dict:
                                                 seconds=case.seconds if limit is None else None, rounds=limit)
         found[name] = dict(rounds=run, step_time_ms=step_ms, counts=counts.ravel().tolist())
     return dict(index=case.index, benchmark=case.benchmark, pipeline=case.pipeline,
-                shape=list(np.shape(sapp)), **found.pop("reference", {}), **found)
+                shape=list(np.shape(sapp)), seconds=case.seconds, **found.pop("reference", {}), **found)
+
+
+def search_seconds(case: Case, stored: dict | None) -> float:
+    """The CPU seconds the reference search of ``case`` ran: the stored ``seconds`` (a stored search may have
+    run longer than the case asks, never shorter), else the case's own."""
+    return float(stored.get("seconds", case.seconds)) if stored is not None else case.seconds
 
 
 def stored_references() -> dict[int, dict]:

@@ -17,7 +17,7 @@ from sappkit.bench.step import _case_row
 from sappkit.bench.step_cases import (BENCH_CASES, FAMILIES, HELD_OUT_CASES, ISSUE_SHAPES, STRESS_CASES, STRESS_FAMILIES,
                                       family_instance, random_instance, step_cases, stress_instance)
 from sappkit.bench.step_reference import (CHECKPOINT_ROUNDS, REFERENCE_FILE, reference_search, search_case,
-                                          stored_references)
+                                          search_seconds, stored_references)
 from sappkit.pipeline.costs import even_assignment, stage_memory
 
 
@@ -109,6 +109,9 @@ def test_every_case_has_a_stored_reference_that_fits_and_simulates_to_its_stored
         assert plan.simulate().step_time == pytest.approx(reference["step_time_ms"], rel=1e-9)
         assert reference["rounds"] > CHECKPOINT_ROUNDS
         assert reference["step_time_ms"] <= reference["checkpoint"]["step_time_ms"]
+        assert reference["seconds"] >= case.seconds and search_seconds(case, reference) == reference["seconds"]
+    longer = [k for k, reference in stored.items() if reference["seconds"] > 30 and k >= BENCH_CASES + HELD_OUT_CASES]
+    assert len(longer) > ISSUE_SHAPES  # stress cases searched again for 120 s, beyond the three the cases ask
 
 
 @pytest.mark.slow
@@ -123,6 +126,8 @@ def test_a_row_says_when_its_stored_reference_no_longer_simulates_to_its_stored_
     stored = search_case(case)
     fresh = _case_row(case, stored)
     assert re.search(r"; 0.2 s search [\d.]+ \(stored, [+-][\d.]+%\);", fresh["detail"])
+    longer = _case_row(case, dict(stored, seconds=120.0))
+    assert re.search(r"; 120 s search [\d.]+ \(stored, [+-][\d.]+%\);", longer["detail"])
     stale = _case_row(case, dict(stored, step_time_ms=stored["step_time_ms"] * 1.01))
     assert "(stored, STALE: rewrite it, " in stale["detail"] and stale["passed"] is False
 

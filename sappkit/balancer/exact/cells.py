@@ -43,13 +43,15 @@ class Cache:
     """Fronts and stage enumerations, reusable across memory limits and objectives of one instance.
 
     :meth:`bind` empties the stage enumerations when the instance changes, so a cache never serves another's;
-    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`).
+    ``deadline`` (:func:`time.monotonic`, or None) bounds a search (:meth:`check_time`); ``split_budget`` the
+    bounds the ``m = p`` split search tries before it answers unproven (None: its own).
     """
 
     fronts: dict = field(default_factory=dict)
     stages: dict = field(default_factory=dict)
     instance: tuple = ()
     deadline: float | None = None
+    split_budget: int | None = None
 
     def check_time(self) -> None:
         """Raise :class:`SearchTimeout` past the deadline (called as each stage, cell or round is worked out)."""

@@ -22,25 +22,28 @@ def why_not_applicable(setup: BalanceSetup) -> str:
             else boundary_search.why_not_applicable(setup))
 
 
-def search(setup: BalanceSetup, *, cache: Cache | None = None) -> SearchResult | None:
+def search(setup: BalanceSetup, *, cache: Cache | None = None, prove: bool = True) -> SearchResult | None:
     """Bounds (and usually the proven optimum) of ``setup``'s objective; None when no search applies or the
     one that does stops past its budgets or the cache's deadline.
 
-    ``proven`` with ``counts`` None means no placement fits ``setup.memory_mb``.
+    ``proven`` with ``counts`` None means no placement fits ``setup.memory_mb``. With ``prove=False`` a
+    placement the boundary search found but did not prove is the answer, without the enumeration that might
+    prove it.
     """
     if why_not_applicable(setup):
         return None
     cache = (cache if cache is not None else Cache()).bind(setup)
     try:
-        return _search(setup, cache)
+        return _search(setup, cache, prove)
     except SearchTimeout:
         return None
 
 
-def _search(setup: BalanceSetup, cache: Cache) -> SearchResult | None:
+def _search(setup: BalanceSetup, cache: Cache, prove: bool) -> SearchResult | None:
     if setup.chunks > 1 and not boundary_search.why_not_applicable(setup):
         bounded = _bounded(setup, boundary_search.search(setup, cache))
-        if len(setup.kinds) != 1 or (bounded is not None and bounded.proven):
+        if len(setup.kinds) != 1 or (bounded is not None and (bounded.proven or
+                                                             (not prove and bounded.counts is not None))):
             return bounded
         # one kind: the enumeration may prove what the boundary search's budgets left open
         enumerated = enumeration.search(setup, cache)

@@ -1,6 +1,7 @@
 """Where the step objective's searches start: placements that fit, each with a label the plan reports.
 
-- the ``sapp`` optimum (or the integer program's incumbent);
+- the ``sapp`` optimum (or the integer program's incumbent, or the exact search's placement unproven: the
+  step objective asks for no proof of it);
 - the fastest **even plan that fits**: the even partition with every layer on one option
   (:func:`sappkit.even_assignment`), of the options all body kinds share; so the step plan is never slower
   than the even plan a user would try first;

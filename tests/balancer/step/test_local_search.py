@@ -17,7 +17,7 @@ import pytest
 
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
-from sappkit.balancer.step.local_search import Changes, _kick, improve, valid
+from sappkit.balancer.step.local_search import Changes, _apply, _changes, _kick, _valid_changes, improve, valid
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.step.steptime import step_timer
 
@@ -153,6 +153,18 @@ def test_valid_agrees_with_the_rules_written_out(rng):
         expected = [allowed(setup, counts) for counts in every]
         assert valid(setup, every).tolist() == expected
         assert 0 < sum(expected) < len(expected)
+
+
+@pytest.mark.parametrize("pipeline", [dict(stages=4, micro_batches=8, chunks=2), dict(stages=3, micro_batches=3),
+                                      dict(stages=2, micro_batches=4, chunks=2, schedule="dualpipev")], ids=str)
+def test_the_changes_validity_prices_only_the_stages_they_touch_and_agrees(rng, pipeline):
+    frame = table(rng, kinds=2, counts=(8, 9), options=("none", "full"), modules=["vision", "language"])
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline) * 0.9, **pipeline)
+    start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
+    changes = _changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
+    expected = [allowed(setup, counts) for counts in _apply(start, changes)]
+    assert _valid_changes(setup, start, changes).tolist() == expected
+    assert 0 < sum(expected) < len(expected)
 
 
 def test_improve_starts_and_kicks(rng):

@@ -64,3 +64,22 @@ def test_the_starts_are_the_sapp_optimum_the_fastest_even_plan_that_fits_and_the
     assert "least busiest-stage work" in starts
     for counts in starts.values():
         assert allowed(setup, counts)
+
+
+@pytest.mark.parametrize("budget", [1, 2])
+def test_an_unproven_sapp_start_is_the_exact_search_placement_without_its_proof(rng, monkeypatch, budget):
+    from sappkit.balancer import optimise as module
+    from sappkit.balancer.ilp.solver import SolverOptions
+
+    frame = table(rng, counts=(40,))
+    pipeline = dict(stages=4, micro_batches=4, chunks=2)
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline), **pipeline)
+    proven = module.optimise(setup, SolverOptions())
+    monkeypatch.setattr(module, "START_SPLIT_BUDGET", budget)
+    start = module.optimise(setup, SolverOptions(), prove=False)
+    assert proven.status == "optimal" and start.status == "feasible"
+    assert start.method == f"exact search, not proven: gap {start.gap:.1%}"
+    assert start.objective >= proven.objective * (1 - 1e-9) and start.bound <= proven.objective * (1 + 1e-9)
+    assert start.gap == pytest.approx((start.objective - start.bound) / start.objective)
+    assert module.evaluate(setup, start.counts).fits
+    assert sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).objective == pytest.approx(proven.objective)

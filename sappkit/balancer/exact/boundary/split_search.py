@@ -41,7 +41,8 @@ def search(setup: BalanceSetup, cache: Cache) -> tuple[bool, np.ndarray | None, 
     if lower is None or not np.isfinite(lower):
         return None if lower is None else (False, None, np.inf, 3 * most_work)
     tau = lower * GROWTH  # S and L peak on different stages: the bound is seldom within reach
-    budget, kept = [_SPLIT_BUDGET], (np.inf, None)
+    budget = [_SPLIT_BUDGET if cache.split_budget is None else cache.split_budget]
+    kept = (np.inf, None)
     while True:
         value, counts, round_lower = _split_round(setup, cache, tau, budget, kept)
         kept = (value, counts)
