@@ -28,7 +28,8 @@ presets' fits run in this order, each holding what the ones before it fitted:
    at the preset's value, within a range): ``python data/calibrate.py --cluster grand-teton-h100 --runs
    tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
    matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86``;
-5. the B200's FP8 efficiency (``b200.toml``: 0.45, 77.5) on its 4 dense FP8 rows, its 16-bit parameters the A100's:
+5. the B200's FP8 efficiency (``b200.toml``: 0.45, 2.5, fitted before TP overlap was priced; the refit's half-size
+   of 77.5 GFLOP is not kept, ``docs/pricing.md``) on its 4 dense FP8 rows, its 16-bit parameters the A100's:
    ``python data/calibrate.py --cluster dgx-b200 --dtype fp8 --family dense --fix mfu=0.7312 matmul_half_gflop=0.75
    hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86 expert_half_tokens=0``.
 

@@ -92,7 +92,7 @@ def published_runs(path=None) -> pd.DataFrame:
     --------
     >>> runs = published_runs()
     >>> runs.groupby("cluster").size().to_dict()
-    {'dgx-a100': 18, 'dgx-b200': 7, 'dgx-h100': 89}
+    {'dgx-a100': 18, 'dgx-b200': 7, 'dgx-h100': 89, 'grand-teton-h100': 8}
     """
     frame = _read(path, PUBLISHED_RUNS, "published runs", _COLUMNS, "measured")
     _check_choices(frame, "metric", ("tflops_sc21", "iteration_s", "tokens_per_s_per_gpu"))

@@ -109,7 +109,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
     ...                                     "context_parallel": [1]}, executor=pool, progress=False)
     >>> found
-    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 50 ms)
+    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 51 ms)
     >>> found.best["recompute"]
     'none 4, comm 4'
     >>> found.counts().to_dict()  # doctest: +NORMALIZE_WHITESPACE
