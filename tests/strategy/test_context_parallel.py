@@ -108,7 +108,6 @@ def test_the_named_attention_kernels_run_at_their_sourced_share_of_the_peak():
     device = Cluster.preset("dgx-h100").device
     parallel = Strategy(data_parallel=8).parallel
     flops = 2 * 32 * 8192 * 8192 * 256 / 2  # one causal kernel over the whole sequence, b = 1
-    nbytes = 2 * 32 * (8192 * 512 + 8192 * 256)
     times = {}
     for kernel, forward, backward in (("fa2", 0.374, 0.321), ("fa3", 0.653, 0.565), ("cudnn", 0.606, 0.524)):
         ops = layer_ops(LLAMA, False, parallel, device, KernelConfig(attention=kernel))
