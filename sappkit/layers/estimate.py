@@ -122,7 +122,7 @@ from ..hardware import Cluster, DeviceConfig
 from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms
 from .mtp import mtp_comm, mtp_ops, mtp_shapes
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
-from .ops import BACKWARD, FORWARD, head_ops, layer_ops, patch_ops, tail_ops
+from .ops import FORWARD, head_ops, layer_ops, patch_ops, tail_ops
 from .param_memory import fsdp_working_bytes, param_bytes
 from .shapes import Shape, head_shape, kinds, layer_shape, tail_shape
 from .table import LayerTable
@@ -248,6 +248,23 @@ def _head_ops(models, parallel, device) -> list:
     return (patch_ops(first, parallel, device) if first.patch_size else []) + head_ops(last, parallel, device)
 
 
+def _overlap_windows(ops) -> tuple:
+    """What :func:`layer_comm` overlaps its collectives with, from one pass over a layer's ops: the attention
+    core's (forward, backward) ms, all ops' (forward, backward) ms, the shared experts' forward ms, and each
+    matmul outside the core by name -> [forward, backward] ms."""
+    core, compute, shared, gemms = [0.0, 0.0], [0.0, 0.0], 0.0, {}
+    for op in ops:
+        backward = op.phase != FORWARD
+        compute[backward] += op.time_ms
+        if op.core:
+            core[backward] += op.time_ms
+        elif op.matmul:
+            gemms.setdefault(op.name, [0.0, 0.0])[backward] += op.time_ms
+        if not backward and op.name.startswith("shared_"):
+            shared += op.time_ms
+    return tuple(core), tuple(compute), shared, gemms
+
+
 class _Pricing:
     """Prices the rows of one estimate: memory from the shapes, times from the ops (or the paper's FLOPs)."""
 
@@ -277,16 +294,7 @@ class _Pricing:
             if body is not None:
                 model, moe = body
                 ops = layer_ops(model, moe, parallel, self.device, self.kernels)
-                core = tuple(sum(op.time_ms for op in ops if op.core and op.phase == phase)
-                             for phase in (FORWARD, BACKWARD))
-                compute = tuple(sum(op.time_ms for op in ops if op.phase == phase) for phase in (FORWARD, BACKWARD))
-                shared = sum(op.time_ms for op in ops if op.phase == FORWARD and op.name.startswith("shared_"))
-                gemms = {}
-                for op in ops:
-                    if op.matmul and not op.core:
-                        times = gemms.setdefault(op.name, [0.0, 0.0])
-                        times[op.phase != FORWARD] += op.time_ms
-                comm = layer_comm(model, moe, parallel, self.cluster, core, compute, shared, gemms)
+                comm = layer_comm(model, moe, parallel, self.cluster, *_overlap_windows(ops))
             else:
                 ops, comm = ops(), comm()
             priced = kind_times(ops, comm, options, step=step,

@@ -61,10 +61,9 @@ RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "
 RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
 _FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
-           "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule",
-           "tp_comm_overlap", "cp_kind")
-#: Flags :func:`apply_rules` reads where a frame has them (a search varies neither; absent means off).
-_MOE_FLAGS = ("moe_a2a_overlap", "moe_shared_expert_overlap")
+           "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "sequence_parallel", "schedule")
+#: The fields it reads where a frame has them, with the default it takes where not (a search varies none).
+_OPTIONAL = {"tp_comm_overlap": False, "cp_kind": "ring", "moe_a2a_overlap": False, "moe_shared_expert_overlap": False}
 
 
 @dataclass(frozen=True)
@@ -102,7 +101,7 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
         reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
         reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
                                                "(whole key/value heads per rank)")
-        reject("heads", (_column(frame, "cp_kind", "ring") == "a2a") & (heads % (cp * t) != 0),
+        reject("heads", (_column(frame, "cp_kind") == "a2a") & (heads % (cp * t) != 0),
                lambda i: f"context_parallel * tensor_parallel = {cp[i] * t[i]} does not divide num_heads={heads} "
                          "(all-to-all context parallelism splits whole heads over cp * t)")
     if not tensor_across_nodes:
@@ -116,7 +115,7 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
     reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
            lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
                      "(sequence parallelism)")
-    reject("sequence", _column(frame, "tp_comm_overlap", False) & ~frame["sequence_parallel"].to_numpy(bool),
+    reject("sequence", _column(frame, "tp_comm_overlap") & ~frame["sequence_parallel"].to_numpy(bool),
            lambda i: "tp_comm_overlap needs sequence_parallel (Megatron overlaps the sequence-parallel all-gathers "
                      "and reduce-scatters with their matmuls)")
     _expert_rules(reject, model, t * cp * dp, ep, etp)
@@ -134,9 +133,9 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
                      f"simulates at most {MAX_SIMULATED_PASSES.cited}")
 
 
-def _column(frame: pd.DataFrame, name: str, default) -> np.ndarray:
-    """A strategy field's column, or its default where the frame has none (the search leaves it at that)."""
-    return frame[name].to_numpy() if name in frame else np.full(len(frame), default)
+def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
+    """An optional strategy field's column (:data:`_OPTIONAL`), or its default where the frame has none."""
+    return frame[name].to_numpy() if name in frame else np.full(len(frame), _OPTIONAL[name])
 
 
 def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:
@@ -157,11 +156,10 @@ def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, 
 
 def _overlap_rules(reject, model: RuledModel, frame: pd.DataFrame, ep: np.ndarray, p: np.ndarray,
                    v: np.ndarray) -> None:
-    a2a, shared = (frame[key].to_numpy(dtype=bool) if key in frame else np.zeros(len(frame), bool)
-                   for key in _MOE_FLAGS)
+    a2a, shared = (_column(frame, key).astype(bool) for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"))
     if not model.experts:
-        reject("experts", a2a | shared, lambda i: f"{_MOE_FLAGS[0] if a2a[i] else _MOE_FLAGS[1]}=True needs a MoE "
-                                                  "model (this one has no experts)")
+        reject("experts", a2a | shared, lambda i: f"{'moe_a2a_overlap' if a2a[i] else 'moe_shared_expert_overlap'}"
+                                                  "=True needs a MoE model (this one has no experts)")
         return
     reject("experts", a2a & (ep == 1), lambda i: "moe_a2a_overlap=True needs expert_parallel > 1 (it overlaps the "
                                                  "expert all-to-all)")
@@ -235,7 +233,7 @@ def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig],
     if device is not None:
         check_precision(strategy.dtype, strategy.fp8_recipe, device)
     m = strategy.micro_batches(global_batch)
-    frame = pd.DataFrame([{field: getattr(strategy, field) for field in (*_FIELDS, *_MOE_FLAGS)}
+    frame = pd.DataFrame([{field: getattr(strategy, field) for field in (*_FIELDS, *_OPTIONAL)}
                           | {MICRO_BATCHES: m}])
     frame[RULE], frame[REASON] = None, ""
     model = RuledModel.of(models)

@@ -39,7 +39,7 @@ from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
 from .config import Finding, Pipeline, TrainerConfig, pipeline_of, strategy_of
 from .megatron_layout import format_layout, parse_layout
-from .megatron_flags import FP8_RECIPES, MEGATRON_FLAGS, fp8_recipe_of, read_megatron_flags
+from .megatron_flags import MEGATRON_FLAGS, MEGATRON_FP8_RECIPES, fp8_recipe_of, read_megatron_flags
 from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
@@ -207,9 +207,8 @@ def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: 
     out += ["--use-distributed-optimizer"] if s.zero >= 1 else []
     out += [flag for flag, on in (("--overlap-moe-expert-parallel-comm", s.moe_a2a_overlap),
                                   ("--moe-shared-expert-overlap", s.moe_shared_expert_overlap)) if on]
-    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": ["--bf16", "--fp8-format", "hybrid",
-                                                                     "--fp8-recipe", FP8_RECIPES.get(s.fp8_recipe)]}[
-        s.dtype]
+    fp8 = ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", MEGATRON_FP8_RECIPES.get(s.fp8_recipe)]
+    out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": fp8}[s.dtype]
     if s.zero >= 2:
         notes.append(f"ZeRO stage {s.zero}: Megatron's distributed optimizer shards optimizer state and gradients; "
                      "for weights too use Megatron FSDP (--use-megatron-fsdp)")

@@ -12,10 +12,10 @@ from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_
     MAX_STAGES
 from .shell import read_flags
 
-__all__ = ["FP8_RECIPES", "MEGATRON_FLAGS", "fp8_recipe_of", "read_megatron_flags"]
+__all__ = ["MEGATRON_FP8_RECIPES", "MEGATRON_FLAGS", "fp8_recipe_of", "read_megatron_flags"]
 
 #: sappkit's FP8 recipe -> Megatron-LM's ``--fp8-recipe`` name.
-FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
+MEGATRON_FP8_RECIPES = {"delayed": "delayed", "current": "tensorwise", "mxfp8": "mxfp8"}
 
 #: The flags sappkit reads and writes, and the kind of value each takes.
 MEGATRON_FLAGS = {
@@ -70,7 +70,7 @@ def fp8_recipe_of(flags: dict) -> str | None:
     if not flags.get("--fp8-format"):
         return None
     name = flags.get("--fp8-recipe", "delayed")
-    recipes = {megatron: ours for ours, megatron in FP8_RECIPES.items()}
+    recipes = {megatron: ours for ours, megatron in MEGATRON_FP8_RECIPES.items()}
     if name not in recipes:
         raise InputError(f"Megatron-LM arguments: --fp8-recipe must be one of {', '.join(map(repr, recipes))}; "
                          f"got {name!r}")
