@@ -11,7 +11,8 @@ from matplotlib.ticker import MaxNLocator
 from .._check import check_number, short
 from ..errors import InputError
 
-__all__ = ["axes_for", "axes_list", "optional_number", "stage_colorbar", "stage_scale", "time_label"]
+__all__ = ["axes_for", "axes_list", "optional_number", "stage_colorbar", "stage_scale", "stage_ticks",
+           "time_label"]
 
 
 def axes_for(ax, figsize: tuple[float, float]) -> Axes:
@@ -60,3 +61,9 @@ def stage_colorbar(ax: Axes, mappable) -> None:
     bar = ax.figure.colorbar(mappable, ax=ax, label="stage", pad=0.02)
     bar.locator = MaxNLocator(nbins=9, integer=True)
     bar.update_ticks()
+
+
+def stage_ticks(axis) -> None:
+    """Whole-stage ticks on ``axis`` (``ax.xaxis`` or ``ax.yaxis``), as many as its length fits when drawn:
+    every stage where there is room, every 2nd, 4th or 5th… where a tick per stage would overlap."""
+    axis.set_major_locator(MaxNLocator(nbins="auto", integer=True, steps=[1, 2, 4, 5, 10]))

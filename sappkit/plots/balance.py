@@ -16,7 +16,7 @@ from matplotlib.ticker import StrMethodFormatter
 from .._frames import check_frame
 from ..columns import BACKWARD_TIME, FORWARD_TIME, MEMORY_MB, RECOMPUTE_TIME, STAGE, TIME
 from ..layers.units import format_time, time_unit_of
-from ._axes import axes_for, time_label
+from ._axes import axes_for, stage_ticks, time_label
 
 __all__ = ["plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"]
 
@@ -58,7 +58,7 @@ def plot_stage_times(stages: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
     ax.bar(x, backward, bottom=forward, width=0.8, color="#3182bd", label="backward")
     ax.bar(x, recompute, bottom=forward + backward, width=0.8, color="#fd8d3c", label="recompute")
     ax.set_ylim(0, 1.06 * max(float((forward + backward + recompute).max()), slowest))
-    ax.set_xticks(x)
+    stage_ticks(ax.xaxis)
     ax.set_xlabel("stage")
     ax.set_ylabel(time_label("time per micro-batch", unit))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)

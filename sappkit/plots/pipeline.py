@@ -21,7 +21,7 @@ from ..columns import (
 from ..errors import InputError
 from ..layers.units import format_share, format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
-from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, time_label
+from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, stage_ticks, time_label
 
 __all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
 
@@ -89,7 +89,7 @@ def plot_schedule(sim: Simulation, *, ax: Axes | None = None) -> Axes:
     for x0, x1, y, number, size in zip(start, end, stage, numbers, sizes):
         if size > 0:
             ax.add_artist(_OpLabel(x0, x1, y, number))
-    ax.set_yticks(range(p))
+    stage_ticks(ax.yaxis)
     ax.set_xlabel(time_label("time", sim.time_unit))
     ax.set_ylabel("stage")
     handles = _phase_handles(sim.chunks, (phase == "backward_weight").any())
@@ -272,7 +272,7 @@ def plot_stage_memory(stages: pd.DataFrame, *, limit_mb: float | None = None, ax
         over = memory > limit
         if over.any():
             ax.bar(x[over], memory[over], width=0.8, fill=False, edgecolor="red", linewidth=1.5)
-    ax.set_xticks(x)
+    stage_ticks(ax.xaxis)
     ax.set_xlabel("stage")
     ax.set_ylabel("memory (MB)")
     ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))

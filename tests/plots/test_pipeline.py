@@ -13,7 +13,7 @@ from sappkit import InputError, plot_memory_timeline, plot_schedule, plot_simula
 from sappkit.layers.units import format_time
 from sappkit.plots.pipeline import _chunk_colors
 
-from ..drawing import drawn_texts, overlapping
+from ..drawing import drawn_texts, figure_overlaps, overlapping
 
 
 def small_sim(p=3, v=1, m=4, schedule="1f1b", recompute=0.5, limit_mb=None):
@@ -213,3 +213,19 @@ def test_a_zero_bubble_plans_figure_is_readable_and_no_bar_is_taller_than_its_pe
         tops[x] = max(tops.get(x, 0.0), bar.get_y() + bar.get_height())
     assert [tops[stage] for stage in range(4)] == pytest.approx(plan.stages["memory_mb"].tolist())
     plt.close(figure)
+
+
+@pytest.mark.parametrize("p", [4, 64])
+def test_stage_ticks_label_every_stage_that_fits_and_never_overlap(p):
+    """Notebook 06's layout (a 14 × 4 in figure, schedule and stage memory side by side at 2.2 : 1) and notebook
+    00's 9 × 4 in stage memory: a tick on every stage overlapped its neighbours' labels at 64 stages."""
+    sim = small_sim(p=p, m=2 * p, recompute=0.0)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(14, 4), gridspec_kw=dict(width_ratios=[2.2, 1]))
+    plot_schedule(sim, ax=left)
+    plot_stage_memory(sim.stages, ax=right)
+    alone = plot_stage_memory(sim.stages, ax=plt.subplots(figsize=(9, 4))[1])
+    for figure_ in (figure, alone.figure):
+        assert figure_overlaps(figure_) == []
+    labelled = [int(tick) for tick in left.get_yticks() if 0 <= tick < p]
+    assert labelled[0] == 0 and (labelled == list(range(p)) if p == 4 else len(labelled) < p)
+    plt.close("all")
