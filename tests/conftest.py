@@ -1,6 +1,8 @@
 """Shared fixtures: a seeded random generator, figures closed after every test, the bundled inputs; the run's
 first lines name the fuzz tests' seed."""
 
+import os
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -18,6 +20,12 @@ from .fuzz.support import SEED  # noqa: E402
 
 def pytest_report_header():
     return f"fuzz seed: {SEED} (fresh in CI, fixed elsewhere; replay a run with SAPPKIT_FUZZ_SEED={SEED})"
+
+
+def pytest_configure():
+    """The run's seed for pytest-xdist's workers too: they inherit the environment, so each draws this seed
+    rather than a fresh one of its own (the header's seed replays the whole run)."""
+    os.environ.setdefault("SAPPKIT_FUZZ_SEED", str(SEED))
 
 
 @pytest.fixture
