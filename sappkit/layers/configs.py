@@ -246,6 +246,12 @@ class KernelConfig:
     """A gated MLP's activation and product run as one kernel keeping the gate and up outputs (Megatron's
     fused SwiGLU: ``3ef`` per token with the down projection's input); False: separate ops, which also keep
     the activation's output (``4ef``)."""
+    fused_elementwise: bool = True
+    """The norms, a gated MLP's activation and the rotary embedding each run as one kernel (Transformer
+    Engine's and Megatron-LM's fused kernels, or ``torch.compile``'s); False: as PyTorch's eager ops, one kernel
+    per ATen op, each reading and writing its tensors (torchtitan without ``torch.compile``): the bytes
+    :data:`sappkit.layers.ops.EAGER_BYTES` gives instead of the fused kernels' (time only; the memory kept is
+    ``norm`` and ``fused_mlp``'s)."""
     moe: Literal["paper", "hf"] = "paper"
     """``paper``: a MoE layer keeps what the module docstring of :mod:`sappkit.layers.estimate` says. ``hf``
     (transformers' loop over experts) also keeps per routed token the weighted expert output (``index_add_``'s
@@ -265,8 +271,9 @@ class KernelConfig:
         check_choice("norm", self.norm, ("paper", "hf"))
         check_choice("moe", self.moe, ("paper", "hf"))
         check_choice("dropout_mask", self.dropout_mask, ("bool", "dtype"))
-        if not isinstance(self.fused_mlp, bool):
-            raise InputError(f"fused_mlp must be a bool; got {self.fused_mlp!r}")
+        for name in ("fused_mlp", "fused_elementwise"):
+            if not isinstance(getattr(self, name), bool):
+                raise InputError(f"{name} must be a bool; got {getattr(self, name)!r}")
 
 
 def fp8_recipe_of(dtype: str, recipe) -> str | None:

@@ -217,7 +217,7 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
             rows += price.rows([shape], model.module, BODY, kind, count=count, options=options, body=(model, moe),
                                boundary=model)
     rows += price.rows(tail_shape(last, parallel) + mtp_shapes(last, parallel, kernels), last.module, TAIL, "lm_head",
-                       ops=lambda: tail_ops(last, parallel, device) + mtp_ops(last, parallel, device, kernels),
+                       ops=lambda: tail_ops(last, parallel, device, kernels) + mtp_ops(last, parallel, device, kernels),
                        comm=lambda: mtp_comm(last, parallel, cluster, device, kernels), boundary=last)
     frame = pd.DataFrame([row for row, _ in rows])
     breakdown = pd.DataFrame([{KIND: row[KIND], OPTION: row[OPTION], **parts} for row, parts in rows])

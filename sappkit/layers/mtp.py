@@ -76,7 +76,7 @@ def mtp_ops(model: TransformerConfig, parallel: ParallelConfig, device, kernels:
             price.memory(norm, 2 * e * n * h / t_sp, 3 * e * n * h / t_sp, norm=True)
         price.matmul("mtp_eh_proj", n, h / parallel.tensor_parallel, 2 * h)
         ops += head_ops(model, parallel, device) + price.ops
-        ops += layer_ops(model, _block(model), parallel, device, kernels) + tail_ops(model, parallel, device)
+        ops += layer_ops(model, _block(model), parallel, device, kernels) + tail_ops(model, parallel, device, kernels)
     return ops
 
 

@@ -33,6 +33,12 @@ gradient and the weight gradient; a frozen stack's layers run only the first). A
   moving ``n·h/t_sp·(3e + 1)`` bytes forward and ``(2e + 1)`` backward
   (``3e`` and nothing without dropout).
 
+With eager elementwise ops (``KernelConfig.fused_elementwise=False``) the
+norms and a gated MLP's ``act`` move :data:`EAGER_BYTES` per element instead,
+and ``rope`` rotates the local queries and keys (``n·(a + a_kv)·d/t``
+elements; MLA: ``n·(a/t + 1)`` rotary parts of ``d_r``), which the fused
+kernels do inside the projection's epilogue and these formulas leave out.
+
 A MoE layer replaces ``fc1``, ``act`` and ``fc2`` by the ``router`` (``h →
 E``, over the ``n/t_sp`` tokens a rank holds) and its softmax, top-k and
 auxiliary loss (``router_topk``: ``(e + 8)`` bytes per score each way, the
@@ -85,7 +91,7 @@ from ..hardware import DeviceConfig
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 
 __all__ = ["Op", "layer_ops", "head_ops", "patch_ops", "tail_ops", "FORWARD", "BACKWARD", "BF16_GEMMS",
-           "AMAX_HISTORY"]
+           "AMAX_HISTORY", "EAGER_BYTES"]
 
 FORWARD, BACKWARD = "forward", "backward"
 #: The GEMMs an FP8 run keeps in BF16 (besides the attention core): Megatron-LM's router and LM head are not
@@ -95,6 +101,14 @@ BF16_GEMMS = ("router", "lm_head", "patch_embedding")
 AMAX_HISTORY = 1024
 #: Bytes per element of a ring step's softmax merge: the partial outputs and log-sum-exps are fp32.
 _MERGE_BYTES = 4
+#: Bytes PyTorch's eager ops move per element (forward, backward), by the activations' bytes per element: an
+#: RMSNorm as torchtitan writes it (an fp32 upcast, ``pow``, ``mean``, ``rsqrt``, the product, the cast back and
+#: the weight's product; per element of its input), SwiGLU's ``silu`` and product (per element of each of the
+#: gate's and the up projection's outputs) and the complex-number rotary embedding (per element of the queries
+#: and keys). Counted ATen op by ATen op, each op's input and output tensors read or written once;
+#: ``tests/torch/test_eager_elementwise.py`` counts them again on PyTorch.
+EAGER_BYTES = {2: {"norm": (36, 96), "swiglu": (10, 18), "rope": (20, 20)},
+               4: {"norm": (28, 96), "swiglu": (20, 36), "rope": (8, 8)}}
 
 
 @dataclass(frozen=True)
@@ -182,16 +196,17 @@ def layer_ops(model: TransformerConfig, moe: bool, parallel: ParallelConfig, dev
     t, c, e = parallel.tensor_parallel, parallel.context_parallel, price.e
     t_sp = t if parallel.sequence_parallel else 1
     h, n = model.hidden_size, model.seq_length * parallel.micro_batch_size / c
-    norm = (2 * e * n * h / t_sp, 3 * e * n * h / t_sp)
+    eager = None if kernels.fused_elementwise else EAGER_BYTES[e]
+    norm = tuple(n * h / t_sp * b for b in (eager["norm"] if eager else (2 * e, 3 * e)))
     residual = ((3 * e + 1, 2 * e + 1) if model.hidden_dropout else (3 * e, 0))
     price.memory("norm1", *norm, norm=True)
     _attention(price, model, parallel, kernels, n)
     price.memory("dropout_add1", *(n * h / t_sp * r for r in residual))
     price.memory("norm2", *norm, norm=True)
     if moe:
-        _moe(price, model, parallel, n)
+        _moe(price, model, parallel, n, eager)
     else:
-        _mlp(price, model, n, model.ffn_size / t)
+        _mlp(price, model, n, model.ffn_size / t, eager=eager)
     price.memory("dropout_add2", *(n * h / t_sp * r for r in residual))
     price.amax_history()
     return price.ops
@@ -212,6 +227,9 @@ def _attention(price: _Pricer, model: TransformerConfig, parallel: ParallelConfi
         price.matmul("kv_up", n, a * (d - rope + dv) / t, kv_r)
     else:
         price.matmul("qkv", n, (a * d + model.num_kv_heads * (d + dv)) / t, h)
+    if not kernels.fused_elementwise:
+        rotated = n * (a / t + 1) * rope if kv_r else n * (a + model.num_kv_heads) * d / t
+        price.memory("rope", *(rotated * b for b in EAGER_BYTES[e]["rope"]))
     heads, queries = a / t, model.seq_length / parallel.context_parallel
     keys, batch = model.seq_length, parallel.micro_batch_size * heads
     if kernels.fused_attention:
@@ -245,16 +263,23 @@ def _flash(price: _Pricer, parallel: ParallelConfig, kernel: str, batch: float, 
         price.memory("softmax_merge", 3 * (steps - 1) * rows * (dv + 1), 3 * (steps - 1) * rows * d, core=True)
 
 
-def _mlp(price: _Pricer, model: TransformerConfig, n: float, width: float, prefix: str = "") -> None:
-    """A dense (or shared-expert) MLP of ``width`` columns per device."""
-    e, h = price.e, model.hidden_size
+def _mlp(price: _Pricer, model: TransformerConfig, n: float, width: float, prefix: str = "", *,
+         eager: dict | None = None) -> None:
+    """A dense (or shared-expert) MLP of ``width`` columns per device (``eager``: :data:`EAGER_BYTES`' row)."""
+    h = model.hidden_size
     price.matmul(f"{prefix}fc1", n, width * (2 if model.gated_mlp else 1), h)
-    price.memory(f"{prefix}act", *((3 * e * n * width, 5 * e * n * width) if model.gated_mlp
-                                   else (2 * e * n * width, 3 * e * n * width)))
+    price.memory(f"{prefix}act", *_activation_bytes(price.e, model.gated_mlp, n * width, eager))
     price.matmul(f"{prefix}fc2", n, h, width)
 
 
-def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: float) -> None:
+def _activation_bytes(e: int, gated: bool, elements: float, eager: dict | None) -> tuple[float, float]:
+    """The MLP activation's bytes forward and backward over ``elements`` outputs (of each of a gated MLP's halves)."""
+    if gated:
+        return tuple(elements * b for b in (eager["swiglu"] if eager else (3 * e, 5 * e)))
+    return 2 * e * elements, 3 * e * elements
+
+
+def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: float, eager: dict | None) -> None:
     t, e, h = parallel.tensor_parallel, price.e, model.hidden_size
     t_sp = t if parallel.sequence_parallel else 1
     experts, ep, etp = model.experts, parallel.expert_parallel, parallel.expert_tensor_parallel
@@ -270,14 +295,13 @@ def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: 
     width = model.expert_ffn_size / etp
     per_expert = received / local
     price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local, tokens=per_expert)
-    price.memory("experts_act", *((3 * e * received * width, 5 * e * received * width) if model.gated_mlp
-                                  else (2 * e * received * width, 3 * e * received * width)))
+    price.memory("experts_act", *_activation_bytes(e, model.gated_mlp, received * width, eager))
     price.matmul("experts_fc2", per_expert, h, width, batch=local, tokens=per_expert)
     if local > 1:
         price.memory("unsort_tokens", 2 * e * received * h, 2 * e * received * h)
     price.memory("unpermute", 2 * e * routed * h, 2 * e * routed * h)
     if model.shared_experts:
-        _mlp(price, model, n, model.shared_experts * model.expert_ffn_size / t, prefix="shared_")
+        _mlp(price, model, n, model.shared_experts * model.expert_ffn_size / t, prefix="shared_", eager=eager)
 
 
 def head_ops(model: TransformerConfig, parallel: ParallelConfig, device: DeviceConfig) -> list[Op]:
@@ -300,14 +324,17 @@ def patch_ops(model: TransformerConfig, parallel: ParallelConfig, device: Device
     return price.ops
 
 
-def tail_ops(model: TransformerConfig, parallel: ParallelConfig, device: DeviceConfig) -> list[Op]:
+def tail_ops(model: TransformerConfig, parallel: ParallelConfig, device: DeviceConfig,
+             kernels: KernelConfig | None = None) -> list[Op]:
     """The tail's ops: final norm, LM head and cross-entropy, per micro-batch on one device."""
     price = _Pricer(device, parallel)
     t = parallel.tensor_parallel
     t_sp = t if parallel.sequence_parallel else 1
     e, h, v = price.e, model.hidden_size, model.vocab_size
     n = model.seq_length * parallel.micro_batch_size / parallel.context_parallel
-    price.memory("final_norm", 2 * e * n * h / t_sp, 3 * e * n * h / t_sp, norm=True)
+    fused = kernels is None or kernels.fused_elementwise
+    price.memory("final_norm", *(n * h / t_sp * b for b in ((2 * e, 3 * e) if fused else EAGER_BYTES[e]["norm"])),
+                 norm=True)
     price.matmul("lm_head", n, v / t, h)
     price.memory("cross_entropy", (e + 4) * n * v / t, (e + 4) * n * v / t)
     return price.ops

@@ -5,7 +5,8 @@ whose model shape, strategy and cluster are published, each with what was
 measured and where (paper, table, page or file); ``assumed`` says what a row
 had to assume where its source is silent. An optional ``attention`` column names the attention kernel a run
 ran (:class:`~sappkit.layers.KernelConfig`'s ``attention``); without it, a row ran
-:data:`PUBLISHED_ATTENTION`. A row's metric is what its source
+:data:`PUBLISHED_ATTENTION`. An optional ``fused_elementwise`` column is False where a run's norms,
+activations and rotary embedding ran as PyTorch's eager ops (``KernelConfig.fused_elementwise``). A row's metric is what its source
 measured (:data:`METRICS`); the prediction is
 :func:`sappkit.evaluate_strategy`'s step priced in the same unit, and the
 error ``predicted / measured - 1``.
@@ -284,7 +285,9 @@ def _memory_compared(row, clusters) -> dict:
 def _priced(row, clusters):
     model, strategy, batch = run_inputs(row)
     cluster = (clusters or {}).get(row["cluster"]) or Cluster.preset(row["cluster"])
-    kernels = KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)))
+    fused = row.get("fused_elementwise")
+    kernels = KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)),
+                           fused_elementwise=True if fused is None or pd.isna(fused) else _flag(row, "fused_elementwise"))
     result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"],
                                kernels=kernels)
     return model, strategy, batch, result

@@ -66,6 +66,7 @@ def test_a_config_replaced_keeps_what_it_resolved():
     (lambda: KernelConfig(moe="megatron"), "moe must be one of 'paper', 'hf'; got 'megatron'"),
     (lambda: KernelConfig(dropout_mask=1), "dropout_mask must be one of 'bool', 'dtype'; got 1"),
     (lambda: KernelConfig(fused_mlp="yes"), "fused_mlp must be a bool; got 'yes'"),
+    (lambda: KernelConfig(fused_elementwise=1), "fused_elementwise must be a bool; got 1"),
 ])
 def test_bad_parallel_or_device_config(make, message):
     with pytest.raises(InputError, match=f"^{re.escape(message)}$"):

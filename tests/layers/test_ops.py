@@ -6,7 +6,7 @@ from sappkit import DeviceConfig, KernelConfig, ParallelConfig, TransformerConfi
 from sappkit.columns import SAPP_OPTIONS
 from sappkit.hardware import Cluster, GroupSizes, collective_ms
 from sappkit.layers.comm import boundary_ms, grad_sync_parts, layer_comm, zero3_comm_ms
-from sappkit.layers.ops import BACKWARD, FORWARD, layer_ops
+from sappkit.layers.ops import BACKWARD, EAGER_BYTES, FORWARD, layer_ops, tail_ops
 
 GPT = TransformerConfig(layers=4, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=512, vocab_size=8000)
 LLAMA = TransformerConfig(layers=4, hidden_size=1024, num_heads=16, num_kv_heads=4, ffn_size=2816, seq_length=512,
@@ -144,3 +144,32 @@ def test_more_recompute_costs_more_backward_on_every_dimension():
     times = table.frame.set_index(["kind", "option"])[["forward_time", "backward_time"]].sum(axis=1)
     assert sums.to_numpy() == pytest.approx(times.loc[sums.index].to_numpy())
     assert set(breakdown.index.get_level_values("option")) == set(SAPP_OPTIONS)
+
+
+@pytest.mark.parametrize("model", [LLAMA, MOE], ids=["llama", "moe"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_eager_elementwise_ops_move_the_counted_bytes_and_leave_the_rest(model, dtype):
+    parallel = ParallelConfig(tensor_parallel=2, sequence_parallel=True, micro_batch_size=2, dtype=dtype,
+                              data_parallel=2, expert_parallel=2 if model.experts else 1)
+    e = 2 if dtype == "bf16" else 4
+    n, h, t, moe = 2 * model.seq_length, model.hidden_size, 2, bool(model.experts)
+    ops = {fused: {(op.name, op.phase): op.nbytes for op in layer_ops(model, moe, parallel, FLOPS_ONLY,
+                                                                        KernelConfig(fused_elementwise=fused))}
+           for fused in (True, False)}
+    eager = EAGER_BYTES[e]
+    rotated = n * (model.num_heads + model.num_kv_heads) * model.head_dim / t
+    act = "experts_act" if moe else "act"
+    for phase, i in ((FORWARD, 0), (BACKWARD, 1)):
+        assert ops[False][("norm1", phase)] == pytest.approx(n * h / t * eager["norm"][i])
+        assert ops[False][("rope", phase)] == pytest.approx(rotated * eager["rope"][i])
+        fused_act = (3 * e, 5 * e)[i]
+        assert ops[False][(act, phase)] == pytest.approx(ops[True][(act, phase)] / fused_act * eager["swiglu"][i])
+    assert set(ops[False]) - set(ops[True]) == {("rope", FORWARD), ("rope", BACKWARD)}
+    changed = {"norm1", "norm2", "rope", act, "shared_act"}
+    assert {key: b for key, b in ops[False].items() if key[0] not in changed} == \
+        {key: b for key, b in ops[True].items() if key[0] not in changed}
+    tails = [{op.name: op.nbytes for op in tail_ops(model, parallel, FLOPS_ONLY, KernelConfig(fused_elementwise=f))
+              if op.phase == FORWARD} for f in (True, False)]
+    assert tails[1]["final_norm"] == pytest.approx(n * h / t * eager["norm"][0])
+    assert tails[0]["final_norm"] == pytest.approx(2 * e * n * h / t)
+
