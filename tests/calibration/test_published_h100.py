@@ -13,7 +13,7 @@ times' by least squares: the two may part by a little.
 import numpy as np
 import pytest
 
-from sappkit import calibrate
+from sappkit import calibrate, read_run
 from sappkit.calibration.fit import PARAMETERS, value_of, with_values
 from sappkit.hardware import Cluster
 from sappkit.strategy.validation import family, published_runs, run_inputs
@@ -108,13 +108,14 @@ def test_the_published_runs_as_scripts_and_logs_recover_the_shipped_h100_paramet
     assert "not determined by these runs" in result.describe()
 
 
-@pytest.mark.slow
-def test_the_launch_scripts_read_back_to_the_published_strategies_and_kernels(tmp_path):
-    from sappkit import read_run
-
-    for index, row in enumerate(_rows(*FITS["dense-bf16"][1:]) + _rows(*FITS["moe-bf16"][1:])):
+@pytest.mark.parametrize("name", sorted(FITS))
+def test_the_launch_scripts_read_back_to_the_published_strategies_and_kernels(name, tmp_path):
+    rows = _rows(*FITS[name][2:])
+    assert len(rows) == {"dense-bf16": 33, "moe-bf16": 10, "dense-fp8": 37}[name]  # data/calibrate.py's counts
+    for index, row in enumerate(rows):
         model, strategy, batch = run_inputs(row)
         run = read_run(*_run_files(row, index, tmp_path))
         assert (run.strategy, run.global_batch, run.recompute, run.kernels.attention) == (
             strategy, batch, row["recompute"], row["attention"]), row["run"]
-        assert run.step_ms == pytest.approx(_step_ms(row, model, batch, strategy.devices), rel=1e-9)
+        # the logs print 0.1 ms (Megatron-LM) or 0.1 ms in seconds (NeMo 2's four decimals)
+        assert run.step_ms == pytest.approx(_step_ms(row, model, batch, strategy.devices), abs=0.05)
