@@ -52,8 +52,8 @@ class Calibration:
         """Each run's error before and after, the fitted values with their uncertainty, what was not determined."""
         runs = self.runs.assign(error_before=[f"{e:+.1%}" for e in self.runs["error_before"]],
                                 error_after=[f"{e:+.1%}" for e in self.runs["error_after"]]).round(1)
-        shown = self.parameters.assign(
-            value=[f"{v:.4g}" for v in self.parameters["value"]],
+        shown = self.parameters.assign(  # each row its own digits: one column holds 0.6 and 768
+            base=[f"{v:.4g}" for v in self.parameters["base"]], value=[f"{v:.4g}" for v in self.parameters["value"]],
             uncertainty=["" if np.isnan(u) else f"± {u:.2g}" for u in self.parameters["uncertainty"]])
         lines = [f"calibrated {self.cluster.name} on {len(self.runs)} runs "
                  f"(mean |error| {self.runs['error_before'].abs().mean():.1%} before, "

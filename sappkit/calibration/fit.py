@@ -2,8 +2,11 @@
 
 The parameters are the few the shipped presets were fitted with
 (``data/calibrate.py``): the device's ``mfu``, ``matmul_half_gflop``,
-``hbm_efficiency`` and ``kernel_us``, the cluster's ``intra_efficiency`` and
-``inter_efficiency``. Each run's residual is ``predicted / measured - 1``
+``hbm_efficiency`` and ``kernel_us``, its MoE grouped-GEMM ``expert_half_tokens``
+and FP8 ``fp8_mfu`` and ``fp8_matmul_half_gflop``
+(:meth:`sappkit.hardware.DeviceConfig.matmul_efficiency`), the cluster's
+``intra_efficiency`` and ``inter_efficiency``. An FP8 one the device leaves
+unset (None: the 16-bit one's value) starts from that value. Each run's residual is ``predicted / measured - 1``
 (:func:`sappkit.evaluate_strategy`'s step against the log's median step);
 the fit minimises their sum of squares within each parameter's bounds
 (``scipy.optimize.least_squares``, on parameters scaled to [0, 1]).
@@ -40,10 +43,14 @@ __all__ = ["PARAMETERS", "DEVICE_PARAMETERS", "Observed", "with_values", "value_
 #: Parameter -> (lower, upper) bound of the fit.
 PARAMETERS = {
     "mfu": (0.05, 1.0), "matmul_half_gflop": (0.0, 100.0), "hbm_efficiency": (0.05, 1.0), "kernel_us": (0.0, 100.0),
+    "expert_half_tokens": (0.0, 8192.0), "fp8_mfu": (0.05, 1.0), "fp8_matmul_half_gflop": (0.0, 200.0),
     "intra_efficiency": (0.05, 1.0), "inter_efficiency": (0.05, 1.0),
 }
 #: The parameters that are the device's (the rest are the cluster's).
-DEVICE_PARAMETERS = ("mfu", "matmul_half_gflop", "hbm_efficiency", "kernel_us")
+DEVICE_PARAMETERS = ("mfu", "matmul_half_gflop", "hbm_efficiency", "kernel_us", "expert_half_tokens", "fp8_mfu",
+                     "fp8_matmul_half_gflop")
+#: The device parameters that may be None, and the one whose value they then take.
+_DEFAULTS_TO = {"fp8_mfu": "mfu", "fp8_matmul_half_gflop": "matmul_half_gflop"}
 #: A parameter whose sensitivity column is below this (change of the residuals over its whole range) is not
 #: determined; a singular value below ``_RANK_TOLERANCE`` times the largest adds no rank.
 _UNDETERMINED, _RANK_TOLERANCE = 1e-6, 1e-3
@@ -57,8 +64,9 @@ def with_values(base: Cluster, values: dict) -> Cluster:
 
 
 def value_of(base: Cluster, name: str) -> float:
-    """The value of the parameter ``name`` in ``base``."""
-    return float(getattr(base.device if name in DEVICE_PARAMETERS else base, name))
+    """The value of the parameter ``name`` in ``base`` (an unset FP8 one: the 16-bit one it defaults to)."""
+    value = getattr(base.device if name in DEVICE_PARAMETERS else base, name)
+    return value_of(base, _DEFAULTS_TO[name]) if value is None else float(value)
 
 
 def predicted_ms(runs: Sequence[Run], cluster: Cluster) -> np.ndarray:

@@ -2,7 +2,7 @@
 
 :func:`read_run` reads the three files a user has after training: the
 trainer config (:func:`sappkit.read_trainer_config`: Megatron-LM, torchtitan,
-MindFormers, HyperParallel), the model (a preset name or a Hugging Face
+MindFormers, HyperParallel; with the attention kernel it names), the model (a preset name or a Hugging Face
 ``config.json``) and the training log (:func:`~sappkit.calibration.logs.read_step_times`:
 Megatron-LM, torchtitan, NeMo/Lightning), the median step after the warm-up.
 """
@@ -70,7 +70,7 @@ def read_run(config, model, log, *, world_size: int | None = None, seq_length: i
     tokens = batch * stack.seq_length / strategy.devices
     step = measured_step_ms(log, tokens_per_device=tokens, warmup=warmup)
     return Run(name=name or Path(os.fspath(log)).stem, model=stack, strategy=strategy, global_batch=batch,
-               step_ms=step, recompute=options[0])
+               step_ms=step, recompute=options[0], kernels=trainer.kernels)
 
 
 def _model(model, seq_length: int | None) -> TransformerConfig:

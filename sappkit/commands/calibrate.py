@@ -3,7 +3,7 @@ parameters to the user's measured runs and write the fitted cluster as a hardwar
 
 from __future__ import annotations
 
-from ..calibration import calibrate, read_run
+from ..calibration import PARAMETERS, calibrate, read_run
 from ..errors import InputError
 from ._output import Output, add_output_arguments
 
@@ -13,9 +13,8 @@ def register(subparsers) -> None:
         "calibrate",
         description="Read each run (a trainer config that read_trainer_config reads, a model preset name or "
                     "config.json, and the training log: Megatron-LM, torchtitan or NeMo/Lightning; warm-up "
-                    "skipped, median step), fit the base cluster's physical parameters (mfu, matmul_half_gflop, "
-                    "hbm_efficiency, kernel_us, intra_efficiency, inter_efficiency; less --fix) to the measured "
-                    "steps, and print each run's error before and after, the fitted values with their "
+                    f"skipped, median step), fit the base cluster's physical parameters ({', '.join(PARAMETERS)}; "
+                    "less --fix) to the measured steps, and print each run's error before and after, the fitted values with their "
                     "uncertainty and what the runs do not determine. Refuses to fit more parameters than the "
                     "runs identify.")
     parser.add_argument("runs", nargs="+", metavar="CONFIG,MODEL,LOG",

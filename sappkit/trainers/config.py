@@ -23,6 +23,7 @@ from ..balancer.plan import Plan, make_plan
 from ..balancer.setup import make_setup
 from ..columns import CHUNK, COUNT, KIND, LAYERS, OPTION, ROLE, STAGE
 from ..errors import InputError
+from ..layers import KernelConfig
 from ..layers.table import as_layer_table
 from ..limits import MAX_DEVICES, MAX_MEMORY_MB, Limit
 from ..pipeline.schedules import model_order, one_stage_allowed
@@ -88,6 +89,10 @@ class TrainerConfig:
         Where the config came from.
     plan : Plan or None
         The config priced (:meth:`plan_for`), when a layer table was given.
+    attention : str or None
+        The attention kernel the config runs (:attr:`sappkit.layers.KernelConfig.attention`: Megatron-LM's
+        ``--attention-backend``, :data:`~sappkit.trainers.megatron_flags.MEGATRON_ATTENTION`); None where the
+        config leaves it to the trainer (sappkit's default kernels price it).
     """
 
     trainer: str
@@ -105,6 +110,12 @@ class TrainerConfig:
     notes: tuple[str, ...] = ()
     source: str = ""
     plan: Plan | None = None
+    attention: str | None = None
+
+    @property
+    def kernels(self) -> KernelConfig | None:
+        """The kernels for ``kernels=`` (:func:`sappkit.evaluate_strategy`): :attr:`attention`'s, or None."""
+        return None if self.attention is None else KernelConfig(attention=self.attention)
 
     @property
     def built_layers(self) -> int:

@@ -9,7 +9,10 @@ Export (:func:`megatron_args`) writes ``--tensor-model-parallel-size``,
 where only the first and last stages differ, else
 ``--pipeline-model-parallel-layout``) and the recompute flags of the plan's
 policy (:mod:`sappkit.balancer.grammar`): ``--recompute-granularity``,
-``--recompute-method``, ``--recompute-num-layers``, ``--recompute-modules``.
+``--recompute-method``, ``--recompute-num-layers``, ``--recompute-modules``;
+and the kernels (:func:`.megatron_flags.kernel_args`): ``--tp-comm-overlap``,
+``--cp-comm-type`` and ``--attention-backend``, which import reads back into
+the strategy and :attr:`TrainerConfig.attention`.
 
 Import (:func:`read_megatron`) builds each cell's layers as Megatron does: the
 layout string (:mod:`.megatron_layout`), else the first/last counts with the
@@ -39,7 +42,8 @@ from ..limits import MAX_DEVICES, MAX_MICRO_BATCHES
 from ..strategy import Strategy
 from .config import Finding, Pipeline, TrainerConfig, pipeline_of, strategy_of
 from .megatron_layout import format_layout, parse_layout
-from .megatron_flags import MEGATRON_FLAGS, MEGATRON_FP8_RECIPES, fp8_recipe_of, read_megatron_flags
+from .megatron_flags import MEGATRON_FLAGS, MEGATRON_FP8_RECIPES, attention_of, cp_kind_of, fp8_recipe_of, \
+    kernel_args, read_megatron_flags
 from .shell import shell_tokens
 
 __all__ = ["MegatronArgs", "megatron_args", "read_megatron", "MEGATRON_FLAGS"]
@@ -80,7 +84,7 @@ class MegatronArgs:
 
 
 def megatron_args(source, *, strategy: Strategy | None = None, global_batch: int | None = None,
-                  num_layers: int | None = None, mtp_layers: int = 0) -> MegatronArgs:
+                  num_layers: int | None = None, mtp_layers: int = 0, attention: str | None = None) -> MegatronArgs:
     """A plan, a recompute choice or a strategy as Megatron-LM arguments.
 
     Parameters
@@ -97,6 +101,9 @@ def megatron_args(source, *, strategy: Strategy | None = None, global_batch: int
         ``--num-layers`` for a strategy alone (a plan knows its layers).
     mtp_layers : int
         Multi-token-prediction layers, placed before the loss on the last stage.
+    attention : str, optional
+        The attention kernel (:attr:`~sappkit.layers.KernelConfig.attention`: ``cudnn``, ``fa2`` or ``paper``)
+        as ``--attention-backend``; None writes none (Megatron-LM's ``auto``).
 
     Examples
     --------
@@ -110,7 +117,7 @@ def megatron_args(source, *, strategy: Strategy | None = None, global_batch: int
     """
     mtp = check_int("mtp_layers", mtp_layers, minimum=0)
     if isinstance(source, Strategy):
-        return _strategy_args(source, global_batch, num_layers, mtp)
+        return _strategy_args(source, global_batch, num_layers, mtp, attention)
     pipe = pipeline_of(source)
     if pipe.schedule not in TRAINER_SCHEDULES["megatron"]:
         raise InputError(f"Megatron-LM runs the {' and '.join(TRAINER_SCHEDULES['megatron'])} schedules; this "
@@ -127,11 +134,11 @@ def megatron_args(source, *, strategy: Strategy | None = None, global_batch: int
     args = ["--num-layers", str(sum(map(sum, pipe.layer_counts))), "--pipeline-model-parallel-size", str(pipe.stages)]
     args += _layout_args(pipe, mtp)
     args += _recompute_args(pipe, notes)
-    args += _degree_args(strategy, pipe.micro_batches, global_batch, notes)
+    args += _degree_args(strategy, pipe.micro_batches, global_batch, notes, attention)
     return MegatronArgs(tuple(args), tuple(notes))
 
 
-def _strategy_args(strategy: Strategy, global_batch, num_layers, mtp) -> MegatronArgs:
+def _strategy_args(strategy: Strategy, global_batch, num_layers, mtp, attention) -> MegatronArgs:
     if strategy.schedule not in TRAINER_SCHEDULES["megatron"]:
         raise InputError(f"Megatron-LM runs the {' and '.join(TRAINER_SCHEDULES['megatron'])} schedules; the "
                          f"strategy runs {strategy.schedule!r}")
@@ -143,7 +150,7 @@ def _strategy_args(strategy: Strategy, global_batch, num_layers, mtp) -> Megatro
     if mtp:
         args += ["--mtp-num-layers", str(mtp)]
     micro = None if global_batch is None else strategy.micro_batches(global_batch)
-    args += _degree_args(strategy, micro, global_batch, notes)
+    args += _degree_args(strategy, micro, global_batch, notes, attention)
     return MegatronArgs(tuple(args), tuple(notes))
 
 
@@ -185,13 +192,14 @@ def _recompute_args(pipe: Pipeline, notes: list[str]) -> list[str]:
                      "--recompute-num-layers", "1"]}[policy.option]
 
 
-def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: list[str]) -> list[str]:
+def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: list[str], attention) -> list[str]:
     if strategy is None:
         if global_batch is None:
             global_batch = micro_batches
             notes.append(f"--global-batch-size {micro_batches} runs {micro_batches} micro-batches on one "
                          "data-parallel rank: multiply it by the data-parallel size (no strategy was given)")
-        return ["--micro-batch-size", "1", "--global-batch-size", str(global_batch)]
+        return ["--micro-batch-size", "1", "--global-batch-size", str(global_batch)] + kernel_args(
+            False, "ring", attention)
     s = strategy
     out = []
     for flag, value in (("--tensor-model-parallel-size", s.tensor_parallel),
@@ -209,6 +217,7 @@ def _degree_args(strategy: Strategy | None, micro_batches, global_batch, notes: 
                                   ("--moe-shared-expert-overlap", s.moe_shared_expert_overlap)) if on]
     fp8 = ["--bf16", "--fp8-format", "hybrid", "--fp8-recipe", MEGATRON_FP8_RECIPES.get(s.fp8_recipe)]
     out += {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp32": [], "fp8": fp8}[s.dtype]
+    out += kernel_args(s.tp_comm_overlap, s.cp_kind, attention)
     if s.zero >= 2:
         notes.append(f"ZeRO stage {s.zero}: Megatron's distributed optimizer shards optimizer state and gradients; "
                      "for weights too use Megatron FSDP (--use-megatron-fsdp)")
@@ -252,7 +261,8 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
                         dtype="fp8" if flags.get("--fp8-format") else "fp16" if flags.get("--fp16") else "bf16"
                         if flags.get("--bf16") else "fp32", fp8_recipe=fp8_recipe_of(flags),
                         moe_a2a_overlap=bool(flags.get("--overlap-moe-expert-parallel-comm")),
-                        moe_shared_expert_overlap=bool(flags.get("--moe-shared-expert-overlap")))
+                        moe_shared_expert_overlap=bool(flags.get("--moe-shared-expert-overlap")),
+                        tp_comm_overlap=bool(flags.get("--tp-comm-overlap")), cp_kind=cp_kind_of(flags))
     options = policy_options(_recompute_policy(flags, notes), schedule, counts)
     if v > 1:
         findings += _group_findings(flags, p, m)
@@ -260,7 +270,7 @@ def read_megatron(source, *, world_size: int | None = None, origin: str = "argum
     return TrainerConfig(trainer="megatron", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=layers, micro_batches=m, global_batch=batch,
                          mtp_layers=flags.get("--mtp-num-layers", 0), findings=tuple(findings), settings=flags,
-                         notes=tuple(notes), source=origin)
+                         notes=tuple(notes), source=origin, attention=attention_of(flags))
 
 
 def _data_parallel(flags, world_size, model_parallel: int) -> tuple[int, str]:

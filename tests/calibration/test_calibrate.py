@@ -50,6 +50,29 @@ def test_parameters_are_recovered_from_runs_priced_with_them_and_the_unreached_l
                                                   "kept at the base's value): inter_efficiency")
 
 
+MOE = TransformerConfig(layers=4, hidden_size=2048, num_heads=16, ffn_size=8192, seq_length=2048, vocab_size=32000,
+                        experts=16, top_k=2, expert_ffn_size=1024)
+
+
+@pytest.mark.parametrize("name, value, model, dtype", [("expert_half_tokens", 400.0, MOE, "bf16"),
+                                                        ("fp8_mfu", 0.5, SMALL, "fp8"),
+                                                        ("fp8_matmul_half_gflop", 12.0, SMALL, "fp8")])
+def test_the_moe_and_fp8_parameters_are_fitted_from_runs_that_use_them_and_not_determined_by_others(name, value,
+                                                                                                   model, dtype):
+    truth = with_values(Cluster.preset("dgx-h100"), {name: value})
+    runs = []
+    for t in (1, 2, 4, 8):
+        strategy = Strategy(tensor_parallel=t, data_parallel=8 // t, expert_parallel=8 // t if model.experts else 1,
+                            dtype=dtype)
+        step = evaluate_strategy(model, strategy, cluster=truth, global_batch=64).step_time
+        runs.append(Run(f"tp{t}", model, strategy, 64, step_ms=step))
+    parameters = calibrate(runs, "dgx-h100", fit=[name]).parameters.set_index("parameter")
+    assert parameters.at[name, "status"] == "fitted"
+    assert parameters.at[name, "value"] == pytest.approx(value, rel=1e-2)
+    other = calibrate(_one_node_runs(truth), "dgx-h100", fit=["mfu", name]).parameters.set_index("parameter")
+    assert other.loc[["mfu", name], "status"].tolist() == ["fitted", "not determined"]
+
+
 def test_a_fit_of_more_parameters_than_the_runs_identify_is_refused():
     runs = _one_node_runs(Cluster.preset("dgx-h100"))[:2]
     with pytest.raises(InputError) as error:

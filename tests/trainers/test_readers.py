@@ -53,6 +53,13 @@ def test_a_launch_script_is_read_with_its_variables_arrays_and_arithmetic():
      "Megatron-LM arguments: --global-batch-size 6 is not a multiple of data-parallel size x --micro-batch-size = "
      "1 x 4"),
     (["--num-layers"], "Megatron-LM arguments: --num-layers needs a value"),
+    (["--num-layers", "8", "--cp-comm-type", "a2a+p2p"],
+     "Megatron-LM arguments: --cp-comm-type must be one of 'p2p', 'allgather', 'a2a' for every layer; got 'a2a+p2p'"),
+    (["--num-layers", "8", "--cp-comm-type", "p2p", "a2a"],
+     "Megatron-LM arguments: --cp-comm-type must be one of 'p2p', 'allgather', 'a2a' for every layer; got 'p2p a2a'"),
+    (["--num-layers", "8", "--attention-backend", "cudnn"],
+     "Megatron-LM arguments: --attention-backend must be one of 'fused', 'flash', 'unfused', 'local', 'auto'; got "
+     "'cudnn'"),
 ])
 def test_megatron_arguments_that_cannot_be_read_are_refused(source, message):
     with pytest.raises(InputError) as caught:
@@ -69,6 +76,17 @@ def test_megatron_notes_what_sappkit_prices_differently():
                             "sappkit prices every layer fully recomputed (it keeps a little more)")
     selective = read_megatron(["--num-layers", "2", "--recompute-activations"], world_size=1)
     assert selective.options == ("selective", "selective") and selective.notes == ()
+
+
+@pytest.mark.parametrize("backend, attention", [("fused", "cudnn"), ("flash", "fa2"), ("unfused", "paper"),
+                                                ("local", "paper"), ("auto", None)])
+def test_megatron_attention_backends_are_read_as_the_kernels_sappkit_prices(backend, attention):
+    config = read_megatron(["--num-layers", "2", "--attention-backend", backend, "--cp-comm-type", "allgather",
+                            "--tp-comm-overlap"], world_size=1)
+    assert (config.attention, config.strategy.cp_kind, config.strategy.tp_comm_overlap) == (attention, "allgather",
+                                                                                          True)
+    assert (read_megatron(["--num-layers", "2"], world_size=1).attention,
+            read_megatron(["--num-layers", "2"], world_size=1).strategy.cp_kind) == (None, "ring")
 
 
 def test_torchtitans_own_split_is_reproduced():

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from sappkit import Strategy, plan_from_offsets, read_trainer_config
+from sappkit.layers import KernelConfig
 from sappkit.trainers import export_config, hyperparallel_config, mindformers_config, torchtitan_config
 from sappkit.trainers.megatron import megatron_args
 
@@ -88,6 +89,24 @@ def test_megatron_moe_overlaps_are_written_and_read_back(overlap, flag):
     assert back.strategy == strategy
     assert flag not in megatron_args(plan, strategy=Strategy(tensor_parallel=2, pipeline_parallel=4, virtual_stages=2,
                                                              data_parallel=2, schedule="interleaved")).args
+
+
+@pytest.mark.parametrize("tp_overlap, cp_kind, attention, flags", [
+    (True, "ring", "cudnn", ["--tp-comm-overlap", "--attention-backend", "fused"]),
+    (False, "allgather", "fa2", ["--cp-comm-type", "allgather", "--attention-backend", "flash"]),
+    (True, "a2a", "paper", ["--tp-comm-overlap", "--cp-comm-type", "a2a", "--attention-backend", "unfused"]),
+    (False, "ring", None, []),
+])
+def test_megatron_tp_overlap_cp_kind_and_attention_are_written_and_read_back(tp_overlap, cp_kind, attention, flags):
+    plan = make_plan("interleaved", 2, "none")
+    strategy = Strategy(tensor_parallel=2, pipeline_parallel=4, virtual_stages=2, context_parallel=2,
+                        schedule="interleaved", tp_comm_overlap=tp_overlap, cp_kind=cp_kind)
+    args = list(megatron_args(plan, strategy=strategy, attention=attention).args)
+    assert args[-len(flags) or len(args):] == flags
+    back = read_trainer_config(args, world_size=16, layers=table(24), memory_mb=10_000)
+    assert (back.strategy, back.attention) == (strategy, attention)
+    assert back.kernels == (None if attention is None else KernelConfig(attention=attention))
+    same(plan, back.plan)
 
 
 @pytest.mark.parametrize("layout, flags", [
