@@ -117,14 +117,28 @@ def test_simulation_figure_stacks_schedule_over_memory_and_states_the_bubble_onc
     assert top.get_ylabel() == "stage" and bottom.get_ylabel() == "memory (MB)"
     b = sim.bubbles
     assert fig.get_suptitle() == (
-        f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}; bubble {b['real']:.1%} of the compute = "
-        f"ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} + recompute {b['recompute']:.1%} (idle "
-        f"{b['of_step']:.1%} of the step); peak {sim.stages.memory_mb.max():,.0f} MB")
+        f"1f1b: step time {format_time(sim.step_time, sim.time_unit)}; peak {sim.stages.memory_mb.max():,.0f} MB\n"
+        f"bubble {b['real']:.1%} of the compute = ideal {b['ideal']:.1%} + imbalance {b['imbalance']:.1%} + "
+        f"recompute {b['recompute']:.1%} (idle {b['of_step']:.1%} of the step)")
     fig.canvas.draw()
     words = [t.get_text() for t in fig.findobj(Text) if t.get_visible()]
     assert sum("bubble" in text for text in words) == 1
     bar = fig.axes[2]
     assert bar.get_ylabel() == "stage" and top.get_position().x1 == pytest.approx(bottom.get_position().x1)
+
+
+@pytest.mark.parametrize(("schedule", "chunks"), [("1f1b", 1), ("interleaved", 2), ("zb_interleaved", 2)])
+def test_the_simulation_figure_of_the_tour_fits_its_title_and_reads_without_overlaps(schedule, chunks):
+    """Issue 39: the title, on one line, was some 240 px wider than the 11 in figure."""
+    from sappkit import read_layers_json
+    from sappkit.demo import tour_simulation
+
+    from ..bundled import DATA
+    from ..drawing import figure_overlaps
+
+    sim = tour_simulation(read_layers_json(DATA / "llama2_70b.json"), schedule=schedule, stages=8,
+                          micro_batches=16, chunks=chunks, option="selective")
+    assert figure_overlaps(plot_simulation(sim)) == []
 
 
 def stage_frame(**changes):
