@@ -218,7 +218,11 @@ def test_a_zero_bubble_plans_figure_is_readable_and_no_bar_is_taller_than_its_pe
     figure = _plan_figure(plan)
     assert figure_overlaps(figure) == []
     gantt, memory = figure.axes[:2]
-    assert [text.get_text() for text in gantt.get_legend().get_texts()] == [
+    # The Gantt chart's legend, wider than the chart, above the whole figure: above the chart, the layout took
+    # its overhang off the chart, which kept 42% of the figure's width (notebook 06's dashboard: 398 of 1,129 px).
+    assert gantt.get_window_extent().width / figure.bbox.width >= 0.6
+    (legend,) = figure.legends
+    assert gantt.get_legend() is None and [text.get_text() for text in legend.get_texts()] == [
         "chunk 0", "chunk 1", "chunk 2", "chunk 3", "light forward, dark backward or input pass, darker weight pass",
         "recompute"]
     tops = {}
