@@ -67,7 +67,7 @@ def test_a_bar_taller_than_the_peak_it_marks_is_found():
 
 def test_a_title_wider_than_its_figure_and_a_text_on_the_offset_text_are_found():
     """As plot_simulation's title was on an 11 in figure; and a note on the y axis' ``1e6`` scale."""
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     ax.plot([0, 10], [0, 3e6], label="rising")
     ax.annotate("note", (0, 1), xycoords="axes fraction", xytext=(0, 4), textcoords="offset points")
     fig.suptitle("a title far wider than the six inches of its figure, " * 3)
