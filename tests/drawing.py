@@ -1,10 +1,11 @@
 """What a drawn figure shows, as the tests of the plots check it: the texts a reader sees and where they sit.
 
 :func:`figure_overlaps` reads a whole figure as a reader does: no two texts on top of each other (titles, axis
-labels, tick labels, legends, annotations), no legend over the data or over another text, no line through an
-annotation, no axis label longer than its axis, no Axes squeezed too small to read (a legend or its
-neighbours took the room), and no bar taller than the peak its stage's tick marks (``plot_stage_memory``). The report's browser tests run it on every figure the
-notebooks draw (``tests/report/figure_check.py``).
+labels, tick labels, an axis' offset text such as ``1e6``, legends, annotations), no text past a laid-out figure's
+edge (a legend aside), no legend over the data or over another text, no line through an annotation, no axis label
+longer than its axis, no Axes squeezed too small to read (a legend or its neighbours took the room), and no bar
+taller than the peak its stage's tick marks (``plot_stage_memory``). The report's browser tests run it on every
+figure the notebooks draw (``tests/report/figure_check.py``).
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ def overlapping(texts) -> list[tuple[str, str]]:
 def figure_overlaps(figure) -> list[str]:
     """What overlaps on ``figure`` once drawn, one line each; empty when a reader can read every text.
 
-    Texts are the figure's and each Axes' titles, axis labels, tick labels, texts and annotations; a legend is one
-    box. Data is each Axes' lines (their drawn segments), bars and other patches in front of the background (a
+    Texts are the figure's and each Axes' titles, axis labels, offset texts (``1e6``), tick labels, texts and
+    annotations; a legend is one box. A text that runs past the edge of a laid-out figure is reported too. Data is each Axes' lines (their drawn segments), bars and other patches in front of the background (a
     shaded span behind the data is background), and scatter points.
     """
     figure.canvas.draw()
@@ -55,7 +56,8 @@ def figure_overlaps(figure) -> list[str]:
             continue
         name = _axes_name(ax, number)
         for text in (ax.title, ax._left_title, ax._right_title, ax.xaxis.label, ax.yaxis.label, *ax.texts,
-                     *_tick_labels(ax.xaxis), *_tick_labels(ax.yaxis)):
+                     ax.xaxis.get_offset_text(), ax.yaxis.get_offset_text(), *_tick_labels(ax.xaxis),
+                     *_tick_labels(ax.yaxis)):
             _add_text(texts, name, text, renderer)
         legend = ax.get_legend()
         if legend is not None and legend.get_visible():
@@ -71,6 +73,25 @@ def figure_overlaps(figure) -> list[str]:
                 problems += [f"{label} covers {what}" for what, shape in data if shape.crosses(box)]
     boxes = [(label, box) for label, box, _ in texts] + [(label, box) for label, box, _ in legends]
     problems += [f"{a} overlaps {b}" for (a, first), (b, second) in combinations(boxes, 2) if first.overlaps(second)]
+    if figure.get_layout_engine() is not None:
+        problems += _past_the_edge([(label, box) for label, box, _ in texts], figure.bbox)
+    return problems
+
+
+def _past_the_edge(boxes, edge: Bbox) -> list[str]:
+    """The texts that run past the figure's edge (a title wider than its figure), by how far on each side: a
+    plain save cuts them, and a tight bounding box (the notebooks' inline figures, the dashboards' states)
+    widens the picture past the size it was laid out for, which the page then shrinks to fit. Only a figure
+    with a layout engine (constrained, tight) is read: one laid out still past its edge holds a text no layout
+    fits; without one, ticks and labels past the edge are the default margins', which the tight bounding box
+    takes in. Legends are left out: one placed beside its Axes is a choice the plots make."""
+    problems = []
+    for label, box in boxes:
+        sides = {"left": edge.x0 - box.x0, "right": box.x1 - edge.x1, "bottom": edge.y0 - box.y0,
+                 "top": box.y1 - edge.y1}
+        past = ", ".join(f"{px:.0f} px {side}" for side, px in sides.items() if px > 0)
+        if past:
+            problems.append(f"{label} runs past the figure's edge ({past})")
     return problems
 
 

@@ -4,7 +4,7 @@ Each module here measures one model and exposes ``measure(quick: bool) ->
 list[dict]`` with rows of :data:`COLUMNS`. It is a benchmark, not a test:
 a miss is reported, never raised. ``quick`` runs fewer cases and repeats,
 and leaves out the modules of :data:`SLOW` unless they are asked for by
-name, so that the whole quick table takes well under a minute.
+name, so that the whole quick table takes under a minute of CPU (42 s measured, docs/performance.md).
 
 Wall times on a shared machine say little alone, so every row also gives
 ``cpu_s``: the CPU seconds (user + system) that every process spent on the

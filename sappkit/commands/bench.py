@@ -19,7 +19,7 @@ def register(subparsers) -> None:
                     "table (median milliseconds, the CPU seconds every process spent, the target, whether it was met, and the load average); a miss is reported, never an "
                     "error. Progress goes to stderr.")
     parser.add_argument("--quick", action="store_true",
-                        help=f"fewer cases and repeats, under a minute; leaves out {', '.join(SLOW)} unless named in "
+                        help=f"fewer cases and repeats, about 42 CPU s; leaves out {', '.join(SLOW)} unless named in "
                              "--only")
     parser.add_argument("--only", nargs="+", choices=MODULES, default=(), metavar="NAME",
                         help=f"measure only these ({', '.join(MODULES)})")

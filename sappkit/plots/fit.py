@@ -82,13 +82,14 @@ def plot_fit_observations(observations: pd.DataFrame, *, ax=None):
                                "a MemoryFit.observations frame", numeric=(MEMORY_MB, PREDICTED_MB), whole=(STAGE,))
     ax = axes_for(ax, (8, 3.5))
     stages, x = _stages(observations)
-    ax.bar(x, stages[MEMORY_MB], color="tab:blue", alpha=0.6, label="observed peak")
+    ax.bar(x, stages[MEMORY_MB], color="tab:blue", alpha=0.6, label="observed")
     ax.plot(x, stages[PREDICTED_MB], linestyle="none", marker="_", markersize=12, markeredgewidth=2,
             color="black", label="predicted")
     _label_runs(ax, stages, x)
     ax.set_ylabel("MB")
     ax.set_title("observed and predicted peak memory", pad=14)
-    ax.legend(loc="upper right", fontsize=8)
+    # Beside the Axes: the tallest stage of a run may stand anywhere, and its bar and mark fill the corner.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     return ax
 
 
@@ -133,7 +134,7 @@ def plot_fit(fit: MemoryFit, *, axes=None):
         raise InputError(f"fit must be a MemoryFit (sappkit.fit_memory); got {type(fit).__name__}")
     if axes is None:
         figure = plt.figure(figsize=(13, 6), layout="constrained")
-        grid = figure.add_gridspec(2, 2, width_ratios=(1, 1.6))
+        grid = figure.add_gridspec(2, 2, width_ratios=(1, 1.8))
         axes = [figure.add_subplot(grid[:, 0]), figure.add_subplot(grid[0, 1]), figure.add_subplot(grid[1, 1])]
     axes = axes_list("axes", axes, 3)
     plot_fit_params(fit.params, ax=axes[0])

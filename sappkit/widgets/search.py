@@ -129,8 +129,15 @@ class StrategySearchDashboard:
 
 def _plan_figure(plan):
     """The plan's simulated schedule (Gantt chart) beside its stage memory against the limit."""
-    figure, (gantt, memory) = plt.subplots(1, 2, figsize=(14, 4), layout="constrained",
-                                           gridspec_kw=dict(width_ratios=[2.2, 1]))
-    plot_schedule(plan.simulate(), ax=gantt)  # its own title (schedule, step, bubble) sits above its legend
+    figure, (gantt, memory) = plt.subplots(1, 2, figsize=(14, 4.5), layout="constrained",
+                                           gridspec_kw=dict(width_ratios=[3.5, 1]))
+    plot_schedule(plan.simulate(), ax=gantt)
     plot_stage_memory(plan.stages, ax=memory)
+    # The chart's legend above the whole figure, in one row: above the chart alone, the layout took the part
+    # wider than the chart (the long entry explaining the shades) off the chart's width.
+    legend = gantt.get_legend()
+    figure.legend(handles=legend.legend_handles, labels=[text.get_text() for text in legend.get_texts()],
+                  loc="outside upper left", ncol=len(legend.legend_handles), fontsize=8, frameon=False)
+    legend.remove()
+    gantt.set_title(gantt.get_title())  # the title's default pad: no legend rows to clear now
     return figure

@@ -472,6 +472,17 @@ def test_drawings_show_the_fit():
     assert refusal(lambda: plot_fit(fit.params)) == "fit must be a MemoryFit (sappkit.fit_memory); got DataFrame"
 
 
+@pytest.mark.parametrize("dryruns", ["llama2_70b_dryruns.csv", "deepseek_v3_dryruns.csv", "vlm_dryruns.csv"])
+def test_drawings_of_each_bundled_fit_cover_no_data(dryruns):
+    """The legend of the observed peaks sat on the VLM's tallest bars and their predicted marks."""
+    from sappkit import plot_fit
+
+    from ..drawing import figure_overlaps
+
+    figure = plot_fit(fit_memory(read_dryrun_csv(DATA / dryruns)))[0].figure
+    assert figure_overlaps(figure) == []
+
+
 def test_refit_leaves_out_stages_running_other_options_and_says_why():
     from sappkit.widgets.fit import refit
 

@@ -7,7 +7,7 @@ from ..drawing import figure_overlaps
 
 
 def _figure():
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
     x = np.linspace(0, 10, 50)
     ax.plot(x, x, label="rising")
     ax.set_xlabel("x")
@@ -63,3 +63,18 @@ def test_a_bar_taller_than_the_peak_it_marks_is_found():
     ax.bar([0, 1], [20.0, 30.0], bottom=[50.0, 50.0], label="overhead")
     ax.scatter([0, 1], [70.0, 60.0], marker="_", label="peak")
     assert figure_overlaps(fig) == ["axes 0 (axes 0): the bar at x=1 reaches 80, above the peak 60 it marks"]
+
+
+def test_a_title_wider_than_its_figure_and_a_text_on_the_offset_text_are_found():
+    """As plot_simulation's title was on an 11 in figure; and a note on the y axis' ``1e6`` scale."""
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    ax.plot([0, 10], [0, 3e6], label="rising")
+    ax.annotate("note", (0, 1), xycoords="axes fraction", xytext=(0, 4), textcoords="offset points")
+    fig.suptitle("a title far wider than the six inches of its figure, " * 3)
+    fig.canvas.draw()
+    assert ax.yaxis.get_offset_text().get_text() == "1e6"
+    problems = figure_overlaps(fig)
+    assert "axes 0 (axes 0): 'note' overlaps axes 0 (axes 0): '1e6'" in problems
+    (edge,) = [problem for problem in problems if "edge" in problem]
+    assert edge.startswith("figure: 'a title far wider") and edge.endswith(" px right)")
+    assert " runs past the figure's edge (" in edge and " px left, " in edge
