@@ -93,6 +93,10 @@ class TrainerConfig:
         The attention kernel the config runs (:attr:`sappkit.layers.KernelConfig.attention`: Megatron-LM's
         ``--attention-backend``, :data:`~sappkit.trainers.megatron_flags.MEGATRON_ATTENTION`); None where the
         config leaves it to the trainer (sappkit's default kernels price it).
+    fused_elementwise : bool
+        Whether the norms, activations and rotary embedding run fused
+        (:attr:`sappkit.layers.KernelConfig.fused_elementwise`): False for a torchtitan config that does not
+        compile its model.
     """
 
     trainer: str
@@ -111,11 +115,15 @@ class TrainerConfig:
     source: str = ""
     plan: Plan | None = None
     attention: str | None = None
+    fused_elementwise: bool = True
 
     @property
     def kernels(self) -> KernelConfig | None:
-        """The kernels for ``kernels=`` (:func:`sappkit.evaluate_strategy`): :attr:`attention`'s, or None."""
-        return None if self.attention is None else KernelConfig(attention=self.attention)
+        """The kernels for ``kernels=`` (:func:`sappkit.evaluate_strategy`): :attr:`attention`'s (default
+        flash) and :attr:`fused_elementwise`'s, or None where the config sets neither."""
+        if self.attention is None and self.fused_elementwise:
+            return None
+        return KernelConfig(attention=self.attention or "flash", fused_elementwise=self.fused_elementwise)
 
     @property
     def built_layers(self) -> int:

@@ -91,7 +91,20 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
     batch = whole(_WHAT, training, "global_batch_size", -1, minimum=-1, maximum=MAX_GLOBAL_BATCH)
     return TrainerConfig(trainer="torchtitan", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=declared, micro_batches=m,
-                         global_batch=batch if batch > 0 else None, findings=tuple(findings), settings=settings, notes=tuple(notes), source=origin)
+                         global_batch=batch if batch > 0 else None, findings=tuple(findings), settings=settings,
+                         notes=tuple(notes), source=origin, fused_elementwise=_compiled(settings, training))
+
+
+def _compiled(settings: dict, training: dict) -> bool:
+    """Whether the config compiles its model: ``[compile] enable`` with ``"model"`` among its ``components``
+    (torchtitan's default ``["model", "loss"]``), or the older ``[training] compile``; off by default."""
+    if "compile" in settings:
+        compile_ = section(_WHAT, settings, "compile")
+        components = compile_.get("components", ["model", "loss"])
+        if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
+            raise InputError(f"{_WHAT}: compile.components must be a list of names; got {short(components)}")
+        return flag(_WHAT, compile_, "enable", False) and "model" in components
+    return flag(_WHAT, training, "compile", False)
 
 
 def _settings(source) -> tuple[dict, str]:

@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sappkit import InputError, Strategy, export_config, read_trainer_config
+from sappkit import InputError, KernelConfig, Strategy, export_config, read_trainer_config
 from sappkit.trainers.megatron import read_megatron
 from sappkit.trainers.mindformers import read_mindformers
 from sappkit.trainers.torchtitan_import import python_settings, read_torchtitan, split_layers
@@ -87,6 +87,23 @@ def test_megatron_attention_backends_are_read_as_the_kernels_sappkit_prices(back
                                                                                           True)
     assert (read_megatron(["--num-layers", "2"], world_size=1).attention,
             read_megatron(["--num-layers", "2"], world_size=1).strategy.cp_kind) == (None, "ring")
+
+
+@pytest.mark.parametrize("settings, fused", [
+    ({}, False), ({"compile": {"enable": True}}, True), ({"compile": {"enable": True, "components": ["loss"]}}, False),
+    ({"compile": {"enable": False, "components": ["model"]}}, False), ({"training": {"compile": True}}, True),
+], ids=["default", "enable", "loss-only", "disabled", "older-training-key"])
+def test_torchtitan_prices_an_uncompiled_model_as_eager_elementwise_ops(settings, fused):
+    config = read_torchtitan({"training": {"local_batch_size": 8}, **settings} if "training" not in settings
+                             else settings, num_layers=4)
+    assert config.fused_elementwise is fused
+    assert config.kernels == (None if fused else KernelConfig(attention="flash", fused_elementwise=False))
+
+
+def test_torchtitan_refuses_compile_components_that_are_not_names():
+    with pytest.raises(InputError) as error:
+        read_torchtitan({"compile": {"enable": True, "components": "model"}}, num_layers=4)
+    assert str(error.value) == "torchtitan config: compile.components must be a list of names; got 'model'"
 
 
 def test_torchtitans_own_split_is_reproduced():
