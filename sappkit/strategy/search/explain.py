@@ -31,12 +31,14 @@ from ...columns import LAYERS, MEMORY_MB, OPTION, SAPP_OPTIONS
 from ...errors import InputError
 from ...layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, TP_COMM_MS, ZERO_COMM_MS
 from ...layers.units import format_mb, text_table
+from ..compiled import compile_shape
 from ..config import Strategy
+from ..legality import check_strategy_fits
 from ..step import DP_COMM_MS, IDLE_MS, OPTIMIZER_MS, PP_COMM_MS, price_plan, price_single_stage
 from .tasks import Setting, p2p_ms, price_even
 
 __all__ = ["PricedStrategy", "Comparison", "TERMS", "BUBBLE_MS", "price_placed", "price_cheapest",
-           "price_config", "step_terms"]
+           "price_config", "step_terms", "layers_for", "why_ranked", "ordinal"]
 
 BUBBLE_MS = "bubble_ms"
 #: A step's terms, ms, in the order they add up to it (module docstring).
@@ -125,9 +127,19 @@ def price_placed(setting: Setting, strategy: Strategy, layers, *, label: str, pl
     return _priced(strategy, label, result, placement, recompute, m)
 
 
-def price_cheapest(setting: Setting, strategy: Strategy, layers) -> PricedStrategy:
+def layers_for(setting: Setting, strategy: Strategy):
+    """The layer table ``strategy`` is priced on in ``setting``, once it is held to the rules the search holds
+    every strategy to (:func:`~sappkit.strategy.legality.check_strategy_fits`)."""
+    check_strategy_fits(strategy, setting.models, global_batch=setting.global_batch, device=setting.cluster.device)
+    compiled = compile_shape(setting.models, strategy.parallel, setting.cluster, kernels=setting.kernels,
+                             options=SAPP_OPTIONS)
+    return compiled.table(strategy.parallel, setting.cluster)
+
+
+def price_cheapest(setting: Setting, strategy: Strategy, layers=None) -> PricedStrategy:
     """A strategy the search did not price, as its cheap pass would: the even placement under the fastest
-    recompute option that fits."""
+    recompute option that fits (``layers`` default :func:`layers_for`)."""
+    layers = layers_for(setting, strategy) if layers is None else layers
     found = [(result, option) for option in SAPP_OPTIONS
              if (result := price_even(setting, strategy, layers, option)) is not None]
     if not found:
@@ -137,10 +149,11 @@ def price_cheapest(setting: Setting, strategy: Strategy, layers) -> PricedStrate
     return _priced(strategy, strategy.label, result, "even", option, strategy.micro_batches(setting.global_batch))
 
 
-def price_config(setting: Setting, config, layers) -> PricedStrategy:
+def price_config(setting: Setting, config) -> PricedStrategy:
     """A trainer config (anything with ``.strategy`` and ``.plan_for(layers, memory_mb=)``, e.g.
     :class:`sappkit.trainers.TrainerConfig`) priced on its own placement and recompute."""
     strategy = config.strategy
+    layers = layers_for(setting, strategy)
     plan = config.plan_for(layers, memory_mb=setting.memory_mb)
     options = plan.assignment.groupby(OPTION)[LAYERS].sum()
     mix = ", ".join(f"{option} {int(options[option])}" for option in SAPP_OPTIONS if option in options)
@@ -198,3 +211,27 @@ class Comparison:
         frame = self.frame.round(1)
         frame.loc["step_ms"] = [self.a.step_ms, self.b.step_ms, self.b.step_ms - self.a.step_ms]
         return "\n".join(lines + [text_table(frame.round(1).reset_index())])
+
+
+def why_ranked(row: pd.Series, best: pd.Series, comparison: Comparison, priced: int, tied: int) -> str:
+    """Why a priced row ranks where it does (``comparison``: the best against it; ``tied``: how many other rows
+    share its rank), one paragraph."""
+    ties = f", tied with {tied:,} other(s) to the microsecond" if tied else ""
+    head = f"{row['label']}: rank {row['rank']} of {priced:,} priced, {row['step_ms']:,.1f} ms{ties}"
+    if row.name == best.name:
+        return f"{head}: the best"
+    frame = comparison.frame
+    moved = frame.loc[frame["b_minus_a"].abs().sort_values(ascending=False).index[:3], "b_minus_a"]
+    terms = ", ".join(f"{term} {value:+,.1f} ms" for term, value in moved.items())
+    changes = comparison.changes()
+    said = ", ".join(f"{what} {a} -> {b}" for what, a, b in changes.itertuples(index=False)) or "nothing"
+    band = ("within" if row["within_error"] else "outside") + f" the model's error of the best (its " \
+           f"{row['model_error']:.1%}: {row['step_low_ms']:,.1f}-{row['step_high_ms']:,.1f} ms)"
+    return (f"{head}, {comparison.speedup ** -1:.3f}x the best {best['label']} ({best['step_ms']:,.1f} ms); "
+            f"from the best it changes {said}; the terms that move most: {terms}; {band}")
+
+
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

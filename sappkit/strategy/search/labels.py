@@ -45,7 +45,8 @@ _EXPECTED = ("a degree (t8, p16, v2, dp64, cp2, ep8, etp1, b1), a schedule, zero
              f"({', '.join(s for s in SWITCHES if s not in SCHEDULES)}, fp8-<recipe>, imbalance<x>)")
 
 
-def parse_strategy(label: str, *, devices: int | None = None) -> Strategy:
+def parse_strategy(label: str, *, devices: int | None = None, dtype: str = "bf16",
+                   fp8_recipe: str | None = None) -> Strategy:
     """The :class:`~sappkit.Strategy` a label names (module docstring), checked as any strategy is.
 
     Parameters
@@ -54,6 +55,8 @@ def parse_strategy(label: str, *, devices: int | None = None) -> Strategy:
         Tokens separated by spaces, e.g. ``"t8 p16 v2 dp64"``.
     devices : int, optional
         The devices the strategy runs on: ``dp`` where the label leaves it out, else a check of ``t·cp·dp·p``.
+    dtype, fp8_recipe : str, optional
+        The precision of a label that names none (a search's: its labels name it only when not bf16).
 
     Examples
     --------
@@ -75,6 +78,8 @@ def parse_strategy(label: str, *, devices: int | None = None) -> Strategy:
         _fill_data_parallel(fields, devices, label)
     if "fp8_recipe" in fields:
         fields.setdefault("dtype", "fp8")
+    elif "dtype" not in fields:
+        fields.update(dtype=dtype, fp8_recipe=fp8_recipe)
     if fields.get("virtual_stages", 1) > 1 and "schedule" not in fields:
         fields["schedule"] = "interleaved"
     strategy = Strategy(**fields)

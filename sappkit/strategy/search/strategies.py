@@ -18,8 +18,10 @@ from ...layers import KernelConfig
 from ...layers.flops import model_flops
 from ...layers.units import format_mb
 from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
+from ..bands import BAND_COLUMNS, TIE_MS, band_columns
 from ..evaluate import resolve_cluster, resolve_model
 from ..legality import check_precision
+from .explain import ordinal
 from .engine import Found, local_executor, run_search
 from .result import COLUMNS, STEP_MS, StrategySearch
 from .shapes import SHAPE_DIMENSIONS
@@ -208,7 +210,7 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     least = found.even_bound_ms.min(axis=1)
     frame.loc[at, "even_bound_ms"] = least
     threshold = found.threshold_ms
-    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {_nth(top)} fastest "
+    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {ordinal(top)} fastest "
                              f"cheap pass ({threshold:,.0f} ms)" for b in least]
     over = at[found.memory_bound_mb > setting.memory_mb]
     unfit = at[(found.memory_bound_mb <= setting.memory_mb) & ~np.isfinite(least)]
@@ -224,11 +226,14 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
             _write(frame, index, outcome)
         frame.at[index, "status"] = "balanced"
     _metrics(frame, setting, devices)
-    frame = frame[list(COLUMNS)]
+    # steps equal to the microsecond are ties (bands.tie_ranks): they keep the order of their index
     order = np.lexsort((frame.index.to_numpy(), frame["status"].map({s: i for i, s in enumerate(
         ("balanced", "evaluated", "infeasible", "pruned_time", "pruned_memory", "rejected"))}).to_numpy(),
-                        frame[STEP_MS].fillna(np.inf).to_numpy()))
-    return frame.iloc[order]
+                        np.round(frame[STEP_MS].fillna(np.inf).to_numpy() / TIE_MS)))
+    frame = frame.iloc[order]
+    bands = band_columns(frame, device=setting.cluster.device.name, moe=any(model.experts for model in setting.models),
+                         precision=setting.dtype)
+    return pd.concat([frame.drop(columns=list(BAND_COLUMNS)), bands], axis=1)[list(COLUMNS)]
 
 
 def _write(frame: pd.DataFrame, index, outcome) -> None:
@@ -267,7 +272,3 @@ def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
         parts += [schedule[i], f"zero{zero[i]}"] + ([] if sp[i] else ["no-sp"]) + ([] if dtype == "bf16" else [dtype])
         labels.append(" ".join(parts))
     return labels
-
-
-def _nth(n: int) -> str:
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")
