@@ -19,10 +19,11 @@ from ...layers.flops import model_flops
 from ...layers.units import format_mb
 from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
 from ..bands import BAND_COLUMNS, TIE_MS, band_columns
+from ..config import Strategy
 from ..evaluate import resolve_cluster, resolve_model
 from ..legality import check_precision
-from .explain import ordinal
 from .engine import Found, local_executor, run_search
+from .explain import ordinal, price_config
 from .result import COLUMNS, STEP_MS, StrategySearch
 from .shapes import SHAPE_DIMENSIONS
 from .space import REASON, RULE, enumerate_strategies
@@ -35,12 +36,13 @@ __all__ = ["search_strategies", "cluster_for", "OBJECTIVES"]
 OBJECTIVES = ("throughput",)
 
 
-def search_strategies(model, *, devices: int, global_batch: int, cluster=None, device=None,
+def search_strategies(model, *, devices: int | None = None, global_batch: int | None = None, cluster=None, device=None,
                       seq_length: int | None = None, memory_mb: float | None = None, dims=None,
                       schedules: Sequence[str] | None = None, objective: str = "throughput", balance_top: int = 8,
                       executor: Executor | None = None,
                       progress: bool = True, tensor_across_nodes: bool = False, kernels: KernelConfig | None = None,
-                      dtype: str = "bf16", prune: bool = True, fp8_recipe: str | None = None) -> StrategySearch:
+                      dtype: str = "bf16", prune: bool = True, fp8_recipe: str | None = None,
+                      baseline=None) -> StrategySearch:
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
@@ -55,10 +57,10 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     ----------
     model : TransformerConfig, sequence of them, or str
         The model (a preset name of :func:`sappkit.models.get`, e.g. ``"llama3-70b"``).
-    devices : int
-        Devices to run on (``t · cp · dp · p``).
-    global_batch : int
-        Sequences per step.
+    devices : int, optional
+        Devices to run on (``t · cp · dp · p``); default the baseline's.
+    global_batch : int, optional
+        Sequences per step; default the baseline's.
     cluster : Cluster or str, optional
         The cluster (or a preset name): its nodes and links. Default: the preset of ``device``
         (:func:`cluster_for`), else ``"dgx-h100"``.
@@ -123,6 +125,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
         length = check_int("seq_length", seq_length, minimum=1, maximum=MAX_SEQ_LENGTH)
         models = (*models[:-1], replace(models[-1], seq_length=length))
     cluster = cluster_for(cluster, device)
+    devices, global_batch = _sizes(baseline, devices, global_batch)
     devices = check_int("devices", devices, minimum=1, maximum=MAX_DEVICES)
     batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
     check_choice("objective", objective, OBJECTIVES)
@@ -140,6 +143,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     recipe = check_precision(dtype, fp8_recipe, cluster.device)
     setting = Setting(models=models, cluster=cluster, global_batch=batch, memory_mb=limit, dtype=dtype,
                       kernels=kernels, fp8_recipe=recipe)
+    priced_baseline = None if baseline is None else price_config(setting, baseline)
     space = enumerate_strategies(models, devices=devices, devices_per_node=cluster.devices_per_node,
                                  global_batch=batch, dims=dims, schedules=schedules,
                                  tensor_across_nodes=tensor_across_nodes)
@@ -154,7 +158,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     frame = _frame(space, accepted, found, setting, devices, top)
     return StrategySearch(frame=frame, devices=devices, global_batch=batch, memory_mb=limit, top=top,
                           seconds=time.perf_counter() - started, threshold_ms=found.threshold_ms, setting=setting,
-                          shapes=found.shapes, shape_of=accepted["shape"],
+                          shapes=found.shapes, shape_of=accepted["shape"], baseline=priced_baseline,
                           _plans={(index, None): outcome.plan for index, outcome in found.balanced.items()})
 
 
@@ -179,6 +183,26 @@ def cluster_for(cluster=None, device=None) -> Cluster:
         cluster = built[0] if built else "dgx-h100"
     cluster = resolve_cluster(cluster)
     return cluster if device is None else cluster.replace(device=device)
+
+
+def _sizes(baseline, devices, global_batch) -> tuple:
+    """The devices and global batch: as given, else the baseline's (its strategy's devices; its global batch, else
+    ``dp · b`` times its micro-batches)."""
+    if baseline is not None:
+        strategy = getattr(baseline, "strategy", None)
+        if not isinstance(strategy, Strategy) or not callable(getattr(baseline, "plan_for", None)):
+            raise InputError(f"baseline must be a trainer config with a strategy and plan_for (as "
+                             f"sappkit.read_trainer_config returns); got {short(baseline)}")
+        if devices is not None and devices != strategy.devices:
+            raise InputError(f"devices must be the baseline's {strategy.devices} ({strategy.label}); got {devices}")
+        devices = strategy.devices
+        if global_batch is None:
+            global_batch = getattr(baseline, "global_batch", None) or \
+                strategy.data_parallel * strategy.micro_batch_size * baseline.micro_batches
+    if devices is None or global_batch is None:
+        missing = "devices" if devices is None else "global_batch"
+        raise InputError(f"{missing} must be given (or a baseline= trainer config that sets it); got None")
+    return devices, global_batch
 
 
 def _run(setting: Setting, accepted: pd.DataFrame, executor: Executor | None, top: int, progress: bool,
