@@ -220,3 +220,45 @@ def test_cli_search_prices_fp8_with_the_recipe_the_device_runs(config, capsys):
     assert shown and all(row["label"].endswith(" fp8-mxfp8") for row in shown)
     assert _search(config, "--device", "b200", "--dtype", "fp8", "--dims", "t=2", "--dims", "zero=1") == 0
     assert "assumptions: fp8 (delayed scaling), attention kernel 'flash'" in capsys.readouterr().out
+
+
+#: A Megatron-LM launch script for the 8-layer model on 16 devices (p2, dp8), bf16.
+SCRIPT = ("torchrun pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+          "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+          "--global-batch-size 64 --use-distributed-optimizer --bf16 --sequence-parallel\n")
+NARROW = ("--dims", "p=2", "--dims", "zero=1", "--dims", "cp=1", "--dims", "b=1")
+
+
+def test_cli_search_from_config_prints_the_baseline_against_the_best_and_exports_it(config, tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    exported = tmp_path / "best.sh"
+    assert main(["search", "--model", str(config), "--from-config", str(script), "--device", "a100-80g",
+                 "--memory", "2000", "--top", "3", "--balance-top", "2", "--export", str(exported), *NARROW]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    at = lines.index("your config (a) against the best (b):")
+    assert lines[at + 1].startswith("a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero1: ") and lines[at + 2].startswith("b: ")
+    assert any(line.split()[:1] == ["bubble_ms"] for line in lines[at:]) and f"wrote {exported}" in lines
+    best = next(line for line in lines if line.startswith("best: "))[len("best: "):]
+    read = read_trainer_config(exported, world_size=16).strategy
+    labels = {short: value for short, value in
+              (("t", read.tensor_parallel), ("p", read.pipeline_parallel), ("v", read.virtual_stages),
+               ("dp", read.data_parallel), ("cp", read.context_parallel), ("b", read.micro_batch_size))}
+    assert all(f"{short}{value}" in best.split() for short, value in labels.items()), (best, read)
+    assert f"zero{read.zero}" in best.split()
+
+
+def test_cli_search_compares_a_strategy_with_the_best(config, capsys):
+    assert _search(config, "--compare", "t2 p2", *NARROW) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("--compare (a) against the best (b):")
+    assert lines[at + 1].startswith("a: t2 p2 v1 dp4 cp1 ep1 b1 1f1b zero1: ")
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_cli_search_export_path_needs_a_config(config):
+    with pytest.raises(Exception, match=r"--export must be a trainer \(megatron, torchtitan, mindformers, "
+                                        r"hyperparallel\), or a PATH with --from-config; got 'best.sh'"):
+        _search(config, "--export", "best.sh", *NARROW)
