@@ -103,7 +103,7 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     model = _model(args.model, args.seq_length)
-    baseline = None if args.from_config is None else read_trainer_config(args.from_config)
+    baseline = None if args.from_config is None else read_trainer_config(args.from_config, world_size=args.devices)
     trainer, path = _export_target(args.export, baseline)
     schedules = None if args.schedules is None else [name.strip() for name in args.schedules.split(",")]
     if schedules is None and trainer is not None:  # only what the trainer runs can be exported
