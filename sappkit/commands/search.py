@@ -18,10 +18,11 @@ from pathlib import Path
 
 from .._check import short
 from ..errors import InputError
-from ..layers import KernelConfig
+from ..layers import KernelConfig, estimate_layers
 from ..layers.configs import ATTENTION_KERNELS, FP8_RECIPES
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
+from ..strategy.evaluate import resolve_model
 from ..strategy.search import search_strategies
 from ..strategy.search.space import DIMENSIONS, SEARCHED_SCHEDULES
 from .._files import write_text
@@ -103,7 +104,7 @@ def register(subparsers) -> None:
 
 def _run(args) -> int:
     model = _model(args.model, args.seq_length)
-    baseline = None if args.from_config is None else read_trainer_config(args.from_config, world_size=args.devices)
+    baseline = _baseline(args.from_config, model, args.devices)
     trainer, path = _export_target(args.export, baseline)
     schedules = None if args.schedules is None else [name.strip() for name in args.schedules.split(",")]
     if schedules is None and trainer is not None:  # only what the trainer runs can be exported
@@ -145,6 +146,14 @@ def _run(args) -> int:
     out.value("limits", found.limits())
     out.finish()
     return 0 if best is not None else 1
+
+
+def _baseline(path: Path | None, model, devices: int | None):
+    """``--from-config``'s trainer config, read with the model's depth (torchtitan splits the layers itself)."""
+    if path is None:
+        return None
+    depth = estimate_layers(*resolve_model(model), options=("none",))
+    return read_trainer_config(path, layers=depth, world_size=devices)
 
 
 def _export_target(export: str | None, baseline) -> tuple[str | None, Path | None]:
