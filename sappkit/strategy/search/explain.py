@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from ...balancer.evaluate import ceiling
-from ...columns import LAYERS, MEMORY_MB, OPTION, SAPP_OPTIONS
+from ...columns import MEMORY_MB, OPTION, SAPP_OPTIONS
 from ...errors import InputError
 from ...layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, TP_COMM_MS, ZERO_COMM_MS
 from ...layers.units import format_mb, text_table
@@ -35,7 +35,7 @@ from ..compiled import compile_shape
 from ..config import Strategy
 from ..legality import check_strategy_fits
 from ..step import DP_COMM_MS, IDLE_MS, OPTIMIZER_MS, PP_COMM_MS, price_plan, price_single_stage
-from .tasks import Setting, p2p_ms, price_even
+from .tasks import Setting, p2p_ms, price_even, recompute_mix
 
 __all__ = ["PricedStrategy", "Comparison", "TERMS", "BUBBLE_MS", "price_placed", "price_cheapest",
            "price_config", "step_terms", "layers_for", "why_ranked", "ordinal"]
@@ -155,14 +155,14 @@ def price_config(setting: Setting, config) -> PricedStrategy:
     strategy = config.strategy
     layers = layers_for(setting, strategy)
     plan = config.plan_for(layers, memory_mb=setting.memory_mb)
-    options = plan.assignment.groupby(OPTION)[LAYERS].sum()
-    mix = ", ".join(f"{option} {int(options[option])}" for option in SAPP_OPTIONS if option in options)
+    mix = recompute_mix(plan)
     m = strategy.micro_batches(setting.global_batch)
     if strategy.pipeline_parallel == 1:
+        options = plan.assignment[OPTION].unique()
         if len(options) != 1:
             raise InputError(f"the config runs no pipeline but several recompute options ({mix}); sappkit prices "
                              "one option on one stage")
-        result = price_single_stage(layers, strategy, setting.cluster, micro_batches=m, option=options.index[0],
+        result = price_single_stage(layers, strategy, setting.cluster, micro_batches=m, option=options[0],
                                     memory_mb=setting.memory_mb)
     else:
         result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy))

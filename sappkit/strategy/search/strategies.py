@@ -19,7 +19,7 @@ from ...layers.flops import model_flops
 from ...layers.units import format_mb
 from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
 from ..bands import BAND_COLUMNS, TIE_MS, band_columns
-from ..config import Strategy
+from ..config import DEGREE_NAMES, Strategy
 from ..evaluate import resolve_cluster, resolve_model
 from ..legality import check_precision
 from .engine import Found, local_executor, run_search
@@ -283,8 +283,7 @@ def _metrics(frame: pd.DataFrame, setting: Setting, devices: int) -> None:
 
 def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
     """:attr:`sappkit.Strategy.label` of each row, written without building the strategies."""
-    short = (("t", "tensor_parallel"), ("p", "pipeline_parallel"), ("v", "virtual_stages"), ("dp", "data_parallel"),
-             ("cp", "context_parallel"), ("ep", "expert_parallel"), ("b", "micro_batch_size"))
+    short = tuple((name, key) for key, name in DEGREE_NAMES.items())
     columns = [frame[key].to_numpy() for _, key in short]
     etp, sp, zero, schedule = (frame[key].to_numpy() for key in ("expert_tensor_parallel", "sequence_parallel",
                                                                 "zero", "schedule"))

@@ -44,7 +44,7 @@ from .even_bounds import even_bounds
 from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
-           "price_even", "p2p_ms",
+           "price_even", "p2p_ms", "recompute_mix",
            "strategy_of", "SOLVER", "STRATEGY_FIELDS"]
 
 _MB = 2**20
@@ -197,9 +197,13 @@ def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
     if not plan.has_plan:
         return Outcome(row[0], "balanced", np.inf, np.nan, np.nan, "", plan.message or plan.describe(), plan)
     result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy))
+    return replace(_outcome(row[0], "balanced", result, recompute_mix(plan)), plan=plan)
+
+
+def recompute_mix(plan) -> str:
+    """A plan's body layers per recompute option, in words: ``"none 70, full 10"``."""
     per_option = plan.assignment.groupby(OPTION)[LAYERS].sum()
-    mix = ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
-    return replace(_outcome(row[0], "balanced", result, mix), plan=plan)
+    return ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
 
 
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):

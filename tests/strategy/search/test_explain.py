@@ -51,11 +51,14 @@ def test_the_terms_add_up_to_the_step_evaluate_strategy_prices(exhaustive):
     assert (evaluated["pipeline_parallel"] == 1).any() and (evaluated["pipeline_parallel"] == 2).any()
     for index, row in evaluated.iterrows():
         priced = exhaustive.priced(index)
-        reference = evaluate_strategy(GPT, exhaustive.strategy(index), cluster="dgx-a100", global_batch=64,
-                                      recompute=row["recompute"], memory_mb=1500).step_time
+        evaluated = evaluate_strategy(GPT, exhaustive.strategy(index), cluster="dgx-a100", global_batch=64,
+                                      recompute=row["recompute"], memory_mb=1500)
+        reference, last = evaluated.step_time, evaluated.breakdown["idle_ms"].idxmin()  # the stage finishing last
         terms = exhaustive.step_terms(index)
         assert tuple(terms.index) == TERMS and (terms >= -1e-9).all()
         assert terms.sum() == pytest.approx(reference, rel=1e-6) == row["step_ms"]
+        assert terms["bubble_ms"] == pytest.approx(evaluated.breakdown.at[last, "idle_ms"], abs=1e-9)
+        assert terms["compute_ms"] == evaluated.breakdown.at[last, "compute_ms"]
         assert priced.step_ms == pytest.approx(reference, rel=1e-12) and priced is exhaustive.priced(index)
 
 
