@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sappkit.strategy.bands import family_error, model_errors, step_band, tie_ranks
+from sappkit.strategy.bands import band_columns, family_error, model_errors, robust_index, step_band, tie_ranks
 
 from ..bundled import DATA
 
@@ -37,3 +37,16 @@ def test_the_band_and_the_ranks():
     assert np.allclose(low, [80.0, 50.0]) and high[0] == pytest.approx(100 / 0.75) and high[1] == np.inf
     ranks = tie_ranks([1.0, 1.0004, 1.002, np.nan, 0.5])
     assert np.array_equal(ranks[[0, 1, 2, 4]], [2, 2, 4, 1]) and np.isnan(ranks[3])
+
+
+def test_the_robust_choice_is_the_best_worst_case_not_the_fastest():
+    errors = model_errors()
+    frame = pd.DataFrame({"zero": [3, 1, 1, 1], "step_ms": [100.0, 101.0, 101.0004, np.nan]}, index=[7, 3, 5, 2])
+    bands = band_columns(frame, device="h100-sxm", moe=False, precision="bf16", errors=errors)
+    dense = family_error(errors, "h100-sxm", "dense", "bf16")
+    fsdp = family_error(errors, "h100-sxm", "fsdp", "bf16")  # no such run: the overall error, larger
+    assert fsdp[0] > 2 * dense[0] and bands["error_basis"].tolist() == [fsdp[1], dense[1], dense[1], dense[1]]
+    assert bands["rank"].tolist()[:3] == [1, 2, 2] and pd.isna(bands["rank"].iloc[3])
+    assert np.allclose(bands["step_high_ms"].iloc[:3], frame["step_ms"].iloc[:3] / (1 - bands["model_error"][:3]))
+    assert bands["within_error"].tolist() == [True, True, True, False]
+    assert robust_index(frame.assign(**bands)) == 3  # the first of the two dense rows, not the faster fsdp one
