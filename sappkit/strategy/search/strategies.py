@@ -234,8 +234,8 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     least = found.even_bound_ms.min(axis=1)
     frame.loc[at, "even_bound_ms"] = least
     threshold = found.threshold_ms
-    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {ordinal(top)} fastest "
-                             f"cheap pass ({threshold:,.0f} ms)" for b in least]
+    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {ordinal(top)} "
+                             f"fastest cheap pass ({threshold:,.0f} ms)" for b in least]
     over = at[found.memory_bound_mb > setting.memory_mb]
     unfit = at[(found.memory_bound_mb <= setting.memory_mb) & ~np.isfinite(least)]
     frame.loc[over.union(unfit), "status"] = "pruned_memory"
