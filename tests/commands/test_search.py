@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+import sappkit
 from sappkit import KernelConfig, read_model_config, read_trainer_config, search_strategies
 from sappkit.cli import main
 
@@ -259,3 +260,32 @@ def test_cli_search_export_path_needs_a_config(config, capsys):
     assert _search(config, "--export", "best.sh", *NARROW) == 2
     assert capsys.readouterr().err == ("sappkit search: --export must be a trainer (megatron, torchtitan, mindformers, "
                                        "hyperparallel), or a PATH with --from-config; got 'best.sh'\n")
+
+
+TOML = """[parallelism]
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 1
+pipeline_parallel_degree = 2
+pipeline_parallel_schedule = "1F1B"
+pipeline_parallel_microbatch_size = 1
+
+[training]
+local_batch_size = 8
+seq_len = 2048
+"""
+
+
+def test_cli_search_from_a_torchtitan_config_exports_one_that_reads_back_to_the_best(config, tmp_path, capsys):
+    job = tmp_path / "job.toml"
+    job.write_text(TOML)
+    exported = tmp_path / "best.toml"
+    assert main(["search", "--model", str(config), "--from-config", str(job), "--device", "a100-80g", "--memory",
+                 "2000", "--top", "3", "--balance-top", "2", "--export", str(exported), "--dims", "p=2",
+                 "--dims", "cp=1", "--dims", "b=1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith("dims narrowed: p=2 cp=1 b=1") and all(len(line) <= 100 for line in lines)
+    assert lines[lines.index("your config (a) against the best (b):") + 1].startswith(
+        "a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero3: ")
+    best = next(line for line in lines if line.startswith("best: "))[len("best: "):]
+    depth = sappkit.estimate_layers(read_model_config(config), options=("none",))
+    assert read_trainer_config(exported, layers=depth).strategy.label == best  # torchtitan's ZeRO 3 kept
