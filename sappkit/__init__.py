@@ -39,7 +39,7 @@ _EXPORTS = {
     **dict.fromkeys(("plot_stage_times", "plot_memory_sweep", "plot_plan_comparison"), "plots.balance"),
     **dict.fromkeys(("plot_time_saved", "plot_before_after", "plot_layer_options"), "plots.recompute"),
     "plot_alternatives": "plots.alternatives",
-    **dict.fromkeys(("plot_validation", "plot_step_breakdown"), "plots.strategy"),
+    **dict.fromkeys(("plot_validation", "plot_step_breakdown", "plot_step_terms"), "plots.strategy"),
     "plot_strategy_pareto": "plots.search",
 }
 

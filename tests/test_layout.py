@@ -38,8 +38,9 @@ ROOM_ORDER = {
     "sappkit.balancer.exact.boundary": (("stage_cells",), ("cap_search",), ("stage_tables",), ("stage_dp",),
                                         ("split_search",), ("search",)),
     "sappkit.strategy": (("config", "compiled"), ("step", "legality"), ("result",), ("evaluate",),
-                         ("validation", "search")),
-    "sappkit.strategy.search": (("space", "shapes"), ("bounds",), ("even_bounds",), ("tasks",), ("engine", "result"),
+                         ("validation",), ("bands",), ("search",)),
+    "sappkit.strategy.search": (("space", "shapes", "labels"), ("bounds",), ("even_bounds",), ("tasks",),
+                                ("explain",), ("engine", "result"),
                                 ("strategies",)),
 }
 

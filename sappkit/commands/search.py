@@ -5,7 +5,9 @@ cluster with ``--scheduler ADDRESS`` (the ``[cluster]`` extra), and prints the f
 numbers and what the answer leaves out. Progress goes to stderr when it is a terminal. ``--export TRAINER``
 searches the schedules that trainer runs and prints the best strategy in its words: its plan balanced within
 the trainer's grammar (``StrategySearch.plan(trainer=...)``), with the trainer's degrees, micro-batch size and
-global batch taken from the strategy.
+global batch taken from the strategy. ``--from-config FILE`` prices the user's own trainer config first
+(devices and global batch from it) and prints it against the best term by term; ``--export PATH`` then writes
+the best there in that trainer's words. ``--compare 'LABEL'`` sets another strategy beside the best.
 """
 
 from __future__ import annotations
@@ -16,13 +18,17 @@ from pathlib import Path
 
 from .._check import short
 from ..errors import InputError
-from ..layers import KernelConfig
+from ..layers import KernelConfig, estimate_layers
 from ..layers.configs import ATTENTION_KERNELS, FP8_RECIPES
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
+from ..strategy.evaluate import resolve_model
 from ..strategy.search import search_strategies
 from ..strategy.search.space import DIMENSIONS, SEARCHED_SCHEDULES
-from ._common import add_export_argument, print_constraint_cost, print_export
+from .._files import write_text
+from ..trainers.config import TRAINERS
+from ..trainers.exchange import export_config, read_trainer_config
+from ._common import print_constraint_cost, print_export
 from ._output import Output, add_output_arguments
 
 #: The table's key columns (``--wide`` adds every column of the search's frame).
@@ -46,8 +52,17 @@ def register(subparsers) -> None:
                     "--scheduler.")
     parser.add_argument("--model", required=True, metavar="NAME|config.json",
                         help=f"a preset ({', '.join(PRESETS)}) or a Hugging Face config.json")
-    parser.add_argument("--devices", required=True, type=int, metavar="N", help="devices to run on")
-    parser.add_argument("--global-batch", required=True, type=int, metavar="B", help="sequences per step")
+    parser.add_argument("--devices", type=int, default=None, metavar="N",
+                        help="devices to run on (default --from-config's)")
+    parser.add_argument("--global-batch", type=int, default=None, metavar="B",
+                        help="sequences per step (default --from-config's)")
+    parser.add_argument("--from-config", type=Path, default=None, metavar="FILE",
+                        help="your own trainer config (a Megatron-LM launch script, a torchtitan TOML, a "
+                             "MindFormers YAML): priced first as the baseline, then the best against it term by "
+                             "term")
+    parser.add_argument("--compare", default=None, metavar="'LABEL'",
+                        help="also set a strategy beside the best term by term, e.g. 't8 p16 v2' (what a label "
+                             "leaves out takes the default; dp fills the devices)")
     parser.add_argument("--seq-length", type=int, default=None, metavar="S",
                         help="tokens per sequence (default the model's)")
     parser.add_argument("--device", default=None, metavar="NAME|FILE",
@@ -79,21 +94,29 @@ def register(subparsers) -> None:
     parser.add_argument("--scheduler", default=None, metavar="ADDRESS",
                         help="run on the Dask cluster whose scheduler is at ADDRESS (tcp://host:8786; needs the "
                              "[cluster] extra)")
-    add_export_argument(parser)
+    parser.add_argument("--export", default=None, metavar="TRAINER|PATH",
+                        help="also print the best as that trainer's config: megatron (arguments), torchtitan "
+                             "(TOML job config), mindformers (YAML) or hyperparallel (YAML); with --from-config, "
+                             "a PATH: the best written there in the config's trainer's words")
     add_output_arguments(parser, main="strategies")
     parser.set_defaults(run=_run)
 
 
 def _run(args) -> int:
     model = _model(args.model, args.seq_length)
+    baseline = _baseline(args.from_config, model, args.devices)
+    trainer, path = _export_target(args.export, baseline)
     schedules = None if args.schedules is None else [name.strip() for name in args.schedules.split(",")]
-    if schedules is None and args.export is not None:  # only what the trainer runs can be exported
-        schedules = [name for name in SEARCHED_SCHEDULES if name in TRAINER_SCHEDULES[args.export]]
+    if schedules is None and trainer is not None:  # only what the trainer runs can be exported
+        schedules = [name for name in SEARCHED_SCHEDULES if name in TRAINER_SCHEDULES[trainer]]
+    dims = searched_dims(args.dims)
+    if path is not None and trainer == "torchtitan" and "zero" not in (dims or {}):
+        dims = (dims or {}) | {"zero": [3]}  # torchtitan's config states FSDP: it reads back as ZeRO 3
     options = dict(devices=args.devices, global_batch=args.global_batch, seq_length=args.seq_length,
                    cluster=args.cluster, device=args.device, memory_mb=args.memory, schedules=schedules,
-                   balance_top=args.balance_top, progress=sys.stderr.isatty(), dims=searched_dims(args.dims),
+                   balance_top=args.balance_top, progress=sys.stderr.isatty(), dims=dims,
                    kernels=KernelConfig(attention=args.attention), dtype=args.dtype,
-                   fp8_recipe=args.fp8_recipe)
+                   fp8_recipe=args.fp8_recipe, baseline=baseline)
     if args.top < 1:
         raise InputError(f"--top must be an int >= 1; got {args.top}")
     if args.scheduler is None:
@@ -112,7 +135,8 @@ def _run(args) -> int:
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))
-    _export(out, found, args.export)
+    _explain(out, found, args.compare)
+    _export(out, found, trainer, path)
     out.line(f"searched in {found.seconds:.1f} s")
     best = found.best
     out.value("best", None if best is None else best["label"])
@@ -124,8 +148,44 @@ def _run(args) -> int:
     return 0 if best is not None else 1
 
 
-def _export(out, found, trainer: str | None) -> None:
-    """``--export``: the best strategy in ``trainer``'s words (a strategy without a pipeline to Megatron-LM only)."""
+def _baseline(path: Path | None, model, devices: int | None):
+    """``--from-config``'s trainer config, read with the model's depth (torchtitan splits the layers itself)."""
+    if path is None:
+        return None
+    depth = estimate_layers(*resolve_model(model), options=("none",))
+    return read_trainer_config(path, layers=depth, world_size=devices)
+
+
+def _export_target(export: str | None, baseline) -> tuple[str | None, Path | None]:
+    """``--export``'s trainer and the path to write to (None: print only)."""
+    if export is None or export in TRAINERS:
+        return export, None
+    if baseline is None:
+        raise InputError(f"--export must be a trainer ({', '.join(TRAINERS)}), or a PATH with --from-config; "
+                         f"got {export!r}")
+    return baseline.trainer, Path(export)
+
+
+def _explain(out, found, compare: str | None) -> None:
+    """The baseline against the best and ``--compare``'s strategy against the best, term by term."""
+    if found.best is None:
+        return
+    if found.baseline is not None:
+        _comparison(out, "your config", found.against_baseline(), "baseline")
+    if compare is not None:
+        _comparison(out, "--compare", found.compare(compare), "compare")
+
+
+def _comparison(out, title: str, compared, key: str) -> None:
+    out.line(f"{title} (a) against the best (b):")
+    out.line(compared.describe())
+    out.value(key, {"a": compared.a.label, "b": compared.b.label, "a_step_ms": compared.a.step_ms,
+                    "b_step_ms": compared.b.step_ms, "speedup": compared.speedup})
+
+
+def _export(out, found, trainer: str | None, path: Path | None = None) -> None:
+    """``--export``: the best strategy in ``trainer``'s words (a strategy without a pipeline to Megatron-LM only),
+    written to ``path`` where one is given."""
     if trainer is None:
         return
     best = found.best
@@ -139,6 +199,10 @@ def _export(out, found, trainer: str | None) -> None:
                              "use --export megatron")
         out.line(f"the best strategy {best['label']}, every layer recomputing {best['recompute']!r}:")
         print_export(out, strategy, trainer, global_batch=found.global_batch)
+        if path is not None:
+            write_text(path, export_config(strategy, trainer, global_batch=found.global_batch).text,
+                       name="--export")
+            out.line(f"wrote {path}")
         if best["recompute"] != "none":  # the arguments of a strategy alone carry no recompute
             out.line(f"note: recompute not set: add Megatron-LM's --recompute-* flags for {best['recompute']!r} "
                      "(or export a strategy with a pipeline: its plan carries them)")
@@ -152,6 +216,10 @@ def _export(out, found, trainer: str | None) -> None:
     if plan.message:
         out.line(plan.message)
     print_export(out, plan, trainer, strategy=strategy, global_batch=found.global_batch)
+    if path is not None:
+        write_text(path, export_config(plan, trainer, strategy=strategy, global_batch=found.global_batch).text,
+                   name="--export")
+        out.line(f"wrote {path}")
 
 
 def searched_dims(given: list[str]) -> dict[str, list] | None:

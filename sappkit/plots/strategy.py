@@ -6,11 +6,14 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
+from .._check import short
 from .._frames import check_frame
+from ..errors import InputError
 from ..columns import STAGE
+from ..strategy.search.explain import BUBBLE_MS, TERMS
 from ._axes import axes_for, time_label
 
-__all__ = ["plot_validation", "plot_step_breakdown"]
+__all__ = ["plot_validation", "plot_step_breakdown", "plot_step_terms"]
 
 #: The step's parts in the order the bars stack them (:data:`sappkit.strategy.step.STEP_COLUMNS`), with colours.
 _PARTS = {"compute_ms": "tab:blue", "tp_comm_ms": "tab:orange", "cp_comm_ms": "tab:olive", "ep_comm_ms": "tab:pink",
@@ -75,5 +78,43 @@ def plot_step_breakdown(breakdown: pd.DataFrame, *, ax: Axes | None = None) -> A
     ax.invert_yaxis()
     ax.set_ylabel(STAGE)
     ax.set_xlabel(time_label("time in one step", "s"))
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the bars
+    return ax
+
+
+def plot_step_terms(terms: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
+    """A stacked bar per strategy: compute, each dimension's exposed communication, the optimizer, the bubble.
+
+    ``terms`` has a row per term (:data:`sappkit.strategy.search.explain.TERMS`) and a column per strategy, ms:
+    :attr:`Comparison.frame <sappkit.strategy.search.explain.Comparison.frame>` (its ``b_minus_a`` left out) or
+    :meth:`StrategySearch.step_terms <sappkit.StrategySearch.step_terms>` of several rows side by side
+    (``pd.concat({label: found.step_terms(row), ...}, axis=1)``). A term no strategy spends time on is left out
+    of the legend.
+
+    Examples
+    --------
+    >>> terms = pd.DataFrame({"a": [900.0, 300, 0, 0, 0, 10, 20, 1, 500], "b": [800.0, 0, 0, 0, 0, 10, 60, 1, 50]},
+    ...                      index=list(TERMS))
+    >>> [t.get_text() for t in plot_step_terms(terms).get_legend().get_texts()]
+    ['compute', 'tp comm', 'pp comm', 'dp comm', 'optimizer', 'bubble']
+    """
+    if not isinstance(terms, pd.DataFrame) or list(terms.index) != list(TERMS):
+        raise InputError(f"terms must be a DataFrame with a row per term, in order ({', '.join(TERMS)}); got "
+                         f"{short(terms)}")
+    shown = terms.drop(columns=["b_minus_a"], errors="ignore")
+    if shown.empty or not np.isfinite(shown.to_numpy(dtype=float)).all():
+        raise InputError(f"terms must hold a finite time per term for at least one strategy; got {short(terms)}")
+    ax = axes_for(ax, (9.0, 0.5 * shown.shape[1] + 1.5))
+    rows = np.arange(shown.shape[1])
+    left = np.zeros(shown.shape[1])
+    colors = _PARTS | {"zero_comm_ms": "tab:cyan", BUBBLE_MS: "lightgrey"}
+    for term in TERMS:
+        values = shown.loc[term].to_numpy(dtype=float)
+        if values.any():
+            ax.barh(rows, values, left=left, color=colors[term], label=term.removesuffix("_ms").replace("_", " "))
+        left += values
+    ax.set_yticks(rows, [str(column) for column in shown.columns])
+    ax.invert_yaxis()
+    ax.set_xlabel(time_label("time in one step", "ms"))
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the bars
     return ax

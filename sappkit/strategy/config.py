@@ -18,10 +18,10 @@ from ..layers.configs import fp8_recipe_of
 from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MICROBATCH_SIZE, MAX_STAGES
 from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, schedule_chunks
 
-__all__ = ["Strategy"]
+__all__ = ["Strategy", "DEGREE_NAMES"]
 
-#: Short names of the degrees, in the order :attr:`Strategy.label` writes them.
-_SHORT = {"tensor_parallel": "t", "pipeline_parallel": "p", "virtual_stages": "v", "data_parallel": "dp",
+#: Short names of the degrees, in the order :attr:`Strategy.label` writes them (``etp`` goes after ``ep`` when set).
+DEGREE_NAMES = {"tensor_parallel": "t", "pipeline_parallel": "p", "virtual_stages": "v", "data_parallel": "dp",
           "context_parallel": "cp", "expert_parallel": "ep", "micro_batch_size": "b"}
 
 
@@ -153,7 +153,7 @@ class Strategy:
         """A short, unique name: ``t8 p16 v2 dp64 cp1 ep1 b1 interleaved zero1`` (``etp``, no sequence
         parallelism, ZeRO 3 without resharding, TP overlap, a CP kind other than ring, a dtype other than bf16,
         overlaps switched off, an expert imbalance and the MoE overlaps are written only when set)."""
-        parts = [f"{short}{getattr(self, field)}" for field, short in _SHORT.items()]
+        parts = [f"{short}{getattr(self, field)}" for field, short in DEGREE_NAMES.items()]
         if self.expert_tensor_parallel != 1:
             parts.insert(6, f"etp{self.expert_tensor_parallel}")
         parts += [self.schedule, f"zero{self.zero}"]

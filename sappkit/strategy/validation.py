@@ -41,7 +41,7 @@ from .evaluate import evaluate_strategy
 
 __all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
            "validate_memory", "Validation", "run_inputs", "PUBLISHED_ATTENTION", "OPTIONAL",
-           "FAMILIES", "GROUPS", "family"]
+           "FAMILIES", "GROUPS", "family", "family_of"]
 
 #: The families :meth:`Validation.by_group` tells apart, and the columns it groups by.
 FAMILIES, GROUPS = ("dense", "fsdp", "moe"), ("device", "family", "precision")
@@ -295,7 +295,12 @@ def _priced(row, clusters):
 
 def family(model: TransformerConfig, strategy: Strategy) -> str:
     """A run's family (:data:`FAMILIES`): ``moe`` with routed experts, else ``fsdp`` under ZeRO 3, else ``dense``."""
-    return "moe" if model.experts else "fsdp" if strategy.zero == 3 else "dense"
+    return family_of(bool(model.experts), strategy.zero)
+
+
+def family_of(moe: bool, zero: int) -> str:
+    """The family (:data:`FAMILIES`) of a model with routed experts or not (``moe``) under ZeRO stage ``zero``."""
+    return "moe" if moe else "fsdp" if zero == 3 else "dense"
 
 
 def _compared(row, metric: str, measured: float, predicted: float, *, step_s: float, result, model) -> dict:

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+import sappkit
 from sappkit import KernelConfig, read_model_config, read_trainer_config, search_strategies
 from sappkit.cli import main
 
@@ -205,12 +206,9 @@ def test_cli_search_refuses_an_export_the_trainer_cannot_run(capsys, extra, mess
 
 
 def test_cli_search_names_the_trainers_it_exports_to(capsys):
-    with pytest.raises(SystemExit) as exit_code:
-        main([*PIPELINED, "--export", "deepspeed"])
-    assert exit_code.value.code == 2
-    err = capsys.readouterr().err.replace("'", "")  # argparse quotes the choices from Python 3.12.8 on
-    assert err == ("sappkit search: argument --export: invalid choice: deepspeed (choose from megatron, torchtitan, "
-                   "mindformers, hyperparallel) (see sappkit search --help)\n")
+    assert main([*PIPELINED, "--export", "deepspeed"]) == 2  # a PATH only with --from-config
+    assert capsys.readouterr().err == ("sappkit search: --export must be a trainer (megatron, torchtitan, mindformers, "
+                                       "hyperparallel), or a PATH with --from-config; got 'deepspeed'\n")
 
 
 def test_cli_search_prices_fp8_with_the_recipe_the_device_runs(config, capsys):
@@ -220,3 +218,74 @@ def test_cli_search_prices_fp8_with_the_recipe_the_device_runs(config, capsys):
     assert shown and all(row["label"].endswith(" fp8-mxfp8") for row in shown)
     assert _search(config, "--device", "b200", "--dtype", "fp8", "--dims", "t=2", "--dims", "zero=1") == 0
     assert "assumptions: fp8 (delayed scaling), attention kernel 'flash'" in capsys.readouterr().out
+
+
+#: A Megatron-LM launch script for the 8-layer model on 16 devices (p2, dp8), bf16.
+SCRIPT = ("torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 2048 "
+          "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 2 --micro-batch-size 1 "
+          "--global-batch-size 64 --use-distributed-optimizer --bf16 --sequence-parallel\n")
+NARROW = ("--dims", "p=2", "--dims", "zero=1", "--dims", "cp=1", "--dims", "b=1")
+
+
+def test_cli_search_from_config_prints_the_baseline_against_the_best_and_exports_it(config, tmp_path, capsys):
+    script = tmp_path / "train.sh"
+    script.write_text(SCRIPT)
+    exported = tmp_path / "best.sh"
+    assert main(["search", "--model", str(config), "--from-config", str(script), "--device", "a100-80g",
+                 "--memory", "2000", "--top", "3", "--balance-top", "2", "--export", str(exported), *NARROW]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert all(len(line) <= 100 for line in lines)
+    at = lines.index("your config (a) against the best (b):")
+    assert lines[at + 1].startswith("a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero1: ") and lines[at + 2].startswith("b: ")
+    assert any(line.split()[:1] == ["bubble_ms"] for line in lines[at:]) and f"wrote {exported}" in lines
+    best = next(line for line in lines if line.startswith("best: "))[len("best: "):]
+    read = read_trainer_config(exported, world_size=16).strategy
+    labels = {short: value for short, value in
+              (("t", read.tensor_parallel), ("p", read.pipeline_parallel), ("v", read.virtual_stages),
+               ("dp", read.data_parallel), ("cp", read.context_parallel), ("b", read.micro_batch_size))}
+    assert all(f"{short}{value}" in best.split() for short, value in labels.items()), (best, read)
+    assert f"zero{read.zero}" in best.split()
+
+
+def test_cli_search_compares_a_strategy_with_the_best(config, capsys):
+    assert _search(config, "--compare", "t2 p2", *NARROW) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("--compare (a) against the best (b):")
+    assert lines[at + 1].startswith("a: t2 p2 v1 dp4 cp1 ep1 b1 1f1b zero1: ")
+    assert all(len(line) <= 100 for line in lines)
+
+
+def test_cli_search_export_path_needs_a_config(config, capsys):
+    assert _search(config, "--export", "best.sh", *NARROW) == 2
+    assert capsys.readouterr().err == ("sappkit search: --export must be a trainer (megatron, torchtitan, mindformers, "
+                                       "hyperparallel), or a PATH with --from-config; got 'best.sh'\n")
+
+
+TOML = """[parallelism]
+data_parallel_shard_degree = 8
+tensor_parallel_degree = 1
+pipeline_parallel_degree = 2
+pipeline_parallel_schedule = "1F1B"
+pipeline_parallel_microbatch_size = 1
+
+[training]
+local_batch_size = 8
+seq_len = 2048
+"""
+
+
+def test_cli_search_from_a_torchtitan_config_exports_one_that_reads_back_to_the_best(config, tmp_path, capsys):
+    job = tmp_path / "job.toml"
+    job.write_text(TOML)
+    exported = tmp_path / "best.toml"
+    assert main(["search", "--model", str(config), "--from-config", str(job), "--device", "a100-80g", "--memory",
+                 "2000", "--top", "3", "--balance-top", "2", "--export", str(exported), "--dims", "p=2",
+                 "--dims", "cp=1", "--dims", "b=1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith("dims narrowed: p=2 cp=1 b=1") and all(len(line) <= 100 for line in lines)
+    assert lines[lines.index("your config (a) against the best (b):") + 1].startswith(
+        "a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero3: ")
+    best = next(line for line in lines if line.startswith("best: "))[len("best: "):]
+    depth = sappkit.estimate_layers(read_model_config(config), options=("none",))
+    assert read_trainer_config(exported, layers=depth).strategy.label == best  # torchtitan's ZeRO 3 kept

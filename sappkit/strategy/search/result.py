@@ -37,7 +37,10 @@ from ..._check import check_int
 from ...errors import InputError
 from ...layers import LayerTable
 from ...layers.units import format_mb
+from ..bands import BAND_COLUMNS, robust_index
 from ..config import Strategy
+from .explain import Comparison, PricedStrategy, price_cheapest, ordinal, price_placed, why_ranked
+from .labels import parse_strategy
 from .space import DIMENSIONS, MICRO_BATCHES, REASON, RULE
 from .tasks import STRATEGY_FIELDS, Setting, balanced_plan, strategy_of
 
@@ -50,9 +53,9 @@ STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB = "step_ms", "tokens_per_s_per_device", "t
 #: The frame's columns, in order (module docstring).
 COLUMNS = (*DIMENSIONS, "reshard_after_forward", "schedule", MICRO_BATCHES, "label", "status", REASON, RULE, "placement", "recompute",
            STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB, "headroom_mb", "bubble_fraction", "even_step_ms",
-           "memory_bound_mb", "time_bound_ms", "even_bound_ms")
+           "memory_bound_mb", "time_bound_ms", "even_bound_ms", *BAND_COLUMNS)
 #: The columns a table of strategies shows (fits 100 columns with the label).
-SHOWN = ("label", "status", STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB, "recompute")
+SHOWN = ("rank", "label", "status", STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB, "recompute")
 #: What the model behind every number leaves out.
 LIMITS = ("stragglers and failures (every device runs at its preset's speed)",
           "network contention between collectives that run at once (each gets its link to itself)",
@@ -86,7 +89,10 @@ class StrategySearch:
     """Shape index -> its compiled layer table (:class:`~.shapes.PricedShape`)."""
     shape_of: pd.Series = field(repr=False)
     """Row index label -> its shape index (accepted rows)."""
+    baseline: PricedStrategy | None = None
+    """The user's own config priced first (``search_strategies(..., baseline=)``), else None."""
     _plans: dict = field(default_factory=dict, repr=False)
+    _priced: dict = field(default_factory=dict, repr=False)
 
     @property
     def best(self) -> pd.Series | None:
@@ -122,6 +128,60 @@ class StrategySearch:
         return self.shapes[self.shape_of[row.name]].compiled.table(self.strategy(row.name).parallel,
                                                                    self.setting.cluster)
 
+    def priced(self, row=None) -> PricedStrategy:
+        """A row priced again as the search priced it (default the best), with its step's terms and stage memory
+        (:class:`~.explain.PricedStrategy`); a row the search did not price raises (:meth:`why` says why)."""
+        row = self._row(row)
+        if not np.isfinite(float(row[STEP_MS])):
+            raise InputError(f"row {row.name} ({row['label']}) is {row['status']}, not priced: {self.why(row.name)}")
+        if row.name not in self._priced:
+            balanced = row["placement"] == "balanced"
+            self._priced[row.name] = price_placed(
+                self.setting, self.strategy(row.name), self.layers(row.name), label=row["label"],
+                placement=row["placement"], recompute=row["recompute"],
+                plan=self.plan(row.name) if balanced else None)
+        return self._priced[row.name]
+
+    def step_terms(self, row=None) -> pd.Series:
+        """Where a row's step goes (default the best's), ms (:data:`~.explain.TERMS`): they add up to its step."""
+        return self.priced(row).terms
+
+    def compare(self, a, b=None) -> Comparison:
+        """Two strategies side by side, term by term (:class:`~.explain.Comparison`). Each is a row's index
+        label, a strategy label (``"t8 p16 v2"``, :func:`~.labels.parse_strategy`) or a
+        :class:`~sappkit.Strategy`; ``b`` defaults to the best. A strategy the search did not price is priced
+        as its cheap pass would be."""
+        return Comparison(self._priced_of(a, "a"), self._priced_of(b, "b"))
+
+    def against_baseline(self) -> Comparison:
+        """The baseline (``a``) against the best (``b``); raises without a baseline."""
+        if self.baseline is None:
+            raise InputError("the search has no baseline: pass search_strategies(..., baseline=config)")
+        return Comparison(self.baseline, self.priced())
+
+    def why(self, row) -> str:
+        """Why a row stands where it does: the rule that rejected it, the bound and the threshold that pruned
+        it, or its rank and what separates it from the best."""
+        row = self._row(row)
+        status = row["status"]
+        if status == "rejected":
+            return f"{row['label']}: rejected by the {row[RULE]!r} rule: {row[REASON]}"
+        if status == "pruned_time":
+            return (f"{row['label']}: pruned on time: its even placement needs at least {row['even_bound_ms']:,.1f} "
+                    f"ms (any placement {row['time_bound_ms']:,.1f} ms), not below the threshold "
+                    f"{self.threshold_ms:,.1f} ms, the {ordinal(self.top)} fastest cheap pass")
+        if status in ("pruned_memory", "infeasible"):
+            return f"{row['label']}: {status.replace('_', ' ')}: {row[REASON]}"
+        priced = int(np.isfinite(self.frame[STEP_MS].to_numpy(dtype=float)).sum())
+        tied = int((self.frame["rank"] == row["rank"]).sum()) - 1
+        return why_ranked(row, self.best, self.compare(self.best.name, row.name), priced, tied)
+
+    def robust(self) -> pd.Series | None:
+        """The priced row whose worst case over its error band (``step_high_ms``) is best (None when nothing
+        fits)."""
+        index = robust_index(self.frame)
+        return None if index is None else self.frame.loc[index]
+
     def pareto(self) -> pd.DataFrame:
         """The priced strategies no other beats on both throughput and memory headroom, the fastest first."""
         priced = self.frame[np.isfinite(self.frame[STEP_MS].to_numpy(dtype=float))]
@@ -132,10 +192,14 @@ class StrategySearch:
         return ranked[headroom > faster]
 
     def table(self, n: int = 10) -> pd.DataFrame:
-        """The ``n`` fastest priced strategies with the columns worth reading (:data:`SHOWN`)."""
+        """The ``n`` fastest priced strategies with the columns worth reading (:data:`SHOWN`); a rank that
+        strategies share (equal steps to the microsecond) reads ``3=``."""
         n = check_int("n", n, minimum=1)
         priced = self.frame[np.isfinite(self.frame[STEP_MS].to_numpy(dtype=float))]
-        return priced.head(n)[list(SHOWN)]
+        shown = priced.head(n)[list(SHOWN)].copy()
+        shared = priced["rank"].duplicated(keep=False).reindex(shown.index)
+        shown["rank"] = [f"{rank}=" if tie else f"{rank}" for rank, tie in zip(shown["rank"], shared)]
+        return shown
 
     def counts(self) -> pd.Series:
         """Strategies per status, in :data:`STATUSES` order."""
@@ -195,6 +259,22 @@ class StrategySearch:
         items = "".join(f"<li>{html.escape(line.strip())}</li>" for line in rest + self.limits())
         table = self.table().round(3).to_html()
         return f"<div><b>StrategySearch</b>: {html.escape(head)}<ul>{items}</ul>{table}</div>"
+
+    def _priced_of(self, which, name: str) -> PricedStrategy:
+        if which is None:
+            return self.priced()
+        if isinstance(which, str):
+            which = parse_strategy(which, devices=self.devices, dtype=self.setting.dtype,
+                                   fp8_recipe=self.setting.fp8_recipe)
+        if not isinstance(which, Strategy):
+            return self.priced(which)
+        rows = self.frame.index[self.frame["label"] == which.label]
+        if len(rows) and np.isfinite(float(self.frame.at[rows[0], STEP_MS])):
+            return self.priced(rows[0])
+        if which.devices != self.devices:
+            raise InputError(f"{name} runs on {which.devices} devices ({which.label}); the search ran on "
+                             f"{self.devices}")
+        return price_cheapest(self.setting, which)
 
     def _row(self, row) -> pd.Series:
         if row is None:

@@ -18,9 +18,12 @@ from ...layers import KernelConfig
 from ...layers.flops import model_flops
 from ...layers.units import format_mb
 from ...limits import MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_SEQ_LENGTH
+from ..bands import BAND_COLUMNS, TIE_MS, band_columns
+from ..config import DEGREE_NAMES, Strategy
 from ..evaluate import resolve_cluster, resolve_model
 from ..legality import check_precision
 from .engine import Found, local_executor, run_search
+from .explain import ordinal, price_config
 from .result import COLUMNS, STEP_MS, StrategySearch
 from .shapes import SHAPE_DIMENSIONS
 from .space import REASON, RULE, enumerate_strategies
@@ -33,12 +36,13 @@ __all__ = ["search_strategies", "cluster_for", "OBJECTIVES"]
 OBJECTIVES = ("throughput",)
 
 
-def search_strategies(model, *, devices: int, global_batch: int, cluster=None, device=None,
+def search_strategies(model, *, devices: int | None = None, global_batch: int | None = None, cluster=None, device=None,
                       seq_length: int | None = None, memory_mb: float | None = None, dims=None,
                       schedules: Sequence[str] | None = None, objective: str = "throughput", balance_top: int = 8,
                       executor: Executor | None = None,
                       progress: bool = True, tensor_across_nodes: bool = False, kernels: KernelConfig | None = None,
-                      dtype: str = "bf16", prune: bool = True, fp8_recipe: str | None = None) -> StrategySearch:
+                      dtype: str = "bf16", prune: bool = True, fp8_recipe: str | None = None,
+                      baseline=None) -> StrategySearch:
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
@@ -53,10 +57,10 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     ----------
     model : TransformerConfig, sequence of them, or str
         The model (a preset name of :func:`sappkit.models.get`, e.g. ``"llama3-70b"``).
-    devices : int
-        Devices to run on (``t · cp · dp · p``).
-    global_batch : int
-        Sequences per step.
+    devices : int, optional
+        Devices to run on (``t · cp · dp · p``); default the baseline's.
+    global_batch : int, optional
+        Sequences per step; default the baseline's.
     cluster : Cluster or str, optional
         The cluster (or a preset name): its nodes and links. Default: the preset of ``device``
         (:func:`cluster_for`), else ``"dgx-h100"``.
@@ -121,6 +125,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
         length = check_int("seq_length", seq_length, minimum=1, maximum=MAX_SEQ_LENGTH)
         models = (*models[:-1], replace(models[-1], seq_length=length))
     cluster = cluster_for(cluster, device)
+    devices, global_batch = _sizes(baseline, devices, global_batch)
     devices = check_int("devices", devices, minimum=1, maximum=MAX_DEVICES)
     batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
     check_choice("objective", objective, OBJECTIVES)
@@ -138,6 +143,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     recipe = check_precision(dtype, fp8_recipe, cluster.device)
     setting = Setting(models=models, cluster=cluster, global_batch=batch, memory_mb=limit, dtype=dtype,
                       kernels=kernels, fp8_recipe=recipe)
+    priced_baseline = None if baseline is None else price_config(setting, baseline)
     space = enumerate_strategies(models, devices=devices, devices_per_node=cluster.devices_per_node,
                                  global_batch=batch, dims=dims, schedules=schedules,
                                  tensor_across_nodes=tensor_across_nodes)
@@ -152,7 +158,7 @@ def search_strategies(model, *, devices: int, global_batch: int, cluster=None, d
     frame = _frame(space, accepted, found, setting, devices, top)
     return StrategySearch(frame=frame, devices=devices, global_batch=batch, memory_mb=limit, top=top,
                           seconds=time.perf_counter() - started, threshold_ms=found.threshold_ms, setting=setting,
-                          shapes=found.shapes, shape_of=accepted["shape"],
+                          shapes=found.shapes, shape_of=accepted["shape"], baseline=priced_baseline,
                           _plans={(index, None): outcome.plan for index, outcome in found.balanced.items()})
 
 
@@ -177,6 +183,26 @@ def cluster_for(cluster=None, device=None) -> Cluster:
         cluster = built[0] if built else "dgx-h100"
     cluster = resolve_cluster(cluster)
     return cluster if device is None else cluster.replace(device=device)
+
+
+def _sizes(baseline, devices, global_batch) -> tuple:
+    """The devices and global batch: as given, else the baseline's (its strategy's devices; its global batch, else
+    ``dp · b`` times its micro-batches)."""
+    if baseline is not None:
+        strategy = getattr(baseline, "strategy", None)
+        if not isinstance(strategy, Strategy) or not callable(getattr(baseline, "plan_for", None)):
+            raise InputError(f"baseline must be a trainer config with a strategy and plan_for (as "
+                             f"sappkit.read_trainer_config returns); got {short(baseline)}")
+        if devices is not None and devices != strategy.devices:
+            raise InputError(f"devices must be the baseline's {strategy.devices} ({strategy.label}); got {devices}")
+        devices = strategy.devices
+        if global_batch is None:
+            global_batch = getattr(baseline, "global_batch", None) or \
+                strategy.data_parallel * strategy.micro_batch_size * baseline.micro_batches
+    if devices is None or global_batch is None:
+        missing = "devices" if devices is None else "global_batch"
+        raise InputError(f"{missing} must be given (or a baseline= trainer config that sets it); got None")
+    return devices, global_batch
 
 
 def _run(setting: Setting, accepted: pd.DataFrame, executor: Executor | None, top: int, progress: bool,
@@ -208,8 +234,8 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     least = found.even_bound_ms.min(axis=1)
     frame.loc[at, "even_bound_ms"] = least
     threshold = found.threshold_ms
-    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {_nth(top)} fastest "
-                             f"cheap pass ({threshold:,.0f} ms)" for b in least]
+    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {ordinal(top)} "
+                             f"fastest cheap pass ({threshold:,.0f} ms)" for b in least]
     over = at[found.memory_bound_mb > setting.memory_mb]
     unfit = at[(found.memory_bound_mb <= setting.memory_mb) & ~np.isfinite(least)]
     frame.loc[over.union(unfit), "status"] = "pruned_memory"
@@ -224,11 +250,14 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
             _write(frame, index, outcome)
         frame.at[index, "status"] = "balanced"
     _metrics(frame, setting, devices)
-    frame = frame[list(COLUMNS)]
+    # steps equal to the microsecond are ties (bands.tie_ranks): they keep the order of their index
     order = np.lexsort((frame.index.to_numpy(), frame["status"].map({s: i for i, s in enumerate(
         ("balanced", "evaluated", "infeasible", "pruned_time", "pruned_memory", "rejected"))}).to_numpy(),
-                        frame[STEP_MS].fillna(np.inf).to_numpy()))
-    return frame.iloc[order]
+                        np.round(frame[STEP_MS].fillna(np.inf).to_numpy() / TIE_MS)))
+    frame = frame.iloc[order]
+    bands = band_columns(frame, device=setting.cluster.device.name, moe=any(model.experts for model in setting.models),
+                         precision=setting.dtype)
+    return pd.concat([frame.drop(columns=list(BAND_COLUMNS)), bands], axis=1)[list(COLUMNS)]
 
 
 def _write(frame: pd.DataFrame, index, outcome) -> None:
@@ -254,8 +283,7 @@ def _metrics(frame: pd.DataFrame, setting: Setting, devices: int) -> None:
 
 def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
     """:attr:`sappkit.Strategy.label` of each row, written without building the strategies."""
-    short = (("t", "tensor_parallel"), ("p", "pipeline_parallel"), ("v", "virtual_stages"), ("dp", "data_parallel"),
-             ("cp", "context_parallel"), ("ep", "expert_parallel"), ("b", "micro_batch_size"))
+    short = tuple((name, key) for key, name in DEGREE_NAMES.items())
     columns = [frame[key].to_numpy() for _, key in short]
     etp, sp, zero, schedule = (frame[key].to_numpy() for key in ("expert_tensor_parallel", "sequence_parallel",
                                                                 "zero", "schedule"))
@@ -267,7 +295,3 @@ def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
         parts += [schedule[i], f"zero{zero[i]}"] + ([] if sp[i] else ["no-sp"]) + ([] if dtype == "bf16" else [dtype])
         labels.append(" ".join(parts))
     return labels
-
-
-def _nth(n: int) -> str:
-    return {1: "1st", 2: "2nd", 3: "3rd"}.get(n, f"{n}th")

@@ -44,6 +44,7 @@ from .even_bounds import even_bounds
 from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
+           "price_even", "p2p_ms", "recompute_mix",
            "strategy_of", "SOLVER", "STRATEGY_FIELDS"]
 
 _MB = 2**20
@@ -160,29 +161,32 @@ def even_pass(setting: Setting, priced: PricedShape, rows: list[tuple], even_ms:
 def _even(setting: Setting, priced: PricedShape, row: tuple, bound: np.ndarray) -> Outcome:
     strategy = strategy_of(row, setting.dtype, setting.fp8_recipe)
     layers = priced.compiled.table(strategy.parallel, setting.cluster)
-    m = strategy.micro_batches(setting.global_batch)
     best = None
     for option in np.argsort(bound, kind="stable"):
         # the option's step is at least its bound: once that bound is no faster than the best step, stop
         if not np.isfinite(bound[option]) or (best is not None and bound[option] >= best[0].step_time):
             break
         name = SAPP_OPTIONS[option]
-        if strategy.pipeline_parallel == 1:
-            result = price_single_stage(layers, strategy, setting.cluster, micro_batches=m, option=name,
-                                        memory_mb=setting.memory_mb)
-            fits = bool((result.stages[MEMORY_MB] <= ceiling(setting.memory_mb)).all())
-        else:
-            plan = even_plan(layers, option=name, stages=strategy.pipeline_parallel, micro_batches=m,
-                             memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
-                             schedule=strategy.schedule)
-            fits = plan.fits
-            result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=_p2p(setting, strategy)) \
-                if fits else None
-        if fits and (best is None or result.step_time < best[0].step_time):
+        result = price_even(setting, strategy, layers, name)
+        if result is not None and (best is None or result.step_time < best[0].step_time):
             best = (result, name)
     if best is None:
         return Outcome(row[0], "even", np.inf, np.nan, np.nan, "", "no recompute option's even placement fits")
     return _outcome(row[0], "even", *best)
+
+
+def price_even(setting: Setting, strategy: Strategy, layers, option: str):
+    """The even placement of ``strategy`` with every body layer on ``option``, simulated end to end
+    (:class:`~sappkit.strategy.step.Priced`), or None when it does not fit the device."""
+    m = strategy.micro_batches(setting.global_batch)
+    if strategy.pipeline_parallel == 1:
+        result = price_single_stage(layers, strategy, setting.cluster, micro_batches=m, option=option,
+                                    memory_mb=setting.memory_mb)
+        return result if bool((result.stages[MEMORY_MB] <= ceiling(setting.memory_mb)).all()) else None
+    plan = even_plan(layers, option=option, stages=strategy.pipeline_parallel, micro_batches=m,
+                     memory_mb=setting.memory_mb, chunks=strategy.virtual_stages, schedule=strategy.schedule)
+    return price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy)) \
+        if plan.fits else None
 
 
 def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
@@ -192,10 +196,14 @@ def balanced_pass(setting: Setting, priced: PricedShape, row: tuple) -> Outcome:
     plan = balanced_plan(setting, strategy, layers)
     if not plan.has_plan:
         return Outcome(row[0], "balanced", np.inf, np.nan, np.nan, "", plan.message or plan.describe(), plan)
-    result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=_p2p(setting, strategy))
+    result = price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy))
+    return replace(_outcome(row[0], "balanced", result, recompute_mix(plan)), plan=plan)
+
+
+def recompute_mix(plan) -> str:
+    """A plan's body layers per recompute option, in words: ``"none 70, full 10"``."""
     per_option = plan.assignment.groupby(OPTION)[LAYERS].sum()
-    mix = ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
-    return replace(_outcome(row[0], "balanced", result, mix), plan=plan)
+    return ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
 
 
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
@@ -205,7 +213,8 @@ def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | N
         schedule=strategy.schedule, objective="step", trainer=trainer, solver=SOLVER)
 
 
-def _p2p(setting: Setting, strategy: Strategy) -> float:
+def p2p_ms(setting: Setting, strategy: Strategy) -> float:
+    """One activation's transfer between two of the strategy's pipeline stages, ms."""
     return boundary_ms(setting.models[-1], strategy.parallel, setting.cluster, strategy.pipeline_parallel)
 
 

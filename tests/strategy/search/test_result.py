@@ -139,6 +139,6 @@ def test_text_fits_100_columns_and_says_what_it_leaves_out(found):
     assert repr(found) == f"StrategySearch({len(found.frame)} strategies, best {found.best['label']}: " \
                           f"{found.best['step_ms']:,.0f} ms)"
     assert "<table" in found._repr_html_() and "stragglers" in found._repr_html_()
-    assert list(found.table(3).columns) == ["label", "status", "step_ms", "tokens_per_s_per_device",
+    assert list(found.table(3).columns) == ["rank", "label", "status", "step_ms", "tokens_per_s_per_device",
                                             "tflops_per_device", "mfu", "peak_memory_mb", "recompute"]
     assert found.counts().sum() == len(found.frame)
