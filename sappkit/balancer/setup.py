@@ -12,6 +12,7 @@ instance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -105,6 +106,39 @@ class BalanceSetup:
             backward[fixed.timed_at] += fixed.backward_time
         object.__setattr__(self, "fixed_forward", forward)
         object.__setattr__(self, "fixed_backward", backward)
+
+    @cached_property
+    def fixed_stage_memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage: head and tail parameters, and their activation × in-flight + memory kept once (read-only;
+        computed once, as every memory evaluation of the instance reads them)."""
+        param, activation = np.zeros(self.stages), np.zeros(self.stages)
+        for fixed in self.fixed:
+            param[fixed.stage] += fixed.param_mb
+            activation[fixed.stage] += (fixed.activation_mb * self.in_flight[fixed.chunk, fixed.stage]
+                                        + fixed.memory_once_mb)
+        return _read_only(param), _read_only(activation)
+
+    @cached_property
+    def fixed_cell_activation(self) -> np.ndarray:
+        """``[chunk, stage]``: head and tail activation per micro-batch on their cells (read-only, computed once)."""
+        activation = np.zeros((self.chunks, self.stages))
+        for fixed in self.fixed:
+            activation[fixed.chunk, fixed.stage] += fixed.activation_mb
+        return _read_only(activation)
+
+    @cached_property
+    def overhead_weight_table(self) -> np.ndarray:
+        """``[chunk, stage]``: every stage's :meth:`overhead_weights` (read-only, computed once)."""
+        return _read_only(np.stack([self.overhead_weights(s) for s in range(self.stages)], axis=1))
+
+    @cached_property
+    def body_cells(self) -> np.ndarray:
+        """``[chunk, stage]``: the cells that must hold a body layer, all but :attr:`reserved` (read-only,
+        computed once)."""
+        must = np.ones((self.chunks, self.stages), dtype=bool)
+        for cell in self.reserved:
+            must[cell] = False
+        return _read_only(must)
 
     @property
     def fixed(self) -> tuple[Fixed, ...]:
@@ -208,6 +242,12 @@ class BalanceSetup:
     def item_indices(self, kind: str) -> list[int]:
         """Indices of ``kind``'s items."""
         return [i for i, (k, _) in enumerate(self.items) if k == kind]
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, no longer writeable: a cached constant every caller shares."""
+    array.flags.writeable = False
+    return array
 
 
 def _considered(items) -> list[str]:

@@ -144,10 +144,7 @@ def _valid_changes(setup: BalanceSetup, counts: np.ndarray, changes: np.ndarray)
 def _well_formed(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     """:func:`valid` but the memory."""
     ok = (counts >= 0).all(axis=(1, 2, 3))
-    per_cell = counts.sum(axis=1)
-    for c, s in setup.cells:
-        if (c, s) not in setup.reserved:
-            ok &= per_cell[:, c, s] >= 1
+    ok &= ((counts.sum(axis=1) >= 1) | ~setup.body_cells).all(axis=(1, 2))
     for k in range(1, len(setup.kinds)):
         later = counts[:, setup.item_indices(setup.kinds[k])].sum(axis=1)
         earlier = counts[:, setup.item_indices(setup.kinds[k - 1])].sum(axis=1)
