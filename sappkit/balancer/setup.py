@@ -99,8 +99,7 @@ class BalanceSetup:
     fixed_backward: np.ndarray = field(init=False)
 
     def __post_init__(self):
-        forward = np.zeros((self.chunks, self.stages))
-        backward = np.zeros((self.chunks, self.stages))
+        forward, backward = np.zeros((2, self.chunks, self.stages))
         for fixed in self.fixed:
             forward[fixed.timed_at] += fixed.forward_time
             backward[fixed.timed_at] += fixed.backward_time
@@ -109,21 +108,19 @@ class BalanceSetup:
 
     @cached_property
     def fixed_stage_memory(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per stage: head and tail parameters, and their activation × in-flight + memory kept once (read-only;
-        computed once, as every memory evaluation of the instance reads them)."""
+        """Per stage: head and tail parameters, their activation × in-flight + memory kept once (read-only)."""
         param, activation = np.zeros(self.stages), np.zeros(self.stages)
-        for fixed in self.fixed:
-            param[fixed.stage] += fixed.param_mb
-            activation[fixed.stage] += (fixed.activation_mb * self.in_flight[fixed.chunk, fixed.stage]
-                                        + fixed.memory_once_mb)
+        for f in self.fixed:
+            param[f.stage] += f.param_mb
+            activation[f.stage] += f.activation_mb * self.in_flight[f.chunk, f.stage] + f.memory_once_mb
         return _read_only(param), _read_only(activation)
 
     @cached_property
     def fixed_cell_activation(self) -> np.ndarray:
         """``[chunk, stage]``: head and tail activation per micro-batch on their cells (read-only, computed once)."""
         activation = np.zeros((self.chunks, self.stages))
-        for fixed in self.fixed:
-            activation[fixed.chunk, fixed.stage] += fixed.activation_mb
+        for f in self.fixed:
+            activation[f.chunk, f.stage] += f.activation_mb
         return _read_only(activation)
 
     @cached_property
@@ -133,12 +130,8 @@ class BalanceSetup:
 
     @cached_property
     def body_cells(self) -> np.ndarray:
-        """``[chunk, stage]``: the cells that must hold a body layer, all but :attr:`reserved` (read-only,
-        computed once)."""
-        must = np.ones((self.chunks, self.stages), dtype=bool)
-        for cell in self.reserved:
-            must[cell] = False
-        return _read_only(must)
+        """``[chunk, stage]``: whether the cell must hold a body layer, not being :attr:`reserved` (read-only)."""
+        return _read_only(np.array([[(c, s) not in self.reserved for s in range(self.stages)] for c in range(self.chunks)]))
 
     @property
     def fixed(self) -> tuple[Fixed, ...]:
@@ -245,8 +238,7 @@ class BalanceSetup:
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:
-    """``array``, no longer writeable: a cached constant every caller shares."""
-    array.flags.writeable = False
+    array.flags.writeable = False  # a cached constant every caller shares
     return array
 
 
