@@ -126,14 +126,14 @@ def stage_memory(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) 
     per_item = contents.sum(axis=-1)
     body_activation = contents.swapaxes(-1, -2) @ setup.activation
     flight = np.moveaxis(setup.in_flight[:, stages], 0, -1)
-    fixed_param, fixed_activation, weights = _stage_constants(setup)
+    fixed_param, fixed_activation = setup.fixed_stage_memory
     activation = (flight * body_activation).sum(axis=-1) + per_item @ setup.once + fixed_activation[stages]
     overhead = np.zeros(np.broadcast_shapes(stages.shape, activation.shape))
     working = np.zeros_like(overhead)
     if setup.working_set:
         overhead, working = _event_peak(setup, body_activation, contents, stages)
     elif setup.overhead_active:
-        expr = (np.moveaxis(weights[:, stages], 0, -1) * body_activation).sum(axis=-1)
+        expr = (np.moveaxis(setup.overhead_weight_table[:, stages], 0, -1) * body_activation).sum(axis=-1)
         overhead = np.maximum(0.0, np.ceil(expr - OVERHEAD_TOLERANCE))
     return StageMemory(param=per_item @ setup.param + fixed_param[stages], activation=activation,
                        overhead=overhead, working=working, const=setup.const_mb)
@@ -151,7 +151,7 @@ def _event_peak(setup: BalanceSetup, body_activation: np.ndarray, contents: np.n
     shape = np.broadcast_shapes(stages.shape, body_activation.shape[:-1])
     stages = np.broadcast_to(stages, shape)
     cells = np.broadcast_to(body_activation, (*shape, setup.chunks)) + np.moveaxis(
-        peaks.fixed_activation(setup)[:, stages], 0, -1)
+        setup.fixed_cell_activation[:, stages], 0, -1)
     working_cells = np.broadcast_to(peaks.cell_working(setup, contents, stages), cells.shape)
     tables = peaks.event_table(setup)  # held and the one-hot running cell, [stage, event, chunk]
     if shape[-1:] != (setup.stages,) or (stages != np.arange(setup.stages)).any():
@@ -163,18 +163,6 @@ def _event_peak(setup: BalanceSetup, body_activation: np.ndarray, contents: np.n
     flight = np.moveaxis(setup.in_flight[:, stages], 0, -1)
     overhead = np.take_along_axis(values, top, axis=-1)[..., 0] - working - (cells * flight).sum(axis=-1)
     return overhead, working
-
-
-def _stage_constants(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per stage: head and tail parameters, their activation × in-flight + memory kept once; the overhead
-    weights ``[chunk, stage]``."""
-    param, activation = np.zeros(setup.stages), np.zeros(setup.stages)
-    for fixed in setup.fixed:
-        param[fixed.stage] += fixed.param_mb
-        activation[fixed.stage] += (fixed.activation_mb * setup.in_flight[fixed.chunk, fixed.stage]
-                                    + fixed.memory_once_mb)
-    weights = np.stack([setup.overhead_weights(s) for s in range(setup.stages)], axis=1)
-    return param, activation, weights
 
 
 def evaluate(setup: BalanceSetup, counts: np.ndarray) -> Evaluation:

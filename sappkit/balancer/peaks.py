@@ -56,11 +56,9 @@ def _event_table(*shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fixed_activation(setup: BalanceSetup) -> np.ndarray:
-    """``[chunk, stage]``: head and tail activation per micro-batch on their cells."""
-    activation = np.zeros((setup.chunks, setup.stages))
-    for fixed in setup.fixed:
-        activation[fixed.chunk, fixed.stage] += fixed.activation_mb
-    return activation
+    """``[chunk, stage]``: head and tail activation per micro-batch on their cells (read-only:
+    :attr:`BalanceSetup.fixed_cell_activation`)."""
+    return setup.fixed_cell_activation
 
 
 def cell_working(setup: BalanceSetup, contents: np.ndarray, stages: np.ndarray) -> np.ndarray:

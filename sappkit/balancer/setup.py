@@ -12,6 +12,7 @@ instance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 
@@ -98,13 +99,39 @@ class BalanceSetup:
     fixed_backward: np.ndarray = field(init=False)
 
     def __post_init__(self):
-        forward = np.zeros((self.chunks, self.stages))
-        backward = np.zeros((self.chunks, self.stages))
+        forward, backward = np.zeros((2, self.chunks, self.stages))
         for fixed in self.fixed:
             forward[fixed.timed_at] += fixed.forward_time
             backward[fixed.timed_at] += fixed.backward_time
         object.__setattr__(self, "fixed_forward", forward)
         object.__setattr__(self, "fixed_backward", backward)
+
+    @cached_property
+    def fixed_stage_memory(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage: head and tail parameters, their activation × in-flight + memory kept once (read-only)."""
+        param, activation = np.zeros(self.stages), np.zeros(self.stages)
+        for f in self.fixed:
+            param[f.stage] += f.param_mb
+            activation[f.stage] += f.activation_mb * self.in_flight[f.chunk, f.stage] + f.memory_once_mb
+        return _read_only(param), _read_only(activation)
+
+    @cached_property
+    def fixed_cell_activation(self) -> np.ndarray:
+        """``[chunk, stage]``: head and tail activation per micro-batch on their cells (read-only, computed once)."""
+        activation = np.zeros((self.chunks, self.stages))
+        for f in self.fixed:
+            activation[f.chunk, f.stage] += f.activation_mb
+        return _read_only(activation)
+
+    @cached_property
+    def overhead_weight_table(self) -> np.ndarray:
+        """``[chunk, stage]``: every stage's :meth:`overhead_weights` (read-only, computed once)."""
+        return _read_only(np.stack([self.overhead_weights(s) for s in range(self.stages)], axis=1))
+
+    @cached_property
+    def body_cells(self) -> np.ndarray:
+        """``[chunk, stage]``: whether the cell must hold a body layer, not being :attr:`reserved` (read-only)."""
+        return _read_only(np.array([[(c, s) not in self.reserved for s in range(self.stages)] for c in range(self.chunks)]))
 
     @property
     def fixed(self) -> tuple[Fixed, ...]:
@@ -208,6 +235,11 @@ class BalanceSetup:
     def item_indices(self, kind: str) -> list[int]:
         """Indices of ``kind``'s items."""
         return [i for i, (k, _) in enumerate(self.items) if k == kind]
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    array.flags.writeable = False  # a cached constant every caller shares
+    return array
 
 
 def _considered(items) -> list[str]:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..evaluate import ceiling, placement_memory, stage_memory
+from ..evaluate import ceiling
 from ..setup import BalanceSetup
+from .known_memory import KnownMemory
 
 __all__ = ["exchanged", "fitted", "stage_exchanges"]
 
@@ -31,45 +32,48 @@ def _option_changes(setup: BalanceSetup) -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.array(side, dtype=int) for side in zip(*pairs)) if pairs else (np.zeros(0, int),) * 2
 
 
-def fitted(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """Placements ``[n, item, chunk, stage]`` made to fit where recompute can do it (module docstring).
+def fitted(setup: BalanceSetup, counts: np.ndarray, memory: KnownMemory | None = None) -> np.ndarray:
+    """Placements ``[n, item, chunk, stage]`` made to fit where recompute can do it (module docstring),
+    pricing stages with ``memory`` (a search's own; default a new one).
 
     Returns a copy; a placement some stage of which still does not fit is
     returned as far as it got (:func:`sappkit.balancer.step.local_search.valid` says so).
     """
+    memory = KnownMemory(setup) if memory is None else memory
     counts = np.array(counts, dtype=int)
     source, target = _option_changes(setup)
     cost = (setup.forward + setup.backward)[target] - (setup.forward + setup.backward)[source]
     rows = np.arange(len(counts))
     while len(source) and len(rows):
-        excess = placement_memory(setup, counts[rows]) - ceiling(setup.memory_mb)
+        excess = memory.placement(counts[rows]) - ceiling(setup.memory_mb)
         worst = excess.argmax(axis=1)
         needed = excess[np.arange(len(rows)), worst]
         rows, worst, needed = rows[needed > 0], worst[needed > 0], needed[needed > 0]
         if not len(rows):
             break
         contents = counts[rows, :, :, worst]  # [row, item, chunk]
-        found, chunk, change, layers = _cheapest_saving(setup, contents, worst, needed, source, target, cost)
+        found, chunk, change, layers = _cheapest_saving(memory, contents, worst, needed, source, target, cost)
         rows, worst = rows[found], worst[found]
         counts[rows, source[change], chunk, worst] -= layers
         counts[rows, target[change], chunk, worst] += layers
     return counts
 
 
-def _cheapest_saving(setup, contents, stages, needed, source, target, cost):
+def _cheapest_saving(memory, contents, stages, needed, source, target, cost):
     """Per stage content ``[row, item, chunk]`` over the limit by ``needed`` MB: whether an option change
     saves memory, and the one of least time per MB saved (its chunk, its index into ``source`` and
     ``target``) with the layers to change: as many as the saving of one says the stage needs (at most as many
     as it holds), or one where that many would save less (a larger working set can outgrow the activation
     saved), so the stage's memory always falls."""
+    setup = memory.setup
     rows, chunks = np.arange(len(contents)), np.arange(setup.chunks)[:, None]
     trials = np.repeat(contents[:, None, None], setup.chunks * len(source), axis=1).reshape(
         len(contents), setup.chunks, len(source), *contents.shape[1:])  # [row, chunk, change, item, chunk]
     changes = np.arange(len(source))[None, :]
     trials[:, chunks, changes, source[None, :], chunks] -= 1
     trials[:, chunks, changes, target[None, :], chunks] += 1
-    after = stage_memory(setup, trials, stages[:, None, None]).total
-    saved = stage_memory(setup, contents, stages).total[:, None, None] - after
+    after = memory.total(trials, stages[:, None, None])
+    saved = memory.total(contents, stages)[:, None, None] - after
     useful = (contents[:, source, :].swapaxes(1, 2) > 0) & (saved > 1e-9)
     score = np.where(useful, cost[None, None, :] / np.where(useful, saved, 1.0), np.inf).reshape(len(rows), -1)
     best = score.argmin(axis=1)
@@ -80,20 +84,22 @@ def _cheapest_saving(setup, contents, stages, needed, source, target, cost):
     many = contents[rows].copy()
     many[np.arange(len(rows)), source[change], chunk] -= layers
     many[np.arange(len(rows)), target[change], chunk] += layers
-    layers[stage_memory(setup, many, stages[found]).total > after[rows, chunk, change]] = 1
+    layers[memory.total(many, stages[found]) > after[rows, chunk, change]] = 1
     return found, chunk, change, layers
 
 
-def exchanged(setup: BalanceSetup, counts: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.ndarray:
+def exchanged(setup: BalanceSetup, counts: np.ndarray, first: np.ndarray, second: np.ndarray,
+              memory: KnownMemory | None = None) -> np.ndarray:
     """Placements ``counts`` (``[n, item, chunk, stage]``) with stages ``first[n]`` and ``second[n]`` trading
-    their layers, :func:`fitted`."""
+    their layers, :func:`fitted` (with ``memory``)."""
     rows = np.arange(len(counts))
     counts = np.array(counts)
     counts[rows, :, :, first], counts[rows, :, :, second] = counts[rows, :, :, second], counts[rows, :, :, first]
-    return fitted(setup, counts)
+    return fitted(setup, counts, memory)
 
 
-def stage_exchanges(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """``counts`` with every pair of stages exchanged, :func:`fitted`: ``[pair, item, chunk, stage]``."""
+def stage_exchanges(setup: BalanceSetup, counts: np.ndarray, memory: KnownMemory | None = None) -> np.ndarray:
+    """``counts`` with every pair of stages exchanged, :func:`fitted` (with ``memory``): ``[pair, item, chunk,
+    stage]``."""
     first, second = np.triu_indices(setup.stages, 1)
-    return exchanged(setup, np.repeat(np.asarray(counts)[None], len(first), axis=0), first, second)
+    return exchanged(setup, np.repeat(np.asarray(counts)[None], len(first), axis=0), first, second, memory)

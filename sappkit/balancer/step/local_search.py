@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..evaluate import ceiling, placement_memory, stage_memory
+from ..evaluate import ceiling, placement_memory
 from ..setup import BalanceSetup
 from .exchange import exchanged, stage_exchanges
+from .known_memory import KnownMemory
 from .resplit import stage_resplits
 from .steptime import StepTimer
 
@@ -130,24 +131,28 @@ def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     return _well_formed(setup, counts) & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
 
 
-def _valid_changes(setup: BalanceSetup, counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
+def _valid_placements(memory: KnownMemory, counts: np.ndarray) -> np.ndarray:
+    """:func:`valid`, the stages priced by the search's ``memory``."""
+    setup = memory.setup
+    return _well_formed(setup, counts) & (memory.placement(counts) <= ceiling(setup.memory_mb)).all(axis=1)
+
+
+def _valid_changes(memory: KnownMemory, counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
     """:func:`valid` of the placements ``changes`` (rows of :func:`_changes`) make of the valid ``counts``:
     only the stages a change touches can stop fitting, so only their memory is priced (a p = 16 placement's
-    memory costs eight times a change's)."""
+    memory costs eight times a change's), by the search's ``memory``."""
+    setup = memory.setup
     placements = _apply(counts, changes)
     stages = changes[:, 1::2] % setup.stages  # [change, the four cells a change touches]
     contents = np.moveaxis(placements, -1, 1)[np.arange(len(changes))[:, None], stages]
-    fits = stage_memory(setup, contents, stages).total <= ceiling(setup.memory_mb)
+    fits = memory.total(contents, stages) <= ceiling(setup.memory_mb)
     return _well_formed(setup, placements) & fits.all(axis=1)
 
 
 def _well_formed(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     """:func:`valid` but the memory."""
     ok = (counts >= 0).all(axis=(1, 2, 3))
-    per_cell = counts.sum(axis=1)
-    for c, s in setup.cells:
-        if (c, s) not in setup.reserved:
-            ok &= per_cell[:, c, s] >= 1
+    ok &= ((counts.sum(axis=1) >= 1) | ~setup.body_cells).all(axis=(1, 2))
     for k in range(1, len(setup.kinds)):
         later = counts[:, setup.item_indices(setup.kinds[k])].sum(axis=1)
         earlier = counts[:, setup.item_indices(setup.kinds[k - 1])].sum(axis=1)
@@ -252,8 +257,10 @@ def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
     return (candidates[best], float(times[best]), float(sums[best]), best), better
 
 
-def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
-    """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated."""
+def _descend(memory: KnownMemory, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
+    """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated
+    (stages priced by the search's ``memory``)."""
+    setup = memory.setup
     times, sums = timer.times_and_ends(counts[None])
     time, ends = float(times[0]), float(sums[0])
     made, evaluated = Changes(), 0
@@ -276,7 +283,7 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
             while len(waiting) < wanted and screened < len(changes):
                 block = changes[screened:screened + _SCREEN]
                 screened += _SCREEN
-                waiting = np.concatenate([waiting, block[_valid_changes(setup, counts, block)]])
+                waiting = np.concatenate([waiting, block[_valid_changes(memory, counts, block)]])
             if not len(waiting):
                 break
             tried, waiting = waiting[:wanted], waiting[wanted:]
@@ -288,8 +295,8 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
                 row = tried[found[3]]
                 made += Changes(moves=1) if (row[4:] == row[[0, 1, 0, 1]]).all() else Changes(swaps=1)
         if found is None and evaluated < budget:
-            traded, resplit = stage_exchanges(setup, counts), stage_resplits(setup, counts)
-            traded, resplit = traded[valid(setup, traded)], resplit[valid(setup, resplit)]
+            traded, resplit = stage_exchanges(setup, counts, memory), stage_resplits(setup, counts)
+            traded, resplit = traded[_valid_placements(memory, traded)], resplit[_valid_placements(memory, resplit)]
             whole = np.concatenate([traded, resplit])[:budget - evaluated]
             evaluated += len(whole)
             found, _ = _best_better(timer, whole, time, ends)
@@ -301,13 +308,15 @@ def _descend(setup: BalanceSetup, timer: StepTimer, counts: np.ndarray, budget: 
     return _Reached(counts, time, ends, made, evaluated)
 
 
-def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
+def _kick(memory: KnownMemory, counts: np.ndarray, rng: np.random.Generator) -> np.ndarray | None:
     """``counts`` after :data:`_KICK` random changes (moves or swaps), or half the time after the exchange of
-    two random stages (:func:`~sappkit.balancer.step.exchange.exchanged`), that leave it valid; None if none found."""
+    two random stages (:func:`~sappkit.balancer.step.exchange.exchanged`), that leave it valid; None if none found
+    (stages priced by the search's ``memory``)."""
+    setup = memory.setup
     if setup.stages > 1 and rng.random() < 0.5:
         pair = rng.choice(setup.stages, size=2, replace=False)
-        kicked = exchanged(setup, counts[None], pair[:1], pair[1:])[0]
-        if valid(setup, kicked[None])[0] and not np.array_equal(kicked, counts):
+        kicked = exchanged(setup, counts[None], pair[:1], pair[1:], memory)[0]
+        if _valid_placements(memory, kicked[None])[0] and not np.array_equal(kicked, counts):
             return kicked
     items, cells = len(setup.items), setup.chunks * setup.stages
     kinds = [np.array(setup.item_indices(kind)) for kind in setup.kinds]
@@ -324,13 +333,13 @@ def _kick(setup: BalanceSetup, counts: np.ndarray, rng: np.random.Generator) -> 
             elif kicked[j, b] > 0:  # np.add.at: i == j or a == b repeat an index, which += would add once
                 np.add.at(kicked, ([i, j, j, i], [a, a, b, b]), (-1, 1, -1, 1))
         kicked = kicked.reshape(counts.shape)
-        if valid(setup, kicked[None])[0]:
+        if _valid_placements(memory, kicked[None])[0]:
             return kicked
     return None
 
 
-def _search(setup: BalanceSetup, timer: StepTimer, states: list[_Reached], budget: int) -> tuple[list[_Reached],
-                                                                                                list[int]]:
+def _search(memory: KnownMemory, timer: StepTimer, states: list[_Reached],
+            budget: int) -> tuple[list[_Reached], list[int]]:
     """Kick each placement of ``states`` in turn and descend again, keeping what beats it (iterated local
     search from several places at once), until the budget is spent or every one has had :data:`_PATIENCE`
     kicks in a row find nothing. Returns the placements reached and the kicks that improved each."""
@@ -340,12 +349,12 @@ def _search(setup: BalanceSetup, timer: StepTimer, states: list[_Reached], budge
         for i, best in enumerate(states):
             if failed[i] >= _PATIENCE or evaluated >= budget:
                 continue
-            kicked = _kick(setup, best.counts, rng)
+            kicked = _kick(memory, best.counts, rng)
             evaluated += 1  # the kicked placement is simulated too
             if kicked is None:
                 failed[i] = _PATIENCE
                 continue
-            reached = _descend(setup, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
+            reached = _descend(memory, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
             evaluated += reached.evaluated
             failed[i] += 1
             if reached.beats(best):
@@ -363,6 +372,7 @@ def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray]
     the placements reached with what is left. Ties go to the earlier start.
     """
     budget = min(WORK_BUDGET // timer.graph.ops, MOST_PLACEMENTS) if budget is None else budget
+    memory = KnownMemory(setup)  # every stage contents priced once over the whole search
     seen, labels, states, evaluated = [], [], [], 0
     for label, counts in starts.items():
         counts = np.asarray(counts, dtype=int)
@@ -370,9 +380,9 @@ def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray]
             continue
         seen.append(counts)
         labels.append(label)
-        states.append(_descend(setup, timer, counts, max(budget // (len(starts) + 1), 1)))
+        states.append(_descend(memory, timer, counts, max(budget // (len(starts) + 1), 1)))
         evaluated += states[-1].evaluated
-    states, kicks = _search(setup, timer, states, budget - evaluated)
+    states, kicks = _search(memory, timer, states, budget - evaluated)
     i = min(range(len(states)), key=lambda k: (states[k].time, k))
     return Improved(counts=states[i].counts, step_time=states[i].time, start=labels[i], changes=states[i].changes,
                     kicks=kicks[i], evaluated=evaluated + sum(state.evaluated for state in states))

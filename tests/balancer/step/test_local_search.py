@@ -17,6 +17,7 @@ import pytest
 
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
+from sappkit.balancer.step.known_memory import KnownMemory
 from sappkit.balancer.step.local_search import Changes, _apply, _changes, _kick, _valid_changes, improve, valid
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.step.steptime import step_timer
@@ -163,7 +164,7 @@ def test_the_changes_validity_prices_only_the_stages_they_touch_and_agrees(rng, 
     start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
     changes = _changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
     expected = [allowed(setup, counts) for counts in _apply(start, changes)]
-    assert _valid_changes(setup, start, changes).tolist() == expected
+    assert _valid_changes(KnownMemory(setup), start, changes).tolist() == expected
     assert 0 < sum(expected) < len(expected)
 
 
@@ -177,7 +178,7 @@ def test_improve_starts_and_kicks(rng):
     assert found.start == "first" and found.evaluated <= 300 + 1
     assert found.step_time == pytest.approx(simulated(setup, found.counts), rel=1e-9)
     assert valid(setup, found.counts[None])[0]
-    kicked = _kick(setup, found.counts, np.random.default_rng(1))
+    kicked = _kick(KnownMemory(setup), found.counts, np.random.default_rng(1))
     assert valid(setup, kicked[None])[0] and np.abs(kicked - found.counts).sum() <= 8
 
 
@@ -206,8 +207,8 @@ def test_kicks_keep_every_kinds_layers():
                  activation_mb=1.0) for kind in ("vision", "language")]
     setup = make_setup(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6, objective="step")
     counts = sappkit.balance(pd.DataFrame(rows), stages=3, micro_batches=6, memory_mb=1e6).counts
-    rng = np.random.default_rng(0)
+    rng, memory = np.random.default_rng(0), KnownMemory(setup)
     for _ in range(200):
-        kicked = _kick(setup, counts, rng)
+        kicked = _kick(memory, counts, rng)
         if kicked is not None:
             assert kicked.sum(axis=(1, 2)).tolist() == [6, 6]
