@@ -41,6 +41,7 @@ import numpy as np
 
 from .._check import check_choice
 from ..errors import InputError
+from ..layers.op_sac import OP_SAC
 from ..pipeline.schedules import model_order
 from .evaluate import ceiling, counts_from_assignment, placement_memory
 from .plan import ConstraintCost, Plan, make_plan
@@ -54,7 +55,8 @@ __all__ = ["Policy", "TRAINER_POLICIES", "TRAINER_SCHEDULES", "UNIFORM_OPTIONS",
 TRAINER_POLICIES = {"megatron": ("uniform", "block"), "torchtitan": ("uniform", "every"),
                     "mindformers": ("lists",), "hyperparallel": ("uniform",)}
 #: The options a uniform policy may run, per trainer (sappkit's names).
-UNIFORM_OPTIONS = {"megatron": ("none", "selective", "full"), "torchtitan": ("none", "selective", "full"),
+UNIFORM_OPTIONS = {"megatron": ("none", "selective", "full"),
+                   "torchtitan": ("none", "selective", "full", OP_SAC),
                    "mindformers": ("none", "selective", "comm", "both", "full"),
                    "hyperparallel": ("none", "selective", "full")}
 #: The sappkit schedules each trainer runs.

@@ -17,6 +17,7 @@ from pathlib import Path
 from .._check import check_int, check_number
 from ..errors import InputError
 from ..layers import KernelConfig, TransformerConfig
+from ..layers.op_sac import OP_SAC, prices_op_sac
 from ..models import get, read_model_config
 from ..strategy import Strategy
 from ..trainers import read_trainer_config
@@ -31,7 +32,9 @@ class Run:
     """One measured training run: what ran, on how many devices, and its step time.
 
     ``recompute`` is the option every body layer ran (``none``, ``selective``,
-    ``comm``, ``both``, ``full``); ``kernels`` the kernels it ran (None:
+    ``comm``, ``both``, ``full``, or torchtitan's per-op ``selective_op``, which
+    :func:`read_run` reads as ``selective`` on layers it does not price:
+    :func:`~sappkit.layers.op_sac.prices_op_sac`); ``kernels`` the kernels it ran (None:
     :func:`sappkit.evaluate_strategy`'s default, flash attention).
     """
 
@@ -67,10 +70,11 @@ def read_run(config, model, log, *, world_size: int | None = None, seq_length: i
     if len(options) != 1:
         raise InputError(f"{config}: its layers run different recompute options ({', '.join(options)}); "
                          "calibrate prices runs whose body layers all run one")
+    recompute = options[0] if options[0] != OP_SAC or prices_op_sac(stack) else "selective"
     tokens = batch * stack.seq_length / strategy.devices
     step = measured_step_ms(log, tokens_per_device=tokens, warmup=warmup)
     return Run(name=name or Path(os.fspath(log)).stem, model=stack, strategy=strategy, global_batch=batch,
-               step_ms=step, recompute=options[0], kernels=trainer.kernels)
+               step_ms=step, recompute=recompute, kernels=trainer.kernels)
 
 
 def _model(model, seq_length: int | None) -> TransformerConfig:

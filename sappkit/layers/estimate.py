@@ -24,7 +24,9 @@ MHA, GeLU, ``f = 4h``, dropout and ``e = 2`` this is the paper's
 - ``comm`` (sappkit's approximation of MindFormers' communication recompute):
   re-runs the two layer norms and the sequence-parallel all-gathers in the
   backward, so the two gathered linear inputs (``2eh`` per token of ``R``)
-  are not kept; ``both``: ``selective`` and ``comm`` together.
+  are not kept; ``both``: ``selective`` and ``comm`` together;
+- ``selective_op``: torchtitan's per-op checkpointing, what its save list keeps
+  (:mod:`sappkit.layers.op_sac`).
 
 **Kernels** (:class:`KernelConfig`; the default is the paper's count above).
 What PyTorch and transformers keep instead, as :func:`sappkit.torch.measure_layers`
@@ -121,6 +123,7 @@ from ..limits import MAX_MEMORY_MB
 from ..hardware import Cluster, DeviceConfig
 from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms
 from .mtp import mtp_comm, mtp_ops, mtp_shapes
+from .op_sac import OP_OPTIONS, OP_SAC, check_op_sac, op_sac_kept_bytes, op_sac_rerun
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 from .ops import FORWARD, head_ops, layer_ops, patch_ops, tail_ops
 from .param_memory import fsdp_working_bytes, param_bytes
@@ -159,7 +162,8 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
         40% of it); a device preset name (``"h100-sxm"``) is looked up.
     options : sequence of str
         Body options to price, among ``none``, ``selective``, ``comm``,
-        ``both``, ``full``; rows come in that order.
+        ``both``, ``full`` and ``selective_op`` (torchtitan's per-op checkpointing,
+        :mod:`sappkit.layers.op_sac`; roofline time only); rows come in that order.
     const_mb : float
         The table's per-stage constant (runtime buffers, workspace), MB.
     kernels : KernelConfig
@@ -206,6 +210,11 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     kernels = KernelConfig() if kernels is None else kernels
     options = _check_estimate(models, parallel, device, options, kernels)
     time_model = check_choice("time_model", time_model, TIME_MODELS)
+    if OP_SAC in options:
+        if time_model == "flops":
+            raise InputError(f"option {OP_SAC!r} is priced op by op: it needs time_model='roofline'")
+        for model in models:
+            check_op_sac(model)
     price = _Pricing(parallel, device, cluster, kernels, time_model)
     first, last = models[0], models[-1]
     rows = price.rows(head_shape(models, parallel, kernels), first.module, HEAD, "embedding",
@@ -222,7 +231,8 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
     frame = pd.DataFrame([row for row, _ in rows])
     breakdown = pd.DataFrame([{KIND: row[KIND], OPTION: row[OPTION], **parts} for row, parts in rows])
     return LayerTable(frame, const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
-                      time_unit=MS, breakdown=breakdown)
+                      time_unit=MS, breakdown=breakdown,
+                      custom_options=tuple(option for option in OP_OPTIONS if option in options))
 
 
 def _hardware(cluster, device) -> tuple[Cluster, DeviceConfig]:
@@ -284,6 +294,7 @@ class _Pricing:
         working, first_working = fsdp_working_bytes(dense, routed, parallel, body=body is not None,
                                                    frozen=frozen)
         kept, flops = _kept(parts, parallel)
+        op_rerun = None
         trained = (0.0, 0.0) if frozen else (dense, routed)  # a frozen stack reduces and updates nothing
         step = {DP_COMM_MS: grad_sync_ms(*trained, parallel, self.cluster),
                 OPTIMIZER_MS: optimizer_ms(*trained, parallel, self.cluster), PARAMS: trained[0],
@@ -295,9 +306,12 @@ class _Pricing:
                 model, moe = body
                 ops = layer_ops(model, moe, parallel, self.device, self.kernels)
                 comm = layer_comm(model, moe, parallel, self.cluster, *_overlap_windows(ops))
+                if OP_SAC in options:
+                    op_rerun = op_sac_rerun(ops, comm, model, parallel, self.device, self.kernels)
+                    kept[OP_SAC] = op_sac_kept_bytes(model, parallel, self.kernels)
             else:
                 ops, comm = ops(), comm()
-            priced = kind_times(ops, comm, options, step=step,
+            priced = kind_times(ops, comm, options, step=step, op_rerun=op_rerun,
                                 boundary_ms=boundary_ms(boundary, parallel, self.cluster, stages=2))
         return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
                   FORWARD_TIME: priced.times[option][0], BACKWARD_TIME: priced.times[option][1],
@@ -352,10 +366,10 @@ def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ..
         raise InputError(f"device must be a DeviceConfig; got {type(device).__name__}")
     if not isinstance(kernels, KernelConfig):
         raise InputError(f"kernels must be a KernelConfig; got {type(kernels).__name__}")
+    known = (*SAPP_OPTIONS, *OP_OPTIONS)
     if isinstance(options, str) or not options or len(set(options)) != len(options) \
-            or any(option not in SAPP_OPTIONS for option in options):
-        raise InputError(f"options must be distinct names among {', '.join(map(repr, SAPP_OPTIONS))}; "
-                         f"got {options!r}")
+            or any(option not in known for option in options):
+        raise InputError(f"options must be distinct names among {', '.join(map(repr, known))}; got {options!r}")
     t, c = parallel.tensor_parallel, parallel.context_parallel
     split = t * c if parallel.sequence_parallel else c
     for index, model in enumerate(models):
@@ -387,4 +401,4 @@ def _check_estimate(models, parallel, device, options, kernels) -> tuple[str, ..
     if repeated:
         raise InputError(f"layer kind name(s) {', '.join(map(repr, repeated))} repeat; give each stack its "
                          "own name (and moe_name); 'embedding' and 'lm_head' are the head and tail")
-    return tuple(option for option in SAPP_OPTIONS if option in options)
+    return tuple(option for option in known if option in options)

@@ -6,7 +6,8 @@ communication of every dimension; ``backward_time`` the backward ops and
 communication plus what the option re-runs: ``selective`` the attention
 core's forward ops, ``comm`` the layer norms' forward ops and the
 sequence-parallel all-gathers, ``both`` the two, ``full`` the whole forward
-(its communication included).
+(its communication included); ``selective_op`` (torchtitan's per-op checkpointing) what
+:func:`~sappkit.layers.op_sac.op_sac_rerun` prices.
 
 The breakdown row of a kind and option (:data:`BREAKDOWN_COLUMNS`): per
 micro-batch, forward and backward together, ``compute_ms`` (recompute
@@ -24,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .comm import LayerComm
+from .op_sac import OP_SAC
 from .ops import FORWARD, Op
 
 __all__ = ["KindTimes", "kind_times", "BREAKDOWN_COLUMNS", "COMPUTE_MS", "RECOMPUTE_MS", "TP_COMM_MS",
@@ -59,8 +61,11 @@ class KindTimes:
     """option -> {column: value} for :data:`BREAKDOWN_COLUMNS`."""
 
 
-def kind_times(ops: list[Op], comm: LayerComm, options, *, boundary_ms: float, step: dict) -> KindTimes:
-    """Times and breakdown of one kind under ``options``; ``step`` holds its per-step and count columns."""
+def kind_times(ops: list[Op], comm: LayerComm, options, *, boundary_ms: float, step: dict,
+               op_rerun: tuple[float, float] | None = None) -> KindTimes:
+    """Times and breakdown of one kind under ``options``; ``step`` holds its per-step and count columns,
+    ``op_rerun`` what ``selective_op`` re-runs (compute ms, tensor-parallel communication ms) where it is
+    among them."""
     forward = sum(op.time_ms for op in ops if op.phase == FORWARD) + comm.slowdown[0]
     backward = sum(op.time_ms for op in ops if op.phase != FORWARD) + comm.slowdown[1]
     core = sum(op.time_ms for op in ops if op.phase == FORWARD and op.core)
@@ -74,6 +79,8 @@ def kind_times(ops: list[Op], comm: LayerComm, options, *, boundary_ms: float, s
         "both": (core + norms, {TP_COMM_MS: comm.regather}),
         "full": (forward, {column: f for column, (f, _) in sent.items()}),
     }
+    if op_rerun is not None:
+        rerun[OP_SAC] = (op_rerun[0], {TP_COMM_MS: op_rerun[1]})
     times, breakdown = {}, {}
     for option in options:
         compute, again = rerun[option]

@@ -40,6 +40,7 @@ from ..hardware import Cluster
 from ..layers import KernelConfig, TransformerConfig
 from ..layers.comm import boundary_ms
 from ..layers.flops import model_flops
+from ..layers.op_sac import OP_OPTIONS
 from ..limits import MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_TIME
 from .compiled import compile_shape
 from .config import Strategy
@@ -72,7 +73,8 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
         ``balanced``: :func:`sappkit.balance` (step objective) chooses layers and recompute per stage.
     recompute : str or sequence of str, optional
         ``even``: the one option every body layer runs (default ``"none"``); ``balanced``: the options it may
-        choose among (default all five).
+        choose among (default SAPP's five). ``"selective_op"`` is torchtitan's per-op checkpointing
+        (:mod:`sappkit.layers.op_sac`).
     memory_mb : float, optional
         Device memory the stages must fit, MB (default the device's :attr:`~sappkit.hardware.DeviceConfig.usable_mb`:
         the memory the card reports less the reserve for the CUDA context and the allocator).
@@ -114,7 +116,7 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
         "memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     parallel = strategy.parallel
     compiled = compile_shape(models, parallel, cluster, kernels=kernels,
-                             options=options if placement == "balanced" else SAPP_OPTIONS)
+                             options=options if placement == "balanced" else _compiled_options(options))
     layers = compiled.table(parallel, cluster)
     p2p = boundary_ms(models[-1], parallel, cluster, strategy.pipeline_parallel)
     if strategy.pipeline_parallel == 1:
@@ -160,13 +162,19 @@ def resolve_cluster(cluster) -> Cluster:
 def _options(placement: str, recompute) -> tuple[str, ...]:
     if recompute is None:
         return ("none",) if placement == "even" else SAPP_OPTIONS
+    known = (*SAPP_OPTIONS, *OP_OPTIONS)
     if not isinstance(recompute, str | Sequence):
         raise InputError(f"recompute must be an option or a sequence of options among "
-                         f"{', '.join(map(repr, SAPP_OPTIONS))}; got {short(recompute)}")
+                         f"{', '.join(map(repr, known))}; got {short(recompute)}")
     chosen = (recompute,) if isinstance(recompute, str) else tuple(recompute)
-    if not chosen or any(option not in SAPP_OPTIONS for option in chosen) or len(set(chosen)) != len(chosen):
-        raise InputError(f"recompute must be distinct options among {', '.join(map(repr, SAPP_OPTIONS))}; "
+    if not chosen or any(option not in known for option in chosen) or len(set(chosen)) != len(chosen):
+        raise InputError(f"recompute must be distinct options among {', '.join(map(repr, known))}; "
                          f"got {short(recompute)}")
     if placement == "even" and len(chosen) != 1:
         raise InputError(f"recompute must be one option for placement='even' (every layer runs it); got {recompute!r}")
-    return tuple(option for option in SAPP_OPTIONS if option in chosen)
+    return tuple(option for option in known if option in chosen)
+
+
+def _compiled_options(options: tuple[str, ...]) -> tuple[str, ...]:
+    """What an even placement compiles: SAPP's five (the search's), and an option beyond them it runs."""
+    return (*SAPP_OPTIONS, *(option for option in options if option in OP_OPTIONS))

@@ -205,7 +205,8 @@ def _same_recompute_balanced(config: TrainerConfig, plan: Plan) -> Plan | None:
     option the config runs on each kind; None where a kind runs more than one option or nothing fits."""
     setup, table = plan.setup, plan.setup.layers
     kinds = [kind for kind in table.body_kinds for _ in range(table.count(kind))]
-    chosen = {kind: {o for k, o in zip(kinds, config.options) if k == kind} for kind in table.body_kinds}
+    options, _ = config.options_on(table)
+    chosen = {kind: {o for k, o in zip(kinds, options) if k == kind} for kind in table.body_kinds}
     if any(len(options) != 1 for options in chosen.values()):
         return None
     frame = table.frame

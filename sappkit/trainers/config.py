@@ -24,6 +24,7 @@ from ..balancer.setup import make_setup
 from ..columns import CHUNK, COUNT, KIND, LAYERS, OPTION, ROLE, STAGE
 from ..errors import InputError
 from ..layers import KernelConfig
+from ..layers.op_sac import OP_SAC
 from ..layers.table import as_layer_table
 from ..limits import MAX_DEVICES, MAX_MEMORY_MB, Limit
 from ..pipeline.schedules import model_order, one_stage_allowed
@@ -144,9 +145,10 @@ class TrainerConfig:
         if layers is None:
             raise InputError("layers must be the model's layer table (a LayerTable or its DataFrame); got None")
         table = _built_table(as_layer_table(layers), self)
+        options, fallback = self.options_on(table)
         memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
         s = self.strategy
-        notes = self.notes
+        notes = self.notes + fallback
         if self.mtp_layers:
             notes += (f"the config runs {self.mtp_layers} MTP layer(s) on the last stage: they are priced as far as "
                       "the layer table's tail prices them (estimate_layers with TransformerConfig(mtp_layers="
@@ -158,9 +160,24 @@ class TrainerConfig:
                                memory_mb=memory_mb, chunks=s.virtual_stages, schedule=s.schedule,
                                less_memory=less_memory, seq_split=self.seq_split, objective=objective,
                                seq_params=(seq_params or self.seq_params) if self.seq_split > 1 else None)
-            assignment = _assignment(table, setup.cells, self.layer_counts, self.options)
+            assignment = _assignment(table, setup.cells, self.layer_counts, options)
             return make_plan(setup, counts_from_assignment(setup, assignment), status="evaluated", gap=None,
                              solve_seconds=0.0, method=f"{self.trainer} config", notes=setup.notes + notes)
+
+    def options_on(self, layers) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The body layers' options as the layer table ``layers`` prices them, and a note where they differ:
+        torchtitan's per-op checkpointing (``selective_op``, :mod:`sappkit.layers.op_sac`) runs as ``selective``
+        on a table without it (a measured table, or an estimate of SAPP's five options)."""
+        table = as_layer_table(layers)
+        missing = {kind for kind, option in zip(_body_kinds(table), self.options)
+                   if option == OP_SAC and OP_SAC not in table.options(kind)}
+        if not missing:
+            return self.options, ()
+        options = tuple("selective" if option == OP_SAC and kind in missing else option
+                        for kind, option in zip(_body_kinds(table), self.options))
+        return options, (f"per-op checkpointing ({OP_SAC!r}) priced as 'selective' on {', '.join(sorted(missing))}: "
+                         f"the layer table has no {OP_SAC!r} rows (estimate_layers(..., options=(..., "
+                         f"{OP_SAC!r})) prices them)",)
 
     def with_plan(self, layers, *, memory_mb, **options) -> TrainerConfig:
         """This config with :attr:`plan` priced on ``layers``."""
@@ -186,9 +203,14 @@ def _built_table(table, config: TrainerConfig):
     return table.with_frame(frame)
 
 
+def _body_kinds(table) -> list[str]:
+    """Each body layer's kind, in model order."""
+    return [kind for kind in table.body_kinds for _ in range(table.count(kind))]
+
+
 def _assignment(table, cells, layer_counts, options) -> pd.DataFrame:
     """Assignment rows (kind, chunk, stage, option, layers) filling ``cells`` in model order."""
-    kinds = [kind for kind in table.body_kinds for _ in range(table.count(kind))]
+    kinds = _body_kinds(table)
     if len(options) != len(kinds):
         raise InputError(f"the config gives {len(options)} layers a recompute option, the model builds "
                          f"{len(kinds)}")

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from .._check import check_int, short
 from ..balancer.grammar import TRAINER_SCHEDULES, matching_policy
 from ..errors import InputError
+from ..layers.op_sac import OP_SAC
 from ..limits import MAX_MICROBATCH_SIZE
 from ..pipeline.schedules import model_order
 from ..strategy import Strategy
@@ -236,6 +237,8 @@ def _checkpointing(pipe, notes: list[str]) -> dict:
                      "selective_ac_option; the main branch has no such policy)")
         return {"mode": "selective", "selective_ac_option": str(policy.n)}
     notes.append(f"activation checkpointing: every block runs {policy.option}")
+    if policy.option == OP_SAC:
+        return {"mode": "selective", "selective_ac_option": "op"}
     if policy.option == "selective":
         notes.append("torchtitan's op-level selective checkpointing is priced as the layer table's 'selective' "
                      "option")

@@ -37,6 +37,7 @@ from ..limits import (MAX_CHUNKS, MAX_GLOBAL_BATCH, MAX_LAYERS, MAX_MICRO_BATCHE
                       MAX_NESTING, MAX_SEQ_LENGTH, MAX_STAGES)
 from .._files import as_path, load_toml, read_text
 from ..errors import InputError
+from ..layers.op_sac import OP_SAC
 from ..balancer.grammar import Policy, policy_options
 from .config import Finding, TrainerConfig, flag, section, strategy_of, whole
 from .torchtitan import TORCHTITAN_SCHEDULES
@@ -383,8 +384,8 @@ def _checkpoint_policy(checkpoint: dict, notes: list[str]) -> Policy:
         return Policy("uniform", "full")
     if mode == "selective" and option.isdigit():
         return Policy("every", n=int(option))
-    if mode == "selective" and option == "op":
-        return Policy("uniform", "selective")
+    if mode == "selective" and option == "op":  # its save list: sappkit.layers.op_sac
+        return Policy("uniform", OP_SAC)
     if mode == "memory_budget":
         notes.append("activation checkpointing 'memory_budget' is the compiler's choice: priced as no recompute")
         return Policy("uniform", "none")

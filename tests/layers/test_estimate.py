@@ -201,9 +201,9 @@ VIT = TransformerConfig(layers=2, hidden_size=16, num_heads=4, ffn_size=64, seq_
     ((), SAPP_OPTIONS, {}, "estimate_layers needs at least one TransformerConfig; got none"),
     ((GPT, "x"), SAPP_OPTIONS, {}, "models[1] must be a TransformerConfig; got str"),
     ((GPT,), ("none", "offload"), {}, "options must be distinct names among 'none', 'selective', 'comm', 'both', "
-                                      "'full'; got ('none', 'offload')"),
-    ((GPT,), "none", {}, "options must be distinct names among 'none', 'selective', 'comm', 'both', 'full'; "
-                         "got 'none'"),
+                                      "'full', 'selective_op'; got ('none', 'offload')"),
+    ((GPT,), "none", {}, "options must be distinct names among 'none', 'selective', 'comm', 'both', 'full', "
+                         "'selective_op'; got 'none'"),
     ((GPT,), SAPP_OPTIONS, dict(tensor_parallel=8), "models[0] ('layer') num_heads=4 is not a multiple of "
                                                     "tensor_parallel = 8"),
     ((GPT,), SAPP_OPTIONS, dict(tensor_parallel=4, context_parallel=4),

@@ -146,7 +146,7 @@ def test_a_compiled_shape_is_reused_and_gives_the_same_result():
     (dict(recompute=("none", "full")), "recompute must be one option for placement='even' (every layer runs it); "
                                        "got ('none', 'full')"),
     (dict(recompute="some"), "recompute must be distinct options among 'none', 'selective', 'comm', 'both', "
-                             "'full'; got 'some'"),
+                             "'full', 'selective_op'; got 'some'"),
     (dict(placement="random"), "placement must be one of 'even', 'balanced'; got 'random'"),
     (dict(cluster=Cluster.preset("dgx-a100", nodes=1)), "the strategy needs 16 devices; the cluster has 8 (1 nodes "
                                                         "of 8)"),

@@ -54,10 +54,10 @@ BOUNDS = {
     "dgxc-grok1proxy-314b-fp8-8": 0.019, "dgxc-grok1proxy-314b-fp8-16": 0.051, "dgxc-grok1proxy-314b-fp8-32": 0.059,
     "dgxc-grok1proxy-314b-fp8-64": 0.099, "dgxc-grok1proxy-314b-fp8-128": 0.055,
     "dgxc-grok1proxy-314b-fp8-256": 0.056, "dgxc-grok1-314b-fp8-512": 0.06, "dgxc-grok1-314b-fp8-1024": 0.066,
-    "dgxc-grok1-314b-fp8-2048": 0.081, "tt2412-t1-8b-fsdp-8": 0.044, "tt2412-t1-8b-fsdp-compile-8": 0.103,
-    "tt2412-t3-8b-fsdp-128": 0.073, "tt2412-t3-8b-fsdp-compile-128": 0.129, "ttatp-70b-fsdp32-tp8-bf16-tp": 0.002,
-    "ttatp-70b-fsdp32-tp8-bf16-asynctp": 0.096, "ttatp-8b-fsdp8-tp8-bf16-tp": 0.269,
-    "ttatp-8b-fsdp8-tp8-bf16-asynctp": 0.412,
+    "dgxc-grok1-314b-fp8-2048": 0.081, "tt2412-t1-8b-fsdp-8": 0.048, "tt2412-t1-8b-fsdp-compile-8": 0.053,
+    "tt2412-t3-8b-fsdp-128": 0.021, "tt2412-t3-8b-fsdp-compile-128": 0.078, "ttatp-70b-fsdp32-tp8-bf16-tp": 0.002,
+    "ttatp-70b-fsdp32-tp8-bf16-asynctp": 0.096, "ttatp-8b-fsdp8-tp8-bf16-tp": 0.15,
+    "ttatp-8b-fsdp8-tp8-bf16-asynctp": 0.254,
 }
 
 

@@ -113,8 +113,8 @@ TERMS = "N=$((" + "+".join(["1"] * 3000) + "))\n--num-layers $N"
      "MindFormers config: num_heads must be an int >= 1; got '32'"),
     (lambda: read_megatron(BASE, world_size="64"), "world_size must be an int >= 1; got '64'"),
     (lambda: evaluate_strategy(GPT, Strategy(), global_batch=8, recompute=5),
-     "recompute must be an option or a sequence of options among 'none', 'selective', 'comm', 'both', 'full'; "
-     "got 5"),
+     "recompute must be an option or a sequence of options among 'none', 'selective', 'comm', 'both', 'full', "
+     "'selective_op'; got 5"),
     (lambda: export_config(Strategy(), "megatron", strategy={"tensor_parallel": 2}),
      "strategy must be a sappkit.Strategy (e.g. Strategy(tensor_parallel=2)); got {'tensor_parallel': 2}"),
     # 4. read as the opposite
@@ -247,7 +247,7 @@ def test_many_spans_find_their_ops_by_bisection(tmp_path, monkeypatch):
 @pytest.mark.parametrize("validate_row, message", [
     ({"measured": 0}, "runs row 0 ('sc21-1.7b'): measured must be a finite number > 0; got 0.0"),
     ({"recompute": None}, "runs row 0 ('sc21-1.7b'): recompute must be an option or a sequence of options among "
-                          "'none', 'selective', 'comm', 'both', 'full'; got nan"),
+                          "'none', 'selective', 'comm', 'both', 'full', 'selective_op'; got nan"),
     ({"layers": 24.7}, "runs row 0 ('sc21-1.7b'): layers must be an int >= 0; got 24.7"),
     ({"sequence_parallel": "yes"}, "runs row 0 ('sc21-1.7b'): sequence_parallel must be true or false; got 'yes'"),
 ])
