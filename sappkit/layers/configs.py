@@ -92,6 +92,13 @@ class TransformerConfig:
     frozen: bool = False
     """The stack trains no weights (a frozen vision tower): no gradients, no optimizer state, no weight-gradient
     matmuls; a frozen stack with no trained stack before it runs no backward and keeps no activations."""
+    attention_window: int = 0
+    """Keys a query of a windowed layer attends to, itself included (sliding-window attention: Megatron-Core's
+    ``window_size[0] + 1``; GPT-OSS: 128); 0: every layer attends to all earlier keys."""
+    windowed_layers: int | None = None
+    """How many of the stack's layers attend within ``attention_window`` (GPT-OSS: every other one, Megatron-Core's
+    ``window_attn_skip_freq = 2``); default all of them where a window is set, else 0. The stack stays one layer
+    kind: each layer's fused attention is priced at the stack's mean (:attr:`causal_pair_share`)."""
 
     def __post_init__(self):
         check_int("layers", self.layers, minimum=1, maximum=MAX_LAYERS)
@@ -103,6 +110,14 @@ class TransformerConfig:
             check_int(field, getattr(self, field), minimum=0, maximum=MAX_WIDTH)
         check_int("mtp_layers", self.mtp_layers, minimum=0, maximum=MAX_LAYERS)
         check_bool("frozen", self.frozen)
+        window = check_int("attention_window", self.attention_window, minimum=0, maximum=MAX_SEQ_LENGTH)
+        if self.windowed_layers is not None:
+            windowed = check_int("windowed_layers", self.windowed_layers, minimum=0, maximum=MAX_LAYERS)
+            if windowed > self.layers:
+                raise InputError(f"windowed_layers must be <= layers={self.layers}; got {windowed}")
+            if windowed and not window:
+                raise InputError(f"windowed_layers={windowed} needs attention_window > 0 (the keys those layers "
+                                 "see)")
         mla = self.kv_lora_rank > 0
         kv_heads = self.num_heads if self.num_kv_heads is None else self.num_kv_heads
         check_int("num_kv_heads", kv_heads, minimum=1, maximum=MAX_WIDTH)
@@ -149,6 +164,25 @@ class TransformerConfig:
                         hidden_dropout=self.dropout if self.hidden_dropout is None else self.hidden_dropout)
         for field, value in resolved.items():
             object.__setattr__(self, field, value)
+
+    @property
+    def causal_pair_share(self) -> float:
+        """The share of the causal (query, key) pairs (``s²/2``) a layer's fused attention computes, averaged over
+        the stack: a windowed layer computes ``s·w − w(w − 1)/2`` pairs (``w`` = ``attention_window``, at most
+        ``s``), a full one all of them.
+
+        Examples
+        --------
+        >>> gpt_oss = TransformerConfig(layers=36, hidden_size=2880, num_heads=64, ffn_size=2880, seq_length=4096,
+        ...                             attention_window=128, windowed_layers=18)
+        >>> round(gpt_oss.causal_pair_share, 4)  # half the layers at 128 keys of 4,096
+        0.5308
+        """
+        s, w = self.seq_length, min(self.attention_window, self.seq_length)
+        if not w:
+            return 1.0
+        layers = self.layers if self.windowed_layers is None else self.windowed_layers
+        return (layers * min(1.0, (s * w - w * (w - 1) / 2) / (s * s / 2)) + self.layers - layers) / self.layers
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -233,7 +233,7 @@ def _attention(price: _Pricer, model: TransformerConfig, parallel: ParallelConfi
     heads, queries = a / t, model.seq_length / parallel.context_parallel
     keys, batch = model.seq_length, parallel.micro_batch_size * heads
     if kernels.fused_attention:
-        _flash(price, parallel, kernels.attention, batch, queries, keys, d, dv)
+        _flash(price, parallel, kernels.attention, batch, queries, keys, d, dv, share=model.causal_pair_share)
     else:
         price.matmul("scores", queries, keys, d, batch=batch, core=True)
         scores = batch * queries * keys
@@ -245,9 +245,9 @@ def _attention(price: _Pricer, model: TransformerConfig, parallel: ParallelConfi
 
 
 def _flash(price: _Pricer, parallel: ParallelConfig, kernel: str, batch: float, queries: float, keys: float, d: int,
-           dv: int) -> None:
+           dv: int, *, share: float = 1.0) -> None:
     """Flash attention of ``batch`` heads of ``queries`` local queries against ``keys`` keys (causal: half the
-    pairs), as the context-parallel kind runs it: ``ring`` as ``c`` steps, each a kernel of the local queries
+    pairs, times ``share``: a sliding window's, :attr:`TransformerConfig.causal_pair_share`), as the context-parallel kind runs it: ``ring`` as ``c`` steps, each a kernel of the local queries
     against a block of ``keys / c`` keys, with the ``c − 1`` softmax merges; ``a2a`` over ``1/c`` of the heads and
     the whole sequence; ``allgather`` (and no CP) as one kernel."""
     c, e = parallel.context_parallel, price.e
@@ -255,7 +255,7 @@ def _flash(price: _Pricer, parallel: ParallelConfig, kernel: str, batch: float, 
     if parallel.cp_kind == "a2a":
         batch, queries = batch / c, queries * c
     block = keys / steps
-    forward = 2 * batch * queries * block * (d + dv) / 2
+    forward = 2 * batch * queries * block * (d + dv) / 2 * share
     nbytes = e * batch * (queries * (2 * d + 2 * dv) + block * (d + dv))
     price.fused("attention", forward, 2.5 * forward, nbytes, core=True, repeat=steps, kernel=kernel)
     if steps > 1:

@@ -6,6 +6,9 @@ The keys read, by family (a multimodal config's ``text_config`` is read the same
   ``max_position_embeddings`` (the sequence length unless ``seq_length`` is given), ``num_key_value_heads``
   (default: the attention heads), ``head_dim`` (default ``hidden_size / num_attention_heads``),
   ``intermediate_size``, ``hidden_act`` (``silu``/``swiglu`` make the MLP gated), ``attention_dropout``;
+  ``layer_types`` where it names ``sliding_attention`` layers (GPT-OSS: every other one), with their
+  ``sliding_window`` (:attr:`~sappkit.TransformerConfig.attention_window`; a config without ``layer_types``
+  is read as attending fully);
 - Mixtral: ``num_local_experts``, ``num_experts_per_tok`` (experts of ``intermediate_size``);
 - Qwen MoE (``qwen2_moe``, ``qwen3_moe``): ``num_experts``, ``num_experts_per_tok``, ``moe_intermediate_size``,
   ``shared_expert_intermediate_size`` (whole shared experts of the expert size), ``mlp_only_layers`` (leading
@@ -70,6 +73,7 @@ def read_model_config(path, *, seq_length: int | None = None, name: str = "decod
     fields["num_kv_heads"] = keys.int("num_key_value_heads", fields["num_heads"])
     if "head_dim" in config and config["head_dim"] is not None:
         fields["head_dim"] = keys.int("head_dim")
+    fields.update(_sliding_window(keys))
     kind = str(config.get("model_type", ""))
     if kind.startswith("deepseek"):
         fields.update(_deepseek(keys))
@@ -118,6 +122,21 @@ class _Keys:
             raise InputError(f"{self.path}: key 'attention_dropout' must be a number in [0, 1) (a probability, "
                              f"unquoted); got {short(value)}")
         return number
+
+
+def _sliding_window(keys: _Keys) -> dict:
+    """The window and the number of ``layer_types``' ``sliding_attention`` layers; none without such layers."""
+    types = keys.config.get("layer_types")
+    if types is None:
+        return {}
+    if not isinstance(types, list) or not all(isinstance(kind, str) for kind in types):
+        raise InputError(f"{keys.path}: key 'layer_types' must list each layer's attention type (e.g. "
+                         f"'sliding_attention', 'full_attention'); got {short(types)}")
+    windowed = types.count("sliding_attention")
+    if not windowed:
+        return {}
+    return dict(attention_window=keys.int("sliding_window", minimum=1, maximum=MAX_SEQ_LENGTH),
+                windowed_layers=windowed)
 
 
 def _deepseek(keys: _Keys) -> dict:

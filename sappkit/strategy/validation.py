@@ -74,6 +74,7 @@ OPTIONAL = {
     "gated_mlp": (bool, "model"), "dropout": (bool, "model"),
     "experts": (int, "model"), "top_k": (int, "model"), "expert_ffn_size": (int, "model"),
     "shared_experts": (int, "model"), "dense_layers": (int, "model"),
+    "attention_window": (int, "model"), "windowed_layers": (int, "model"),
     "context_parallel": (int, "strategy"), "expert_parallel": (int, "strategy"),
     "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (bool, "strategy"),
     "overlap_param_gather": (bool, "strategy"), "expert_imbalance": (float, "strategy"),

@@ -104,3 +104,17 @@ def test_deepseek_v3s_multi_token_prediction_layer_is_read(tmp_path):
         read_model_config(_write(tmp_path, {**DEEPSEEK_V3, "num_nextn_predict_layers": "1"}))
     assert str(caught.value) == (f"{tmp_path / 'config.json'}: key 'num_nextn_predict_layers' must be a whole "
                                  "number in 0..2048 (sappkit.limits.MAX_LAYERS); got '1'")
+
+
+def test_gpt_oss_sliding_layers_are_read_from_layer_types(tmp_path):
+    # openai/gpt-oss-120b's config.json as transformers' GptOssConfig reads it (sliding_window 128, layer_types
+    # alternating sliding and full attention from the first layer).
+    keys = dict(model_type="gpt_oss", num_hidden_layers=36, hidden_size=2880, num_attention_heads=64,
+                num_key_value_heads=8, head_dim=64, intermediate_size=2880, vocab_size=201088,
+                max_position_embeddings=131072, hidden_act="silu", num_local_experts=128, num_experts_per_tok=4,
+                sliding_window=128, layer_types=["sliding_attention", "full_attention"] * 18)
+    model = read_model_config(_write(tmp_path, keys), seq_length=4096)
+    assert (model.attention_window, model.windowed_layers, model.experts) == (128, 18, 128)
+    assert read_model_config(_write(tmp_path, {**keys, "layer_types": None}), seq_length=4096).attention_window == 0
+    with pytest.raises(InputError, match="'layer_types' must list"):
+        read_model_config(_write(tmp_path, {**keys, "layer_types": "sliding_attention"}))
