@@ -20,10 +20,10 @@ presets' fits run in this order, each holding what the ones before it fitted:
    nothing) on its 10 MoE BF16 rows: ``python data/calibrate.py --cluster dgx-h100 --runs dgxc-grok1
    mb2604-gptoss-120b-h100 --dtype bf16 --fix mfu=0.6 matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5
    intra_efficiency=0.75 inter_efficiency=0.86``;
-3. the H100's FP8 efficiency (``fp8_mfu`` 0.55, ``fp8_matmul_half_gflop`` 30) on its 37 dense FP8 rows
-   (``--dtype fp8 --family dense`` picks them): ``python data/calibrate.py --cluster dgx-h100 --dtype fp8 --family
-   dense --fix mfu=0.6 matmul_half_gflop=1 hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75
-   inter_efficiency=0.86``;
+3. the H100's FP8 efficiency (``fp8_mfu`` 0.5375; ``fp8_matmul_half_gflop`` held at 1.79, tied to the 16-bit
+   half-size: ``h100-sxm.toml``) on its 37 dense FP8 rows (``--dtype fp8 --family dense`` picks them): ``python
+   data/calibrate.py --cluster dgx-h100 --dtype fp8 --family dense --fix mfu=0.6 matmul_half_gflop=1
+   hbm_efficiency=0.6125 kernel_us=5 intra_efficiency=0.75 inter_efficiency=0.86 fp8_matmul_half_gflop=1.79``;
 4. the 96 GB 500 W H100's peak (``h100-96g-500w.toml``, ``tflops=835.5``: ``--free`` fits a parameter otherwise held
    at the preset's value, within a range): ``python data/calibrate.py --cluster grand-teton-h100 --runs
    tt2412-t1-8b-fsdp-compile tt2412-t3-8b-fsdp-compile ttatp --free tflops=835.5:989.4 --fix mfu=0.6
