@@ -53,8 +53,8 @@ from ..limits import MAX_SIMULATED_PASSES
 from ..pipeline.schedules import check_pipeline
 from .config import Strategy
 
-__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "check_strategy_fits",
-           "check_precision"]
+__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "first_broken_rule",
+           "check_strategy_fits", "check_precision"]
 
 #: The rules, in the order they are checked (module docstring).
 RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
@@ -86,105 +86,122 @@ class RuledModel:
 def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, global_batch: int,
                  tensor_across_nodes: bool) -> None:
     """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
-    t, cp, p, v, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel",
-                                                         "pipeline_parallel", "virtual_stages", "data_parallel"))
-    ep, etp, b, m = (frame[key].to_numpy() for key in ("expert_parallel", "expert_tensor_parallel",
-                                                       "micro_batch_size", MICRO_BATCHES))
-    seq = model.seq_length
-
-    def reject(rule: str, broken: np.ndarray, reason) -> None:
+    columns = {key: frame[key].to_numpy() for key in (*_FIELDS, MICRO_BATCHES, *_OPTIONAL) if key in frame}
+    for rule, broken, reason in _broken_rules(columns, model, devices_per_node, global_batch, tensor_across_nodes):
         rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
-        frame.loc[frame.index[rows], RULE] = rule
-        frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
+        if rows.size:
+            frame.loc[frame.index[rows], RULE] = rule
+            frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
 
+
+def first_broken_rule(strategy: Strategy, model: RuledModel, *, micro_batches: int, devices_per_node: int,
+                      global_batch: int, tensor_across_nodes: bool) -> tuple[str, str] | None:
+    """The first rule one strategy breaks and why (:func:`apply_rules` on a one-row frame, without the frame), or
+    None where it keeps them all."""
+    columns = {key: np.array([getattr(strategy, key)])
+               for key in (*_FIELDS, *_OPTIONAL)} | {MICRO_BATCHES: np.array([micro_batches])}
+    for rule, broken, reason in _broken_rules(columns, model, devices_per_node, global_batch, tensor_across_nodes):
+        if broken[0]:
+            return rule, reason(0)
+    return None
+
+
+def _broken_rules(columns: dict, model: RuledModel, devices_per_node: int, global_batch: int,
+                  tensor_across_nodes: bool):
+    """Each rule's checks in order: ``(rule, broken, reason)``, ``broken`` a mask over the rows of ``columns`` (a
+    strategy field's values per row) and ``reason(i)`` row ``i``'s message (read before the next is drawn)."""
+    t, cp, p, v, dp = (columns[key] for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
+                                                "virtual_stages", "data_parallel"))
+    ep, etp, b, m = (columns[key] for key in ("expert_parallel", "expert_tensor_parallel", "micro_batch_size",
+                                              MICRO_BATCHES))
+    seq = model.seq_length
     for heads, kv in model.heads:
-        reject("heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}")
-        reject("heads", kv % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
+        yield "heads", heads % t != 0, lambda i: f"tensor_parallel={t[i]} does not divide num_heads={heads}"
+        yield "heads", kv % t != 0, lambda i: (f"tensor_parallel={t[i]} does not divide num_kv_heads={kv} "
                                                "(whole key/value heads per rank)")
-        reject("heads", (_column(frame, "cp_kind") == "a2a") & (heads % (cp * t) != 0),
+        yield ("heads", (_column(columns, "cp_kind") == "a2a") & (heads % (cp * t) != 0),
                lambda i: f"context_parallel * tensor_parallel = {cp[i] * t[i]} does not divide num_heads={heads} "
                          "(all-to-all context parallelism splits whole heads over cp * t)")
     if not tensor_across_nodes:
-        reject("node", devices_per_node % t != 0,
+        yield ("node", devices_per_node % t != 0,
                lambda i: f"tensor_parallel={t[i]} does not divide devices_per_node={devices_per_node} "
                          "(a tensor-parallel group stays inside a node)")
-    reject("sequence", (cp > 1) & (seq % (2 * cp) != 0),
+    yield ("sequence", (cp > 1) & (seq % (2 * cp) != 0),
            lambda i: f"seq_length={seq} does not split into 2 * context_parallel = {2 * cp[i]} equal chunks "
                      "(Megatron-LM's load-balanced ring attention)")
     shard = seq // cp
-    reject("sequence", frame["sequence_parallel"].to_numpy() & (shard % t != 0),
+    yield ("sequence", columns["sequence_parallel"] & (shard % t != 0),
            lambda i: f"seq_length / context_parallel = {shard[i]} does not split over tensor_parallel={t[i]} "
                      "(sequence parallelism)")
-    reject("sequence", _column(frame, "tp_comm_overlap") & ~frame["sequence_parallel"].to_numpy(bool),
+    yield ("sequence", _column(columns, "tp_comm_overlap") & ~columns["sequence_parallel"].astype(bool),
            lambda i: "tp_comm_overlap needs sequence_parallel (Megatron overlaps the sequence-parallel all-gathers "
                      "and reduce-scatters with their matmuls)")
-    _expert_rules(reject, model, t * cp * dp, ep, etp)
-    _overlap_rules(reject, model, frame, ep, p, v)
-    reject("batch", global_batch % (dp * b) != 0,
+    yield from _expert_rules(model, t * cp * dp, ep, etp)
+    yield from _overlap_rules(model, columns, ep, p, v)
+    yield ("batch", global_batch % (dp * b) != 0,
            lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
                      f"global_batch={global_batch}")
-    reject("cells", p * v > model.layers,
+    yield ("cells", p * v > model.layers,
            lambda i: f"pipeline_parallel * virtual_stages = {p[i]} * {v[i]} = {p[i] * v[i]} cells exceed the "
                      f"{model.layers} body layers (each cell holds at least one)")
-    refusals = _schedule_refusals(frame)
-    reject("schedule", refusals.notna().to_numpy(), lambda i: refusals.iloc[i])
-    reject("size", p * v * m > MAX_SIMULATED_PASSES,
+    refusals = _schedule_refusals(columns)
+    yield "schedule", np.array([refusal is not None for refusal in refusals], dtype=bool), refusals.__getitem__
+    yield ("size", p * v * m > MAX_SIMULATED_PASSES,
            lambda i: f"p * v * m = {p[i]} * {v[i]} * {m[i]} = {p[i] * v[i] * m[i]:,} forward passes; sappkit "
                      f"simulates at most {MAX_SIMULATED_PASSES.cited}")
 
 
-def _column(frame: pd.DataFrame, name: str) -> np.ndarray:
-    """An optional strategy field's column (:data:`_OPTIONAL`), or its default where the frame has none."""
-    return frame[name].to_numpy() if name in frame else np.full(len(frame), _OPTIONAL[name])
+def _column(columns: dict, name: str) -> np.ndarray:
+    """An optional strategy field's values (:data:`_OPTIONAL`), or its default where ``columns`` has none."""
+    return columns[name] if name in columns else np.full(len(columns["tensor_parallel"]), _OPTIONAL[name])
 
 
-def _expert_rules(reject, model: RuledModel, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray) -> None:
+def _expert_rules(model: RuledModel, ranks: np.ndarray, ep: np.ndarray, etp: np.ndarray):
     if not model.experts:
         def dense(i):
             set_ = [f"{name}={value}" for name, value in (("expert_parallel", ep[i]), ("expert_tensor_parallel",
                                                                                        etp[i])) if value > 1]
             return f"{' and '.join(set_)} {'needs' if len(set_) == 1 else 'need'} a MoE model (this one has no experts)"
 
-        reject("experts", (ep > 1) | (etp > 1), dense)
+        yield "experts", (ep > 1) | (etp > 1), dense
         return
-    reject("experts", model.experts % ep != 0,
+    yield ("experts", model.experts % ep != 0,
            lambda i: f"expert_parallel={ep[i]} does not divide the {model.experts} routed experts")
-    reject("experts", ranks % (ep * etp) != 0,
+    yield ("experts", ranks % (ep * etp) != 0,
            lambda i: f"expert_parallel * expert_tensor_parallel = {ep[i] * etp[i]} does not divide tensor_parallel "
                      f"* context_parallel * data_parallel = {ranks[i]}")
 
 
-def _overlap_rules(reject, model: RuledModel, frame: pd.DataFrame, ep: np.ndarray, p: np.ndarray,
-                   v: np.ndarray) -> None:
-    a2a, shared = (_column(frame, key).astype(bool) for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"))
+def _overlap_rules(model: RuledModel, columns: dict, ep: np.ndarray, p: np.ndarray, v: np.ndarray):
+    a2a, shared = (_column(columns, key).astype(bool) for key in ("moe_a2a_overlap", "moe_shared_expert_overlap"))
     if not model.experts:
-        reject("experts", a2a | shared, lambda i: f"{'moe_a2a_overlap' if a2a[i] else 'moe_shared_expert_overlap'}"
+        yield "experts", a2a | shared, lambda i: (f"{'moe_a2a_overlap' if a2a[i] else 'moe_shared_expert_overlap'}"
                                                   "=True needs a MoE model (this one has no experts)")
         return
-    reject("experts", a2a & (ep == 1), lambda i: "moe_a2a_overlap=True needs expert_parallel > 1 (it overlaps the "
+    yield "experts", a2a & (ep == 1), lambda i: ("moe_a2a_overlap=True needs expert_parallel > 1 (it overlaps the "
                                                  "expert all-to-all)")
-    reject("experts", a2a & (p > 1) & (v == 1),
+    yield ("experts", a2a & (p > 1) & (v == 1),
            lambda i: f"moe_a2a_overlap=True with pipeline_parallel={p[i]} needs virtual_stages > 1 (Megatron-Core "
                      "pairs micro-batches across model chunks)")
-    reject("experts", a2a & shared, lambda i: "moe_a2a_overlap=True and moe_shared_expert_overlap=True exclude "
+    yield "experts", a2a & shared, lambda i: ("moe_a2a_overlap=True and moe_shared_expert_overlap=True exclude "
                                               "each other (Megatron-Core refuses both)")
     if not model.shared_experts:
-        reject("experts", shared, lambda i: "moe_shared_expert_overlap=True needs shared experts (this model has "
+        yield "experts", shared, lambda i: ("moe_shared_expert_overlap=True needs shared experts (this model has "
                                             "none)")
 
 
-def _schedule_refusals(frame: pd.DataFrame) -> pd.Series:
-    """Per row, what :func:`check_pipeline` refuses (None where it accepts, and without a pipeline)."""
-    keys = ["schedule", "pipeline_parallel", MICRO_BATCHES, "virtual_stages"]
-    shapes = frame.loc[frame["pipeline_parallel"] > 1, keys].drop_duplicates()
-    refused = {}
-    for schedule, p, m, v in shapes.itertuples(index=False):
+def _schedule_refusals(columns: dict) -> list[str | None]:
+    """Per row, what :func:`check_pipeline` refuses (None where it accepts, and without a pipeline); each shape
+    is checked once."""
+    refused: dict = {}
+    rows = list(zip(*(columns[key] for key in ("schedule", "pipeline_parallel", MICRO_BATCHES, "virtual_stages"))))
+    for key in dict.fromkeys(row for row in rows if row[1] > 1):
+        schedule, p, m, v = key
         try:
             check_pipeline(schedule, int(p), max(int(m), 1), int(v))
         except InputError as error:
-            refused[(schedule, p, m, v)] = str(error)
-    index = pd.MultiIndex.from_frame(frame[keys])
-    return pd.Series([refused.get(key) for key in index], index=frame.index, dtype=object)
+            refused[key] = str(error)
+    return [refused.get(row) for row in rows]
 
 
 def check_precision(dtype: str, fp8_recipe: str | None, device: DeviceConfig) -> str | None:
@@ -233,11 +250,9 @@ def check_strategy_fits(strategy: Strategy, models: Sequence[TransformerConfig],
     if device is not None:
         check_precision(strategy.dtype, strategy.fp8_recipe, device)
     m = strategy.micro_batches(global_batch)
-    frame = pd.DataFrame([{field: getattr(strategy, field) for field in (*_FIELDS, *_OPTIONAL)}
-                          | {MICRO_BATCHES: m}])
-    frame[RULE], frame[REASON] = None, ""
-    model = RuledModel.of(models)
-    apply_rules(frame, model, devices_per_node or 1, global_batch, devices_per_node is None)
-    if frame.at[0, RULE] is not None:
-        raise InputError(f"strategy {strategy.label} breaks the {frame.at[0, RULE]!r} rule: {frame.at[0, REASON]}")
+    broken = first_broken_rule(strategy, RuledModel.of(models), micro_batches=m,
+                               devices_per_node=devices_per_node or 1, global_batch=global_batch,
+                               tensor_across_nodes=devices_per_node is None)
+    if broken is not None:
+        raise InputError(f"strategy {strategy.label} breaks the {broken[0]!r} rule: {broken[1]}")
     return m
