@@ -12,7 +12,7 @@ instance.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -237,6 +237,31 @@ class BalanceSetup:
         return [i for i, (k, _) in enumerate(self.items) if k == kind]
 
 
+@lru_cache(maxsize=256)
+def _item_columns(table: LayerTable) -> tuple[tuple, dict, np.ndarray]:
+    """A table's items ``(kind, option)`` in table order, their per-layer columns (:class:`BalanceSetup`'s
+    ``kind_index``, ``forward``, ... ``working``) and the layers per body kind: read once per table (a strategy
+    search prices many strategies on one compiled table), shared read-only."""
+    items, columns = [], {name: [] for name in ("kind_index", "forward", "backward", "recompute", "activation",
+                                                 "once", "param", "working")}
+    for index, kind in enumerate(table.body_kinds):
+        rows = table.rows(kind)
+        fastest = float(rows[BACKWARD_TIME].min())
+        for option, row in rows.iterrows():
+            items.append((kind, str(option)))
+            columns["kind_index"].append(index)
+            columns["forward"].append(float(row[FORWARD_TIME]))
+            columns["backward"].append(float(row[BACKWARD_TIME]))
+            columns["recompute"].append(float(row[BACKWARD_TIME]) - fastest)
+            columns["activation"].append(float(row[ACTIVATION_MB]))
+            columns["once"].append(float(row[MEMORY_ONCE_MB]))
+            columns["param"].append(table.param_mb(kind))
+            columns["working"].append(table.working_set_mb(kind, str(option)))
+    arrays = {name: _read_only(np.array(values, dtype=int if name == "kind_index" else float))
+              for name, values in columns.items()}
+    return tuple(items), arrays, _read_only(np.array([table.count(kind) for kind in table.body_kinds]))
+
+
 def _read_only(array: np.ndarray) -> np.ndarray:
     array.flags.writeable = False  # a cached constant every caller shares
     return array
@@ -299,28 +324,12 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
         raise InputError(f"seq_params applies to schedule 'seqpipe' with seq_split > 1; got schedule "
                          f"{schedule!r}, seq_split={k}")
     kinds = table.body_kinds
-    items, columns = [], {name: [] for name in ("kind_index", "forward", "backward", "recompute", "activation",
-                                                 "once", "param", "working")}
-    for index, kind in enumerate(kinds):
-        rows = table.rows(kind)
-        fastest = float(rows[BACKWARD_TIME].min())
-        for option, row in rows.iterrows():
-            items.append((kind, str(option)))
-            columns["kind_index"].append(index)
-            columns["forward"].append(float(row[FORWARD_TIME]))
-            columns["backward"].append(float(row[BACKWARD_TIME]))
-            columns["recompute"].append(float(row[BACKWARD_TIME]) - fastest)
-            columns["activation"].append(float(row[ACTIVATION_MB]))
-            columns["once"].append(float(row[MEMORY_ONCE_MB]))
-            columns["param"].append(table.param_mb(kind))
-            columns["working"].append(table.working_set_mb(kind, str(option)))
+    items, columns, counts = _item_columns(table)
     setup = BalanceSetup(
         layers=table, schedule=schedule, stages=p, micro_batches=m, chunks=v, less_memory=bool(less_memory),
         seq_split=k, memory_mb=memory_mb, const_mb=const, objective=objective, level=level,
         consistent_recompute=consistent_recompute, working_set=working_set, sapp_compat=sapp_compat, kinds=kinds,
-        items=tuple(items),
-        **{name: np.array(values, dtype=int if name == "kind_index" else float) for name, values in columns.items()},
-        counts=np.array([table.count(kind) for kind in kinds]),
+        items=items, **columns, counts=counts,
         head=_fixed(table, table.head, 0, 0),
         tail=_fixed(table, table.tail, *tail_cell(schedule, p, v),
                     time_cell=sapp_tail_time_cell(schedule, p, v) if sapp_compat else None),

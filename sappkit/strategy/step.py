@@ -74,7 +74,7 @@ def price_pipeline(layers: LayerTable, strategy: Strategy, cluster: Cluster, *, 
 
 def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *, p2p_ms: float) -> Priced:
     """Simulate and finish one step of a pipeline whose layers ``plan`` has placed (a plan with a placement)."""
-    p, micro_batches = strategy.pipeline_parallel, plan.setup.micro_batches
+    p, micro_batches, parallel = strategy.pipeline_parallel, plan.setup.micro_batches, strategy.parallel
     setup = plan.setup
     timer = step_timer(setup)
     sending = _sending(setup)
@@ -87,10 +87,11 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
     bounds = np.cumsum([0] + [len(ops) for ops in order.stage_ops])
     sums = _cell_sums(layers, setup, plan.counts)
     busy_parts, params = sums[..., :len(_BUSY)].sum(axis=0) * micro_batches, sums[..., len(_BUSY):]
+    chunk_of_cell = np.array([chunk for chunk, _ in order.cells])
     rows, done = [], []
     for s in range(p):
         ops = slice(bounds[s], bounds[s + 1])
-        chunk_of = np.array([order.cells[i][0] for i in order.position[ops]])
+        chunk_of = chunk_of_cell[order.position[ops]]
         gradient = np.isin(order.phase[ops], (BACKWARD, BACKWARD_WEIGHT))
         ready = [_last_backward(starts[ops], ends[ops], gradient & (chunk_of == c)) for c in range(setup.chunks)]
         end = float(ends[ops].max())
@@ -100,7 +101,7 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
         else:  # the transfers out of the stage, spent on it
             transfers = float(sending[timer.graph.duration[ops]].sum()) * p2p_ms
             busy -= transfers
-        syncs = [grad_sync_parts(*params[c, s], strategy.parallel, cluster, p) for c in range(setup.chunks)]
+        syncs = [grad_sync_parts(*params[c, s], parallel, cluster, p) for c in range(setup.chunks)]
         tail = _tail(strategy, cluster, end, ready, syncs, tuple(params[:, s].sum(axis=0)),
                      [float(params[c, s].sum()) for c in range(setup.chunks)])
         done.append(end + tail[DP_COMM_MS] + tail[OPTIMIZER_MS])
@@ -165,11 +166,11 @@ def _tail(strategy: Strategy, cluster: Cluster, end: float, ready: list[tuple[fl
     ``k`` is ready ``(j + 1)/k`` into the chunk's last backward (``ready``: its start and end), and the buckets
     reduce one after another; what runs past ``end`` is exposed (the last bucket at least), and what runs under
     the backward slows it by the SMs it takes (``comm_sm_share``), added to the exposed time."""
-    reduce = [r for r, _ in syncs]
+    reduce, parallel = [r for r, _ in syncs], strategy.parallel
     if strategy.overlap_grad_reduce:
         buckets = []
         for (start, stop), time, count in zip(ready, reduce, chunk_params):
-            k = bucket_count(count, strategy.parallel)
+            k = bucket_count(count, parallel)
             buckets += [(start + (j + 1) / k * (stop - start), time / k) for j in range(k)]
         free = 0.0
         for start, time in sorted(buckets):
@@ -181,17 +182,17 @@ def _tail(strategy: Strategy, cluster: Cluster, end: float, ready: list[tuple[fl
     gather = sum(g for _, g in syncs)
     exposed += 0.0 if strategy.overlap_param_gather else gather
     hidden = max(0.0, sum(reduce) + gather - exposed)
-    return {DP_COMM_MS: exposed, OPTIMIZER_MS: optimizer_ms(*params, strategy.parallel, cluster),
+    return {DP_COMM_MS: exposed, OPTIMIZER_MS: optimizer_ms(*params, parallel, cluster),
             DP_OVERLAPPED_MS: hidden}
 
 
 def _frame(rows: list[dict], step: float) -> pd.DataFrame:
-    busy = np.array([row.pop("_busy") for row in rows])
-    frame = pd.DataFrame(rows)
-    frame[STEP_MS] = step
-    exposed = frame[PP_COMM_MS].to_numpy() + frame[DP_COMM_MS].to_numpy() + frame[OPTIMIZER_MS].to_numpy()
-    frame[IDLE_MS] = np.maximum(step - busy - exposed, 0.0)  # rounding aside, the wait for the slowest stage
-    return frame[[STAGE, *STEP_COLUMNS]]
+    columns = {key: np.array([row[key] for row in rows]) for key in rows[0]}
+    busy = columns.pop("_busy")
+    exposed = columns[PP_COMM_MS] + columns[DP_COMM_MS] + columns[OPTIMIZER_MS]
+    columns[STEP_MS] = np.full(len(rows), step)
+    columns[IDLE_MS] = np.maximum(step - busy - exposed, 0.0)  # rounding aside, the wait for the slowest stage
+    return pd.DataFrame({key: columns[key] for key in (STAGE, *STEP_COLUMNS)})
 
 
 @lru_cache(maxsize=256)
