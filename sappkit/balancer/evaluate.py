@@ -271,7 +271,7 @@ def counts_from_assignment(setup: BalanceSetup, assignment: pd.DataFrame) -> np.
     """The ``counts[item, chunk, stage]`` array of an assignment frame."""
     counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
     index = {item: i for i, item in enumerate(setup.items)}
-    for row in assignment.itertuples(index=False):
-        counts[index[(getattr(row, KIND), getattr(row, OPTION))], getattr(row, CHUNK), getattr(row, STAGE)] += int(
-            getattr(row, LAYERS))
+    for kind, option, chunk, stage, layers in zip(*(assignment[key].to_numpy() for key in (KIND, OPTION, CHUNK, STAGE,
+                                                                                          LAYERS))):
+        counts[index[(kind, option)], chunk, stage] += int(layers)
     return counts
