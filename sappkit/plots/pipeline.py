@@ -23,7 +23,7 @@ from ..layers.units import format_share, format_time
 from ..pipeline.simulator import END, MICRO_BATCH, PHASE, START, Simulation
 from ._axes import axes_for, optional_number, stage_colorbar, stage_scale, stage_ticks, time_label
 
-__all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory"]
+__all__ = ["plot_schedule", "plot_memory_timeline", "plot_simulation", "plot_stage_memory", "plot_plan"]
 
 #: Stacked parts of a stage-memory bar, bottom up, with their legend labels.
 MEMORY_PARTS = ((PARAM_MB, "parameters"), (ACTIVATION_MB, "activations"), (OVERHEAD_MB, "interleave overhead"),
@@ -233,6 +233,41 @@ def plot_simulation(sim: Simulation, *, fig: Figure | None = None) -> Figure:
                  f"bubble {format_share(b['real'], of='the compute')} = ideal {format_share(b['ideal'])} + "
                  f"imbalance {format_share(b['imbalance'])} + recompute {format_share(b['recompute'])} "
                  f"(idle {b['of_step']:.1%} of the step)")
+    return fig
+
+
+def plot_plan(plan, *, fig: Figure | None = None) -> Figure:
+    """A balanced plan's simulated schedule (Gantt chart) beside its stage memory against the limit.
+
+    The chart takes 3.5 parts of the width to the memory's one (in a 14 x 4.5 in figure by default) and its
+    legend goes above the whole figure in one row: above the chart alone, the layout took the legend's
+    overhang (the long entry explaining the shades) off the chart's width.
+
+    Examples
+    --------
+    >>> import sappkit
+    >>> plan = sappkit.balance(sappkit.read_layers_json("data/llama2_70b.json"), stages=4, micro_batches=8,
+    ...                        memory_mb=70000)
+    >>> figure = plot_plan(plan)
+    >>> [ax.get_ylabel() for ax in figure.axes][:2], len(figure.legends)
+    (['stage', 'memory (MB)'], 1)
+    """
+    if not callable(getattr(plan, "simulate", None)) or not isinstance(getattr(plan, "stages", None), pd.DataFrame):
+        raise InputError(f"plan must be a sappkit.Plan (from sappkit.balance); got {type(plan).__name__}")
+    if not plan.has_plan:
+        raise InputError(f"plan has no placement to draw (status {plan.status!r})")
+    if fig is None:
+        fig = plt.figure(figsize=(14, 4.5), layout="constrained")
+    elif not isinstance(fig, Figure):
+        raise InputError(f"fig must be a matplotlib Figure or None; got {short(fig)}")
+    gantt, memory = fig.subplots(1, 2, gridspec_kw=dict(width_ratios=[3.5, 1]))
+    plot_schedule(plan.simulate(), ax=gantt)
+    plot_stage_memory(plan.stages, ax=memory)
+    legend = gantt.get_legend()
+    fig.legend(handles=legend.legend_handles, labels=[text.get_text() for text in legend.get_texts()],
+               loc="outside upper left", ncol=len(legend.legend_handles), fontsize=8, frameon=False)
+    legend.remove()
+    gantt.set_title(gantt.get_title())  # the title's default pad: no legend rows to clear now
     return fig
 
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib.pyplot as plt
 
-from ..plots.pipeline import plot_schedule, plot_stage_memory
+from ..plots.pipeline import plot_plan
 from ..plots.search import plot_strategy_pareto
 from ..strategy.search import search_strategies
 from .offline import Shown, control_states, dashboard_box, display_shown
@@ -89,7 +89,7 @@ class StrategySearchDashboard:
             lines.append(f"\nbalanced plan of {found.frame.at[row, 'label']} (the pipeline alone, without the "
                          f"data-parallel and optimizer tail):\n{plan.describe()}")
             if plan.has_plan:
-                figures.append(_plan_figure(plan))
+                figures.append(plot_plan(plan))
         else:
             lines.append(f"\n{found.frame.at[row, 'label']} runs no pipeline: there is no plan to balance")
         return Shown(found, "\n".join(lines), tuple(figures))
@@ -126,18 +126,3 @@ class StrategySearchDashboard:
                               label=lambda devices: f"{devices:,} devices", control="devices",
                               what=f"the search at {len(values)} device counts, each showing its best strategy")
 
-
-def _plan_figure(plan):
-    """The plan's simulated schedule (Gantt chart) beside its stage memory against the limit."""
-    figure, (gantt, memory) = plt.subplots(1, 2, figsize=(14, 4.5), layout="constrained",
-                                           gridspec_kw=dict(width_ratios=[3.5, 1]))
-    plot_schedule(plan.simulate(), ax=gantt)
-    plot_stage_memory(plan.stages, ax=memory)
-    # The chart's legend above the whole figure, in one row: above the chart alone, the layout took the part
-    # wider than the chart (the long entry explaining the shades) off the chart's width.
-    legend = gantt.get_legend()
-    figure.legend(handles=legend.legend_handles, labels=[text.get_text() for text in legend.get_texts()],
-                  loc="outside upper left", ncol=len(legend.legend_handles), fontsize=8, frameon=False)
-    legend.remove()
-    gantt.set_title(gantt.get_title())  # the title's default pad: no legend rows to clear now
-    return figure

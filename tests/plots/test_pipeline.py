@@ -9,7 +9,9 @@ from matplotlib.colors import to_rgba
 from matplotlib.text import Text
 from matplotlib.transforms import Bbox
 
-from sappkit import InputError, plot_memory_timeline, plot_schedule, plot_simulation, plot_stage_memory, simulate
+from sappkit import (
+    InputError, plot_memory_timeline, plot_plan, plot_schedule, plot_simulation, plot_stage_memory, simulate,
+)
 from sappkit.layers.units import format_time
 from sappkit.plots.pipeline import _chunk_colors
 
@@ -207,7 +209,6 @@ def test_a_zero_bubble_plans_figure_is_readable_and_no_bar_is_taller_than_its_pe
     than every cell's in-flight count); it used to be stacked as positive, lifting the bars ~20 GB above the
     peak, and the 12-entry legend of four chunks squeezed the Gantt chart to a sliver."""
     from sappkit import balance, read_layers_json
-    from sappkit.widgets.search import _plan_figure
 
     from ..bundled import DATA
     from ..drawing import figure_overlaps
@@ -215,7 +216,7 @@ def test_a_zero_bubble_plans_figure_is_readable_and_no_bar_is_taller_than_its_pe
     plan = balance(read_layers_json(DATA / "llama2_70b.json"), stages=4, micro_batches=8, chunks=4,
                    schedule="zb_interleaved", memory_mb=70000)
     assert (plan.stages["overhead_mb"] < 0).any()
-    figure = _plan_figure(plan)
+    figure = plot_plan(plan)
     assert figure_overlaps(figure) == []
     gantt, memory = figure.axes[:2]
     # The Gantt chart's legend, wider than the chart, above the whole figure: above the chart, the layout took
