@@ -4,7 +4,7 @@ Each module here measures one model and exposes ``measure(quick: bool) ->
 list[dict]`` with rows of :data:`COLUMNS`. It is a benchmark, not a test:
 a miss is reported, never raised. ``quick`` runs fewer cases and repeats,
 and leaves out the modules of :data:`SLOW` unless they are asked for by
-name, so that the whole quick table takes under a minute of CPU (42 s measured, docs/performance.md).
+name, so that the whole quick table takes under a minute of CPU (27 to 42 s measured, docs/performance.md).
 
 Wall times on a shared machine say little alone, so every row also gives
 ``cpu_s``: the CPU seconds (user + system) that every process spent on the
@@ -12,7 +12,8 @@ row's work (this one, the process pool's workers and the notebooks' kernels,
 whether still running or already exited; :func:`cpu_seconds`), measured from
 the previous row (or its module's start) to this one, warm-up and every
 repeat included unless the module states its own; and ``load``, the
-machine's one-minute load average when the row was made.
+machine's one-minute load average when the row was made. A target is of CPU
+time per call, for the same reason (:func:`row`).
 """
 
 from __future__ import annotations
@@ -47,14 +48,23 @@ MODULES = (
 SLOW = ("notebooks", "search", "inputs")
 
 
+#: The median CPU milliseconds per call that the latest :func:`median_seconds` measured, until a row takes it.
+_call_cpu_ms: list[float | None] = [None]
+
+
 def median_seconds(function: Callable[[], object], *, repeats: int = 5) -> float:
-    """Median wall time of ``function()`` over ``repeats`` calls after one warm-up call."""
+    """Median wall time of ``function()`` over ``repeats`` calls after one warm-up call.
+
+    It also measures each call's CPU (this process's, :func:`time.process_time`) and keeps the median for the
+    next :func:`row`, whose target it is compared with."""
     function()
-    times = []
+    times, cpus = [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         function()
         times.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
+    _call_cpu_ms[0] = 1000 * statistics.median(cpus)
     return statistics.median(times)
 
 
@@ -95,11 +105,21 @@ _last_cpu = [0.0]
 
 
 def row(benchmark: str, case: str, seconds: float, target_ms: float | None, detail: str = "",
-        cpu_s: float | None = None) -> dict:
+        cpu_s: float | None = None, cpu_ms: float | None = None) -> dict:
     """One table row; ``passed`` is None when the benchmark has no target; ``cpu_s`` (default: every process's
-    CPU since the previous row, module docstring) is the module's own when it measures one."""
+    CPU since the previous row, module docstring) is the module's own when it measures one.
+
+    ``target_ms`` is compared with ``cpu_ms``, the CPU milliseconds one call costs (by default the median the
+    latest :func:`median_seconds` measured), since a loaded machine's wall time measures its load; the detail
+    says so. Without one it is compared with ``median_ms``: the step rows measure it in CPU, the search's on
+    a process pool in wall time (its target is the pool's speed-up)."""
     median_ms = 1000 * seconds
-    passed = None if target_ms is None else median_ms < target_ms
+    if cpu_ms is None:
+        cpu_ms, _call_cpu_ms[0] = _call_cpu_ms[0], None
+    measured = median_ms if cpu_ms is None else cpu_ms
+    passed = None if target_ms is None else measured < target_ms
+    if cpu_ms is not None and target_ms is not None:
+        detail = f"{detail}; target on CPU: {cpu_ms:,.1f} ms of CPU against {target_ms:,.0f}"
     now = cpu_seconds()
     spent = now - _last_cpu[0] if cpu_s is None else cpu_s
     _last_cpu[0] = now
@@ -123,6 +143,6 @@ def run(*, quick: bool = False, only: tuple[str, ...] = (),
             rows.append(dict(benchmark=name, case="not run with --quick", median_ms=float("nan"), target_ms=None,
                              passed=None, detail=f"sappkit bench --only {name} runs it"))
             continue
-        _last_cpu[0] = cpu_seconds()
+        _last_cpu[0], _call_cpu_ms[0] = cpu_seconds(), None
         rows.extend(import_module(f".{name}", __name__).measure(quick))
     return pd.DataFrame(rows, columns=list(COLUMNS))

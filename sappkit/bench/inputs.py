@@ -1,4 +1,4 @@
-"""The readers on the largest inputs within sappkit's limits: each within 10 s and 2 GB.
+"""The readers on the largest inputs within sappkit's limits: each within 10 s of CPU and 2 GB.
 
 The bad-input pass promised that nothing takes more than 10 s or 2 GB on
 inputs within the documented limits (:mod:`sappkit.limits`). Each case here
@@ -9,7 +9,7 @@ whose variables expand to almost :data:`~sappkit.limits.MAX_EXPANDED_CHARS`
 characters, a Megatron layout that expands to exactly that many, a
 ``$((...))`` of 3,000 terms, and two bombs (a layout whose groups unroll to
 nothing, a script that doubles its variable 22 times). ``median_ms`` is the
-read's wall time (target 10,000 ms); ``detail`` gives the peak Python memory
+read's wall time (the target, 10,000 ms, is of its CPU); ``detail`` gives the peak Python memory
 of one read (``tracemalloc``, a second run: tracing slows the timed one
 otherwise), and ``passed`` needs both within target (2 GiB).
 """

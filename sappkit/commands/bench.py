@@ -16,10 +16,10 @@ def register(subparsers) -> None:
     parser = subparsers.add_parser(
         "bench",
         description="Measure how fast each model runs against the performance targets of the design and print one "
-                    "table (median milliseconds, the CPU seconds every process spent, the target, whether it was met, and the load average); a miss is reported, never an "
+                    "table (median milliseconds, the CPU seconds every process spent, the target, whether the CPU one call costs met it, and the load average); a miss is reported, never an "
                     "error. Progress goes to stderr.")
     parser.add_argument("--quick", action="store_true",
-                        help=f"fewer cases and repeats, about 42 CPU s; leaves out {', '.join(SLOW)} unless named in "
+                        help=f"fewer cases and repeats, 27 to 42 CPU s; leaves out {', '.join(SLOW)} unless named in "
                              "--only")
     parser.add_argument("--only", nargs="+", choices=MODULES, default=(), metavar="NAME",
                         help=f"measure only these ({', '.join(MODULES)})")
