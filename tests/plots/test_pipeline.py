@@ -248,3 +248,18 @@ def test_stage_ticks_label_every_stage_that_fits_and_never_overlap(p):
     labelled = [int(tick) for tick in left.get_yticks() if 0 <= tick < p]
     assert labelled[0] == 0 and (labelled == list(range(p)) if p == 4 else len(labelled) < p)
     plt.close("all")
+
+
+def test_plot_plan_refuses_what_is_not_a_plan_and_a_plan_without_placement():
+    from sappkit import balance, read_layers_json
+
+    from ..bundled import DATA
+
+    with pytest.raises(InputError, match="plan must be a sappkit.Plan .*; got DataFrame"):
+        plot_plan(pd.DataFrame())
+    tight = balance(read_layers_json(DATA / "llama2_70b.json"), stages=4, micro_batches=8, memory_mb=1000)
+    with pytest.raises(InputError, match="plan has no placement to draw"):
+        plot_plan(tight)
+    with pytest.raises(InputError, match="fig must be a matplotlib Figure"):
+        plot_plan(balance(read_layers_json(DATA / "llama2_70b.json"), stages=4, micro_batches=8, memory_mb=70000),
+                  fig="no")
