@@ -31,7 +31,7 @@ MODELS = ("hardware", "layers", "models", "pipeline", "memfit", "recompute", "on
 #: member imports only members before it (or beside it in a tuple), never the folder's own ``__init__``. Every
 #: folder that has rooms is listed here with every member, so a new module or room states where it stands.
 ROOM_ORDER = {
-    "sappkit.balancer": (("setup", "peaks", "evaluate", "mindformers_yaml"), ("exact", "ilp"), ("step",),
+    "sappkit.balancer": (("sapp_compat", "setup", "peaks", "evaluate", "mindformers_yaml"), ("exact", "ilp"), ("step",),
                          ("plan", "grammar", "optimise", "views")),
     "sappkit.balancer.exact": (("stage_bounds", "cells", "result"), ("enumeration", "segments"), ("boundary",),
                                ("route",)),

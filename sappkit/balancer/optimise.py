@@ -234,7 +234,7 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
         schedules: SAPP's pipeline balancer's own numbers exactly, where they
         differ from sappkit's physical ones: 1F1B and one-chunk SeqPipe
         charge ``p - s`` (``p - s + k - 1``) micro-batches in flight even
-        when the step has fewer (:func:`sappkit.balancer.setup.sapp_in_flight`), and
+        when the step has fewer (:func:`sappkit.balancer.sapp_compat.sapp_in_flight`), and
         DualPipeV's tail time counts on cell ``(1, p - 1)``, its memory on
         stage 0 (docs/design.md "Where sappkit differs from SAPP, and why").
         Default False: sappkit's counts, capped at ``m``, and the tail on ``(1, 0)``.

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from sappkit import InputError, balance, plan_from_offsets
-from sappkit.balancer.setup import make_setup, sapp_in_flight
+from sappkit.balancer.sapp_compat import sapp_in_flight
+from sappkit.balancer.setup import make_setup
 from sappkit.pipeline.schedules import in_flight_counts
 
 BODY = [dict(kind="block", role="body", count=8, param_mb=100, option="none", forward_time=1.0,
