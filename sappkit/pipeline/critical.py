@@ -149,15 +149,20 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
 
 def _ends(graph: StepGraph, durations: np.ndarray, p2p_time: float) -> np.ndarray:
     """End time of every op (and a last row of zeros), ``[op, row of durations]``."""
-    durations = np.atleast_2d(np.asarray(durations, dtype=float)).T
+    # row-major [duration, row]: each level gathers whole rows, not strided columns
+    durations = np.ascontiguousarray(np.atleast_2d(np.asarray(durations, dtype=float)).T)
     ends = np.zeros((graph.ops + 1, durations.shape[1]))
     transfer = np.where(graph.crosses, p2p_time, 0.0)[:, None]
-    # Ops of the arrays' first axis in a row are gathered in one call; the level's work is a few calls.
+    # Ops of the arrays' first axis in a row are gathered in one call; the level's work is a few calls, in
+    # place on the gathered rows.
     for ops, inputs, cost in graph.steps:
         ready = ends[inputs]
         width = len(ops)
-        source = ready[width:] + transfer[ops] if p2p_time else ready[width:]
-        ends[ops] = np.maximum(ready[:width], source) + durations[cost]
+        if p2p_time:
+            ready[width:] += transfer[ops]
+        latest = np.maximum(ready[:width], ready[width:], out=ready[:width])
+        latest += durations[cost]
+        ends[ops] = latest
     return ends
 
 

@@ -63,8 +63,9 @@ MOST_PLACEMENTS = 16_000
 #: The first batch of candidates simulated together in a round; each later one is twice as large.
 _FIRST_BATCH = 24
 _LARGEST_BATCH = 384
-#: Candidates checked for validity at a time.
-_SCREEN = 512
+#: Candidates checked for validity at a time: twice those a batch still lacks, within these (a round that
+#: finds a better placement in its first batch screens a few dozen, not hundreds; the order is the same).
+_LEAST_SCREEN, _SCREEN = 64, 512
 #: Longest paths of accepted placements kept as bounds.
 _KEPT_PATHS = 24
 #: A change must shorten the step by more than this fraction (ties are no improvement).
@@ -281,8 +282,8 @@ def _descend(memory: KnownMemory, timer: StepTimer, counts: np.ndarray, budget: 
         while found is None and evaluated < budget:
             wanted = min(size, budget - evaluated)
             while len(waiting) < wanted and screened < len(changes):
-                block = changes[screened:screened + _SCREEN]
-                screened += _SCREEN
+                block = changes[screened:screened + min(_SCREEN, max(2 * (wanted - len(waiting)), _LEAST_SCREEN))]
+                screened += len(block)
                 waiting = np.concatenate([waiting, block[_valid_changes(memory, counts, block)]])
             if not len(waiting):
                 break
