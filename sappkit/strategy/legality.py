@@ -53,11 +53,13 @@ from ..limits import MAX_SIMULATED_PASSES
 from ..pipeline.schedules import check_pipeline
 from .config import Strategy
 
-__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "check_strategy_fits",
-           "check_precision"]
+__all__ = ["RULES", "PIPELINE_RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules",
+           "check_strategy_fits", "check_precision"]
 
 #: The rules, in the order they are checked (module docstring).
 RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
+#: The rules that read the pipeline's chunks and schedule (the last ones checked).
+PIPELINE_RULES = ("cells", "schedule", "size")
 RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
 _FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
@@ -84,15 +86,22 @@ class RuledModel:
 
 
 def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, global_batch: int,
-                 tensor_across_nodes: bool) -> None:
-    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
-    t, cp, p, v, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel",
-                                                         "pipeline_parallel", "virtual_stages", "data_parallel"))
+                tensor_across_nodes: bool, *, rules: Sequence[str] = RULES) -> None:
+    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left), of
+    ``rules`` (default all; the strategy search checks the others before it lays out the pipelines, and
+    :data:`PIPELINE_RULES` after, on the rows still accepted; a frame checked only on the others needs no
+    ``virtual_stages`` or ``schedule``)."""
+    t, cp, p, dp = (frame[key].to_numpy() for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
+                                                      "data_parallel"))
     ep, etp, b, m = (frame[key].to_numpy() for key in ("expert_parallel", "expert_tensor_parallel",
                                                        "micro_batch_size", MICRO_BATCHES))
+    # a frame without chunks lays out no MoE overlap (the search's), so no chunk count is checked against it
+    v = frame["virtual_stages"].to_numpy() if "virtual_stages" in frame else np.zeros(len(frame), dtype=int)
     seq = model.seq_length
 
     def reject(rule: str, broken: np.ndarray, reason) -> None:
+        if rule not in rules:
+            return
         rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
         frame.loc[frame.index[rows], RULE] = rule
         frame.loc[frame.index[rows], REASON] = [reason(i) for i in rows]
@@ -123,6 +132,8 @@ def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, g
     reject("batch", global_batch % (dp * b) != 0,
            lambda i: f"data_parallel * micro_batch_size = {dp[i]} * {b[i]} = {dp[i] * b[i]} does not divide "
                      f"global_batch={global_batch}")
+    if not set(PIPELINE_RULES) & set(rules):
+        return
     reject("cells", p * v > model.layers,
            lambda i: f"pipeline_parallel * virtual_stages = {p[i]} * {v[i]} = {p[i] * v[i]} cells exceed the "
                      f"{model.layers} body layers (each cell holds at least one)")

@@ -53,7 +53,10 @@ SOLVER = SolverOptions(time_limit=None, node_limit=20_000, threads=1)
 #: The fields of a strategy row, in the order tasks receive them (after the row's index).
 STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                    "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
-                   "schedule")
+                   "reshard_after_forward", "tp_comm_overlap", "cp_kind", "schedule")
+#: The fields of a row that are switches, and those that are names (the rest are whole numbers).
+_SWITCH_FIELDS, _NAME_FIELDS = ("sequence_parallel", "reshard_after_forward", "tp_comm_overlap"), ("cp_kind",
+                                                                                                   "schedule")
 
 
 @dataclass(frozen=True)
@@ -117,9 +120,10 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     kinds = len(costs[shape_ids[0]][1].counts)
     params, ends, p2p = np.empty((n, kinds)), np.empty((n, 2)), np.empty(n)
     index = pd.Series(range(n))
-    shape, dp, zero, p = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero", "pipeline_parallel"))
-    for (k, d, z), at in index.groupby([shape, dp, zero]).groups.items():
-        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe)
+    shape, dp, zero, p, reshard = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero",
+                                                                    "pipeline_parallel", "reshard_after_forward"))
+    for (k, d, z, r), at in index.groupby([shape, dp, zero, reshard]).groups.items():
+        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe, reshard_after_forward=r)
         summary = costs[k][1]
         params[at] = [param_bytes(dense, expert, parallel)[0] / _MB
                       for dense, expert in zip(summary.dense_params, summary.expert_params)]
@@ -147,7 +151,7 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
 def strategy_of(row: tuple, dtype: str, fp8_recipe: str | None = None) -> Strategy:
     """The :class:`~sappkit.Strategy` of a task's row (its index, then :data:`STRATEGY_FIELDS`)."""
     values = dict(zip(STRATEGY_FIELDS, row[1:]))
-    return Strategy(**{key: (value if key == "schedule" else bool(value) if key == "sequence_parallel"
+    return Strategy(**{key: (str(value) if key in _NAME_FIELDS else bool(value) if key in _SWITCH_FIELDS
                              else int(value)) for key, value in values.items()}, dtype=dtype,
                     fp8_recipe=fp8_recipe)
 

@@ -122,9 +122,9 @@ def test_a_search_that_finds_nothing_says_so():
                                     dims={"pipeline_parallel": [2], "zero": [1], "micro_batch_size": [1]},
                                     executor=pool, progress=False)
     assert nothing.best is None
-    assert repr(nothing) == f"StrategySearch({len(nothing.frame)} strategies, no strategy fits)"
+    assert repr(nothing) == f"StrategySearch({len(nothing.frame):,} strategies, no strategy fits)"
     assert set(nothing.frame["status"]) <= {"pruned_memory", "rejected"}
-    assert nothing.why_nothing_ranks() == ("no strategy fits the device: all 150 the trainers accept need more "
+    assert nothing.why_nothing_ranks() == ("no strategy fits the device: all 828 the trainers accept need more "
                                            "than 10 MB")
     assert nothing.why_nothing_ranks() in nothing.describe()
     with pytest.raises(InputError, match="^no strategy fits the device: there is no best row$"):
