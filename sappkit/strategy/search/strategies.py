@@ -46,7 +46,8 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
-    ``dp``, ``cp``, ``ep``, micro-batch, ZeRO stage, schedule) is laid out and checked against the trainers'
+    ``dp``, ``cp``, ``ep``, ``etp``, micro-batch, ZeRO stage and resharding, sequence parallelism,
+    tensor-parallel communication overlap, CP kind, schedule; the precision is ``dtype``'s) is laid out and checked against the trainers'
     rules; closed-form bounds prune the ones that cannot fit the device (full recompute everywhere) or cannot
     be among the ``balance_top`` fastest even placements (a branch and bound on the cheap pass: the even
     placement Megatron-LM makes by default, simulated end to end); those are then balanced with the step
@@ -72,8 +73,13 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
         Device memory every stage must fit, MB (default the device's
         :attr:`~sappkit.hardware.DeviceConfig.usable_mb`).
     dims : mapping, optional
-        Values per dimension (:class:`~sappkit.Strategy` field names), replacing the defaults of
-        :func:`~sappkit.strategy.search.space.default_dims`, e.g. ``{"tensor_parallel": [4, 8], "zero": [1]}``.
+        Values per dimension (:class:`~sappkit.Strategy` field names,
+        :data:`~sappkit.strategy.search.space.DIMENSIONS`), replacing the defaults of
+        :func:`~sappkit.strategy.search.space.default_dims`, e.g. ``{"tensor_parallel": [4, 8], "zero": [1]}``:
+        whole numbers for the degrees, ``virtual_stages`` and ``micro_batch_size``; 0 to 3 for ``zero``; bools
+        for ``sequence_parallel``, ``reshard_after_forward`` and ``tp_comm_overlap``; ``"ring"``,
+        ``"allgather"``, ``"a2a"`` for ``cp_kind``. A dimension given lays out exactly its values (the defaults'
+        filters, :mod:`~sappkit.strategy.search.space`, apply to the others).
     schedules : sequence of str, optional
         Pipeline schedules to search (default every schedule but ``seqpipe``).
     objective : {"throughput"}

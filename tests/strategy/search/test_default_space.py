@@ -1,12 +1,17 @@
 """The default space holds what trainers run: every published strategy of ``data/published_runs.csv`` in the
 default space of its own setup with no rule against it; the new searched settings laid out once where they change
-nothing; and the new dimensions read from ``dims=`` and from labels, and refused by name when wrong."""
+nothing; the new dimensions read from ``dims=`` and from labels, and refused by name when wrong; and the time bound
+prunes no strategy faster than the answer on published-like setups."""
+
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from sappkit import Cluster, InputError, Strategy, TransformerConfig
+from sappkit.strategy.search import engine, search_strategies
+from sappkit.strategy.search.explain import price_cheapest
 from sappkit.strategy.search.labels import parse_strategy
 from sappkit.strategy.search.space import (DIMENSIONS, FREE_CHUNKS, canonical_settings, default_dims,
                                            enumerate_strategies)
@@ -113,3 +118,40 @@ def test_bad_values_of_the_new_dimensions_are_refused_by_name(dims, message):
 def test_a_bad_label_switch_is_refused_by_name():
     with pytest.raises(InputError, match="unknown token 'cp-ulysses'"):
         parse_strategy("t2 cp2 cp-ulysses", devices=16)
+
+
+LLAMA_LIKE = TransformerConfig(layers=16, hidden_size=1024, num_heads=16, num_kv_heads=4, ffn_size=3584,
+                               seq_length=4096, vocab_size=32000, gated_mlp=True, dropout=False)
+
+
+@pytest.mark.parametrize("setup", [
+    dict(devices=16, global_batch=32, memory_mb=6000.0, dims=dict(tensor_parallel=[1, 2, 4], context_parallel=[1, 2],
+                                                                  zero=[1, 3], micro_batch_size=[1, 2])),
+    dict(devices=8, global_batch=16, memory_mb=4000.0, dims=dict(tensor_parallel=[2, 4], context_parallel=[1, 2, 4],
+                                                                 zero=[0, 3], micro_batch_size=[1])),
+], ids=["llama-like-16", "llama-like-8"])
+def test_the_time_bound_never_prunes_a_strategy_faster_than_the_answer(setup):
+    """A published-like setup (a Llama-shaped model on H100 nodes) searched with rounds of 4, so that most
+    strategies meet a threshold before they are priced; the strategies it pruned on time, priced as the cheap pass
+    would (every option's even placement), are none faster than the threshold, nor their bounds above their steps.
+    Sampled across the settings the search gained (resharding, the CP kinds, TP overlap, chunks above 4)."""
+    with ThreadPoolExecutor(1) as pool, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "ROUND", 4)
+        found = search_strategies(LLAMA_LIKE, cluster="dgx-h100", balance_top=2, progress=False, executor=pool,
+                                  **setup)
+    frame = found.frame
+    pruned = frame[frame["status"] == "pruned_time"]
+    assert len(pruned) >= 100
+    picked = pd.concat([group.head(3) for _, group in pruned.groupby(
+        ["reshard_after_forward", "tp_comm_overlap", "cp_kind", pruned["virtual_stages"] > FREE_CHUNKS])])
+    checked = 0
+    for index, row in picked.iterrows():
+        try:
+            priced = price_cheapest(found.setting, found.strategy(index))
+        except InputError:  # no option's even placement fits: never faster
+            continue
+        assert priced.step_ms >= found.threshold_ms * (1 - 1e-9) >= found.best["step_ms"] * (1 - 1e-9), row["label"]
+        assert row["even_bound_ms"] <= priced.step_ms * (1 + 1e-9) and row["time_bound_ms"] <= priced.step_ms * (
+            1 + 1e-9), row["label"]
+        checked += 1
+    assert checked >= 10
