@@ -106,7 +106,8 @@ def default_dims(models: Sequence[TransformerConfig], devices: int, devices_per_
     dense model; laid out as 1 or ``t``, module docstring; the ``experts`` rule keeps those ``ep · etp``
     divides ``t · cp · dp`` by); ``b``: the divisors of
     ``global_batch`` up to :data:`MICRO_BATCH_CAP` (1, 2, 4, 8, 16 without one; laid out where a power of two or
-    a replica's whole batch, module docstring; the ``batch`` rule keeps those that divide a replica's share); ZeRO 0 to 3, ZeRO 3 with and without ``reshard_after_forward``; sequence
+    a replica's whole batch, module docstring; the ``batch`` rule keeps those that divide a replica's share);
+    ZeRO 0 to 3, ZeRO 3 with and without ``reshard_after_forward``; sequence
     parallelism on and off, and with it tensor-parallel communication overlap off and on (``tp_comm_overlap``);
     every CP kind (``ring``, ``allgather``, ``a2a``; the ``heads`` rule keeps ``a2a`` where ``cp · t`` divides
     the heads). ``dp`` is what the devices leave (``devices / (t cp p)``). Settings without effect are laid out

@@ -47,7 +47,8 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
     ``dp``, ``cp``, ``ep``, ``etp``, micro-batch, ZeRO stage and resharding, sequence parallelism,
-    tensor-parallel communication overlap, CP kind, schedule; the precision is ``dtype``'s) is laid out and checked against the trainers'
+    tensor-parallel communication overlap, CP kind, schedule; the precision is ``dtype``'s) is laid out and
+    checked against the trainers'
     rules; closed-form bounds prune the ones that cannot fit the device (full recompute everywhere) or cannot
     be among the ``balance_top`` fastest even placements (a branch and bound on the cheap pass: the even
     placement Megatron-LM makes by default, simulated end to end); those are then balanced with the step

@@ -71,7 +71,8 @@ def test_high_chunk_counts_are_laid_out_where_the_cells_hold_equal_layers():
                                  dims=dict(tensor_parallel=[1], context_parallel=[1], zero=[1]))
     interleaved = space[(space["schedule"] == "interleaved") & space["rule"].isna()]
     chunks = interleaved.groupby("pipeline_parallel")["virtual_stages"].agg(lambda v: sorted(set(v))).to_dict()
-    # 24 layers (and 26 with the embedding and the loss): any v up to 4, above it p v divides 24 or 26 (and stays within 24)
+    # 24 layers (and 26 with the embedding and the loss): any v up to 4, above it p v divides 24 or 26 (and stays
+    # within 24)
     assert chunks == {2: [2, 3, 4, 6, 12], 4: [2, 3, 4, 6], 8: [2, 3]}
     assert max(v for vs in chunks.values() for v in vs) > FREE_CHUNKS
 
@@ -155,3 +156,8 @@ def test_the_time_bound_never_prunes_a_strategy_faster_than_the_answer(setup):
             1 + 1e-9), row["label"]
         checked += 1
     assert checked >= 10
+    # a comparison names the searched settings that differ (a: a pruned strategy, b: the best)
+    strategy, best = found.strategy(picked.index[-1]), found.strategy()
+    differ = {key for key in ("reshard_after_forward", "tp_comm_overlap", "cp_kind", "virtual_stages")
+              if getattr(strategy, key) != getattr(best, key)}
+    assert differ and differ <= set(found.compare(strategy).changes()["what"])
