@@ -20,15 +20,12 @@ wherever it runs.
   a pipeline there is nothing to place: the cheap pass is the answer.
 
 The balancer's solver runs without a time limit (a node limit instead) on one
-thread, so a result of up to :data:`TIMED_CELLS` cells never depends on the
-machine's load. Its nodes cost more
+thread, so a result never depends on the machine's load. Its nodes cost more
 the more cells a pipeline has (its integer program grows with them), so the
-limit shrinks with the cells (:func:`solver_for`), and a plan of more than
-:data:`TIMED_CELLS` cells also stops after :data:`BALANCE_SECONDS` (its
-exact search and its integer program each): the search's balanced pass is a
-bounded amount of work at any chunk count. A plan a limit stops is the best
-placement found, not a proven one, and says so (its status and message); a
-plan the time limit stops may differ from one machine's load to another's.
+limit shrinks with the cells (:func:`solver_for`): the search's balanced pass
+is a bounded amount of work at any chunk count, and a plan the limit stops
+is the best placement found, not a proven one (its status says so). A time
+limit is not used: an exact search it stops leaves no plan at all.
 """
 
 from __future__ import annotations
@@ -53,17 +50,14 @@ from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
            "price_even", "p2p_ms", "recompute_mix",
-           "strategy_of", "SOLVER", "NODE_WORK", "TIMED_CELLS", "BALANCE_SECONDS", "solver_for", "STRATEGY_FIELDS"]
+           "strategy_of", "SOLVER", "NODE_WORK", "solver_for", "STRATEGY_FIELDS"]
 
 _MB = 2**20
 #: The balancer's solver settings in the search: reproducible whatever the load (module docstring).
 SOLVER = SolverOptions(time_limit=None, node_limit=20_000, threads=1)
-#: Nodes times cells the solver may spend on one plan (module docstring): 20,000 nodes up to 2 cells, 1,000 at 40
-#: (a 70B-class model's ``p = 2, v = 20`` plan took 83 CPU s at 20,000 nodes).
-NODE_WORK = 40_000
-#: Plans of more cells than this also stop after this many seconds (module docstring): a 70B-class model's 16- to
-#: 40-cell plans ran minutes each in HiGHS before any node limit applied.
-TIMED_CELLS, BALANCE_SECONDS = 8, 10.0
+#: Nodes times cells the solver may spend on one plan (module docstring): 20,000 nodes on one cell, 500 at 40 (a
+#: 70B-class model's ``p = 2, v = 20`` plan took 83 CPU s at 20,000 nodes, 10 s at 1,000, to the same step).
+NODE_WORK = 20_000
 #: The fields of a strategy row, in the order tasks receive them (after the row's index).
 STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                    "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
@@ -225,18 +219,15 @@ def recompute_mix(plan) -> str:
 
 
 def solver_for(strategy: Strategy) -> SolverOptions:
-    """:data:`SOLVER` with its node limit shrunk to :data:`NODE_WORK` over the strategy's cells, and a time limit
-    above :data:`TIMED_CELLS` cells (module docstring).
+    """:data:`SOLVER` with its node limit shrunk to :data:`NODE_WORK` over the strategy's cells (module docstring).
 
     Examples
     --------
-    >>> solver = solver_for(Strategy(pipeline_parallel=2, virtual_stages=20, schedule="interleaved"))
-    >>> solver.node_limit, solver.time_limit
-    (1000, 10.0)
+    >>> solver_for(Strategy(pipeline_parallel=2, virtual_stages=20, schedule="interleaved")).node_limit
+    500
     """
     cells = strategy.pipeline_parallel * strategy.virtual_stages
-    return replace(SOLVER, node_limit=min(SOLVER.node_limit, NODE_WORK // cells),
-                   time_limit=BALANCE_SECONDS if cells > TIMED_CELLS else None)
+    return replace(SOLVER, node_limit=min(SOLVER.node_limit, NODE_WORK // cells))
 
 
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
