@@ -36,7 +36,8 @@ KEY_COLUMNS = ("label", "step_ms", "tokens_per_s_per_device", "tflops_per_device
 #: ``--dims`` names: each dimension's short name (as strategy labels write it) or its full one.
 DIM_NAMES = {"t": "tensor_parallel", "p": "pipeline_parallel", "v": "virtual_stages", "dp": "data_parallel",
              "cp": "context_parallel", "ep": "expert_parallel", "etp": "expert_tensor_parallel",
-             "b": "micro_batch_size", "zero": "zero", "sp": "sequence_parallel"} | {name: name for name in DIMENSIONS}
+             "b": "micro_batch_size", "zero": "zero", "sp": "sequence_parallel", "reshard": "reshard_after_forward",
+             "tp_overlap": "tp_comm_overlap"} | {name: name for name in DIMENSIONS}
 _HEADERS = {"label": "strategy", "step_ms": "step (ms)", "tokens_per_s_per_device": "tokens/s/dev",
             "tflops_per_device": "TFLOP/s/dev", "mfu": "MFU", "peak_memory_mb": "peak (MB)"}
 
@@ -76,8 +77,10 @@ def register(subparsers) -> None:
                         help=f"schedules to search (default all of {', '.join(SEARCHED_SCHEDULES)})")
     parser.add_argument("--dims", action="append", default=[], metavar="NAME=V1,V2",
                         help="the values one dimension takes (repeat per dimension), e.g. --dims t=4,8 --dims "
-                             "zero=1 --dims sp=true; NAME is t, p, v, dp, cp, ep, etp, b (micro-batch size), zero "
-                             "or sp (sequence parallel), or the full name (default: every value a trainer accepts)")
+                             "zero=1 --dims sp=true; NAME is t, p, v, dp, cp, ep, etp, b (micro-batch size), zero, "
+                             "sp (sequence parallel), reshard (ZeRO 3's reshard_after_forward), tp_overlap "
+                             "(tp_comm_overlap), cp_kind (ring, allgather, a2a), or the full name (default: every "
+                             "value a trainer accepts)")
     parser.add_argument("--attention", default="flash", choices=ATTENTION_KERNELS,
                         help="the attention kernel, which sets what attention keeps for the backward (default "
                              "flash, as modern trainers run it: nothing kept per query-key pair; paper: the softmax "
@@ -240,10 +243,12 @@ def searched_dims(given: list[str]) -> dict[str, list] | None:
 
 
 def _dim_value(item: str, key: str, value: str):
-    if key == "sequence_parallel":
+    if key in ("sequence_parallel", "reshard_after_forward", "tp_comm_overlap"):
         if value.lower() not in ("true", "false", "1", "0"):
             raise InputError(f"--dims {item!r}: {value!r} is not true or false")
         return value.lower() in ("true", "1")
+    if key == "cp_kind":
+        return value  # search_strategies checks it against the CP kinds
     try:
         return int(value)
     except ValueError:

@@ -53,11 +53,14 @@ from ..limits import MAX_SIMULATED_PASSES
 from ..pipeline.schedules import check_pipeline
 from .config import Strategy
 
-__all__ = ["RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules", "first_broken_rule",
+__all__ = ["RULES", "PIPELINE_RULES", "RULE", "REASON", "MICRO_BATCHES", "RuledModel", "apply_rules",
+           "first_broken_rule",
            "check_strategy_fits", "check_precision"]
 
 #: The rules, in the order they are checked (module docstring).
 RULES = ("heads", "node", "sequence", "experts", "batch", "cells", "schedule", "size")
+#: The rules that read the pipeline's chunks and schedule (the last ones checked).
+PIPELINE_RULES = ("cells", "schedule", "size")
 RULE, REASON, MICRO_BATCHES = "rule", "reason", "micro_batches"
 #: The columns :func:`apply_rules` reads, :class:`~sappkit.Strategy`'s field names.
 _FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
@@ -84,10 +87,18 @@ class RuledModel:
 
 
 def apply_rules(frame: pd.DataFrame, model: RuledModel, devices_per_node: int, global_batch: int,
-                 tensor_across_nodes: bool) -> None:
-    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left)."""
+                tensor_across_nodes: bool, *, rules: Sequence[str] = RULES) -> None:
+    """Write into ``rule`` and ``reason`` the first rule each row breaks (rows already rejected are left), of
+    ``rules`` (default all; the strategy search checks the others before it lays out the pipelines, and
+    :data:`PIPELINE_RULES` after, on the rows still accepted; a frame checked only on the others needs no
+    ``virtual_stages`` or ``schedule``)."""
     columns = {key: frame[key].to_numpy() for key in (*_FIELDS, MICRO_BATCHES, *_OPTIONAL) if key in frame}
+    pipelines = bool(set(PIPELINE_RULES) & set(rules))
     for rule, broken, reason in _broken_rules(columns, model, devices_per_node, global_batch, tensor_across_nodes):
+        if rule in PIPELINE_RULES and not pipelines:
+            break
+        if rule not in rules:
+            continue
         rows = np.flatnonzero(broken & frame[RULE].isna().to_numpy())
         if rows.size:
             frame.loc[frame.index[rows], RULE] = rule
@@ -110,8 +121,10 @@ def _broken_rules(columns: dict, model: RuledModel, devices_per_node: int, globa
                   tensor_across_nodes: bool):
     """Each rule's checks in order: ``(rule, broken, reason)``, ``broken`` a mask over the rows of ``columns`` (a
     strategy field's values per row) and ``reason(i)`` row ``i``'s message (read before the next is drawn)."""
-    t, cp, p, v, dp = (columns[key] for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
-                                                "virtual_stages", "data_parallel"))
+    t, cp, p, dp = (columns[key] for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
+                                             "data_parallel"))
+    # a frame without chunks lays out no MoE overlap (the search's), so no chunk count is checked against it
+    v = columns["virtual_stages"] if "virtual_stages" in columns else np.zeros(len(t), dtype=int)
     ep, etp, b, m = (columns[key] for key in ("expert_parallel", "expert_tensor_parallel", "micro_batch_size",
                                               MICRO_BATCHES))
     seq = model.seq_length

@@ -152,7 +152,7 @@ def test_the_search_and_evaluate_price_an_fp8_strategy_identically():
     cluster = Cluster.preset("dgx-b200")
     setting = Setting(models=(LLAMA,), cluster=cluster, global_batch=32, memory_mb=cluster.device.usable_mb,
                       dtype="fp8", fp8_recipe="mxfp8")
-    priced = price(setting, (1, 1, 1, 1, 1, True))
+    priced = price(setting, (1, 1, 1, 1, 1, True, False, "ring"))
     row = (0, *(getattr(strategy, name) for name in STRATEGY_FIELDS))
     only = np.where(np.arange(len(SAPP_OPTIONS)) == 0, 0.0, np.inf)
     (searched,) = even_pass(setting, priced, [row], only[None, :])

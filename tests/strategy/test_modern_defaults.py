@@ -60,7 +60,7 @@ def test_the_search_and_evaluate_price_an_fsdp_strategy_identically():
     cluster = Cluster.preset("dgx-h100")
     setting = Setting(models=(model,), cluster=cluster, global_batch=32, memory_mb=cluster.device.usable_mb,
                       dtype="bf16")
-    priced = price(setting, (1, 1, 1, 1, 1, True))
+    priced = price(setting, (1, 1, 1, 1, 1, True, False, "ring"))
     row = (0, *(getattr(strategy, name) for name in STRATEGY_FIELDS))
     for index, option in enumerate(SAPP_OPTIONS):
         only = np.where(np.arange(len(SAPP_OPTIONS)) == index, 0.0, np.inf)

@@ -2,9 +2,10 @@
 
 The frame (:data:`COLUMNS`), one row per strategy laid out:
 
-- the degrees (:class:`~sappkit.Strategy`'s fields, ``zero`` among them), ``reshard_after_forward`` (True on
-  ZeRO 3 rows: the search lays out FSDP2's default; False below ZeRO 3, where nothing is resharded),
-  ``schedule``, ``micro_batches`` and ``label``;
+- the searched fields (:data:`~.space.DIMENSIONS`, :class:`~sappkit.Strategy`'s field names: the degrees,
+  ``zero``, ``sequence_parallel``, ``reshard_after_forward`` (True below ZeRO 3, where
+  :class:`~sappkit.Strategy` ignores it), ``tp_comm_overlap`` and ``cp_kind``), ``schedule``,
+  ``micro_batches`` and ``label``;
 - ``status``: ``balanced`` (the cheap pass and the balanced pass priced it),
   ``evaluated`` (the cheap pass priced it), ``infeasible`` (its even
   placement fits under no recompute option), ``pruned_time`` (its bound
@@ -51,7 +52,7 @@ STATUSES = ("balanced", "evaluated", "infeasible", "pruned_time", "pruned_memory
 STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB = "step_ms", "tokens_per_s_per_device", "tflops_per_device", "mfu", \
     "peak_memory_mb"
 #: The frame's columns, in order (module docstring).
-COLUMNS = (*DIMENSIONS, "reshard_after_forward", "schedule", MICRO_BATCHES, "label", "status", REASON, RULE, "placement", "recompute",
+COLUMNS = (*DIMENSIONS, "schedule", MICRO_BATCHES, "label", "status", REASON, RULE, "placement", "recompute",
            STEP_MS, TOKENS, TFLOPS, MFU, PEAK_MB, "headroom_mb", "bubble_fraction", "even_step_ms",
            "memory_bound_mb", "time_bound_ms", "even_bound_ms", *BAND_COLUMNS)
 #: The columns a table of strategies shows (fits 100 columns with the label).

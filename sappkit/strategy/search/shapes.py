@@ -1,7 +1,8 @@
 """The search's shared work: one layer table per shape, priced once, and what the bounds read of it.
 
 A strategy's layer times and activations depend on its *shape*: the tensor,
-context and expert degrees, the micro-batch size and sequence parallelism
+context and expert degrees, the micro-batch size, sequence parallelism,
+tensor-parallel communication overlap and the context-parallel kind
 (:func:`sappkit.strategy.compiled.compile_shape`; the sequence is the
 model's). The data-parallel degree and the ZeRO stage only change what each
 device holds of the parameters. So the search compiles one table per shape
@@ -28,20 +29,22 @@ __all__ = ["SHAPE_DIMENSIONS", "ShapeCosts", "PricedShape", "price_shape", "shap
 
 #: The dimensions a layer table depends on (module docstring).
 SHAPE_DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "expert_tensor_parallel",
-                    "micro_batch_size", "sequence_parallel")
+                    "micro_batch_size", "sequence_parallel", "tp_comm_overlap", "cp_kind")
 
 
 def shape_parallel(shape: tuple, data_parallel: int | None = None, zero: int = 1,
-                   dtype: str = "bf16", fp8_recipe: str | None = None) -> ParallelConfig:
+                   dtype: str = "bf16", fp8_recipe: str | None = None,
+                   reshard_after_forward: bool = True) -> ParallelConfig:
     """The :class:`~sappkit.layers.ParallelConfig` of a shape (a tuple in :data:`SHAPE_DIMENSIONS` order) at
     ``data_parallel`` (default ``ep · etp``, a degree every expert layout divides; the shape's table does not
-    depend on it)."""
-    t, cp, ep, etp, b, sp = shape
+    depend on it), ``zero`` and ``reshard_after_forward`` (what a device holds of the parameters)."""
+    t, cp, ep, etp, b, sp, overlap, kind = shape
     dp = int(ep) * int(etp) if data_parallel is None else int(data_parallel)
     return ParallelConfig(tensor_parallel=int(t), context_parallel=int(cp), expert_parallel=int(ep),
                           expert_tensor_parallel=int(etp), micro_batch_size=int(b), sequence_parallel=bool(sp),
-                          data_parallel=dp, zero=int(zero), dtype=dtype,
-                          fp8_recipe=fp8_recipe)
+                          data_parallel=dp, zero=int(zero), dtype=dtype, fp8_recipe=fp8_recipe,
+                          tp_comm_overlap=bool(overlap), cp_kind=str(kind),
+                          reshard_after_forward=bool(reshard_after_forward))
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ def price_shape(models: tuple[TransformerConfig, ...], shape: tuple, cluster: Cl
     >>> from sappkit.hardware import Cluster
     >>> gpt = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048,
     ...                         vocab_size=32000)
-    >>> priced = price_shape((gpt,), (2, 1, 1, 1, 1, True), Cluster.preset("dgx-a100"), None, "bf16")
+    >>> priced = price_shape((gpt,), (2, 1, 1, 1, 1, True, False, "ring"), Cluster.preset("dgx-a100"), None, "bf16")
     >>> priced.costs.counts.tolist(), priced.costs.backward.shape
     ([8.0], (1, 5))
     """

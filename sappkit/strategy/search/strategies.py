@@ -46,7 +46,9 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
     """Search every parallel strategy a trainer accepts for the fastest step on ``devices`` devices.
 
     Every strategy of the dimensions' values (:mod:`~sappkit.strategy.search.space`: ``t``, ``p``, ``v``,
-    ``dp``, ``cp``, ``ep``, micro-batch, ZeRO stage, schedule) is laid out and checked against the trainers'
+    ``dp``, ``cp``, ``ep``, ``etp``, micro-batch, ZeRO stage and resharding, sequence parallelism,
+    tensor-parallel communication overlap, CP kind, schedule; the precision is ``dtype``'s) is laid out and
+    checked against the trainers'
     rules; closed-form bounds prune the ones that cannot fit the device (full recompute everywhere) or cannot
     be among the ``balance_top`` fastest even placements (a branch and bound on the cheap pass: the even
     placement Megatron-LM makes by default, simulated end to end); those are then balanced with the step
@@ -72,8 +74,13 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
         Device memory every stage must fit, MB (default the device's
         :attr:`~sappkit.hardware.DeviceConfig.usable_mb`).
     dims : mapping, optional
-        Values per dimension (:class:`~sappkit.Strategy` field names), replacing the defaults of
-        :func:`~sappkit.strategy.search.space.default_dims`, e.g. ``{"tensor_parallel": [4, 8], "zero": [1]}``.
+        Values per dimension (:class:`~sappkit.Strategy` field names,
+        :data:`~sappkit.strategy.search.space.DIMENSIONS`), replacing the defaults of
+        :func:`~sappkit.strategy.search.space.default_dims`, e.g. ``{"tensor_parallel": [4, 8], "zero": [1]}``:
+        whole numbers for the degrees, ``virtual_stages`` and ``micro_batch_size``; 0 to 3 for ``zero``; bools
+        for ``sequence_parallel``, ``reshard_after_forward`` and ``tp_comm_overlap``; ``"ring"``,
+        ``"allgather"``, ``"a2a"`` for ``cp_kind``. A dimension given lays out exactly its values (the defaults'
+        filters, :mod:`~sappkit.strategy.search.space`, apply to the others).
     schedules : sequence of str, optional
         Pipeline schedules to search (default every schedule but ``seqpipe``).
     objective : {"throughput"}
@@ -113,11 +120,11 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
     ...                               dims={"pipeline_parallel": [2, 4], "micro_batch_size": [1], "zero": [1],
     ...                                     "context_parallel": [1]}, executor=pool, progress=False)
     >>> found
-    StrategySearch(87 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 51 ms)
+    StrategySearch(213 strategies, best t1 p2 v2 dp8 cp1 ep1 b1 interleaved zero1: 51 ms)
     >>> found.best["recompute"]
     'none 4, comm 4'
     >>> found.counts().to_dict()  # doctest: +NORMALIZE_WHITESPACE
-    {'balanced': 2, 'evaluated': 46, 'infeasible': 0, 'pruned_time': 15, 'pruned_memory': 24, 'rejected': 0}
+    {'balanced': 2, 'evaluated': 46, 'infeasible': 0, 'pruned_time': 109, 'pruned_memory': 56, 'rejected': 0}
     """
     started = time.perf_counter()
     models = resolve_model(model)
@@ -221,7 +228,6 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     """The result's frame (:mod:`~.result`'s docstring), the fastest first."""
     frame = space.copy()
     frame["label"] = _labels(frame, setting.dtype if setting.fp8_recipe is None else f"fp8-{setting.fp8_recipe}")
-    frame["reshard_after_forward"] = frame["zero"] == 3
     frame["status"] = np.where(frame[RULE].notna(), "rejected", "pruned_time")
     for column in ("placement", "recompute"):
         frame[column] = ""
@@ -285,13 +291,16 @@ def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
     """:attr:`sappkit.Strategy.label` of each row, written without building the strategies."""
     short = tuple((name, key) for key, name in DEGREE_NAMES.items())
     columns = [frame[key].to_numpy() for _, key in short]
-    etp, sp, zero, schedule = (frame[key].to_numpy() for key in ("expert_tensor_parallel", "sequence_parallel",
-                                                                "zero", "schedule"))
+    etp, sp, zero, schedule, reshard, overlap, kind = (frame[key].to_numpy() for key in (
+        "expert_tensor_parallel", "sequence_parallel", "zero", "schedule", "reshard_after_forward", "tp_comm_overlap",
+        "cp_kind"))
     labels = []
     for i in range(len(frame)):
         parts = [f"{name}{values[i]}" for (name, _), values in zip(short, columns)]
         if etp[i] != 1:
             parts.insert(6, f"etp{etp[i]}")
-        parts += [schedule[i], f"zero{zero[i]}"] + ([] if sp[i] else ["no-sp"]) + ([] if dtype == "bf16" else [dtype])
+        parts += [schedule[i], f"zero{zero[i]}"] + (["no-reshard"] if zero[i] == 3 and not reshard[i] else []) \
+            + ([] if sp[i] else ["no-sp"]) + (["tp-overlap"] if overlap[i] else []) \
+            + ([] if kind[i] == "ring" else [f"cp-{kind[i]}"]) + ([] if dtype == "bf16" else [dtype])
         labels.append(" ".join(parts))
     return labels

@@ -20,7 +20,12 @@ wherever it runs.
   a pipeline there is nothing to place: the cheap pass is the answer.
 
 The balancer's solver runs without a time limit (a node limit instead) on one
-thread, so a result never depends on the machine's load.
+thread, so a result never depends on the machine's load. Its nodes cost more
+the more cells a pipeline has (its integer program grows with them), so the
+limit shrinks with the cells (:func:`solver_for`): the search's balanced pass
+is a bounded amount of work at any chunk count, and a plan the limit stops
+is the best placement found, not a proven one (its status says so). A time
+limit is not used: an exact search it stops leaves no plan at all.
 """
 
 from __future__ import annotations
@@ -45,15 +50,21 @@ from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
            "price_even", "p2p_ms", "recompute_mix",
-           "strategy_of", "SOLVER", "STRATEGY_FIELDS"]
+           "strategy_of", "SOLVER", "NODE_WORK", "solver_for", "STRATEGY_FIELDS"]
 
 _MB = 2**20
 #: The balancer's solver settings in the search: reproducible whatever the load (module docstring).
 SOLVER = SolverOptions(time_limit=None, node_limit=20_000, threads=1)
+#: Nodes times cells the solver may spend on one plan (module docstring): 20,000 nodes on one cell, 500 at 40 (a
+#: 70B-class model's ``p = 2, v = 20`` plan took 83 CPU s at 20,000 nodes, 10 s at 1,000, to the same step).
+NODE_WORK = 20_000
 #: The fields of a strategy row, in the order tasks receive them (after the row's index).
 STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                    "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
-                   "schedule")
+                   "reshard_after_forward", "tp_comm_overlap", "cp_kind", "schedule")
+#: The fields of a row that are switches, and those that are names (the rest are whole numbers).
+_SWITCH_FIELDS, _NAME_FIELDS = ("sequence_parallel", "reshard_after_forward", "tp_comm_overlap"), ("cp_kind",
+                                                                                                   "schedule")
 
 
 @dataclass(frozen=True)
@@ -117,9 +128,10 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     kinds = len(costs[shape_ids[0]][1].counts)
     params, ends, p2p = np.empty((n, kinds)), np.empty((n, 2)), np.empty(n)
     index = pd.Series(range(n))
-    shape, dp, zero, p = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero", "pipeline_parallel"))
-    for (k, d, z), at in index.groupby([shape, dp, zero]).groups.items():
-        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe)
+    shape, dp, zero, p, reshard = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero",
+                                                                    "pipeline_parallel", "reshard_after_forward"))
+    for (k, d, z, r), at in index.groupby([shape, dp, zero, reshard]).groups.items():
+        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe, reshard_after_forward=r)
         summary = costs[k][1]
         params[at] = [param_bytes(dense, expert, parallel)[0] / _MB
                       for dense, expert in zip(summary.dense_params, summary.expert_params)]
@@ -147,7 +159,7 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
 def strategy_of(row: tuple, dtype: str, fp8_recipe: str | None = None) -> Strategy:
     """The :class:`~sappkit.Strategy` of a task's row (its index, then :data:`STRATEGY_FIELDS`)."""
     values = dict(zip(STRATEGY_FIELDS, row[1:]))
-    return Strategy(**{key: (value if key == "schedule" else bool(value) if key == "sequence_parallel"
+    return Strategy(**{key: (str(value) if key in _NAME_FIELDS else bool(value) if key in _SWITCH_FIELDS
                              else int(value)) for key, value in values.items()}, dtype=dtype,
                     fp8_recipe=fp8_recipe)
 
@@ -206,11 +218,23 @@ def recompute_mix(plan) -> str:
     return ", ".join(f"{option} {int(per_option[option])}" for option in SAPP_OPTIONS if option in per_option)
 
 
+def solver_for(strategy: Strategy) -> SolverOptions:
+    """:data:`SOLVER` with its node limit shrunk to :data:`NODE_WORK` over the strategy's cells (module docstring).
+
+    Examples
+    --------
+    >>> solver_for(Strategy(pipeline_parallel=2, virtual_stages=20, schedule="interleaved")).node_limit
+    500
+    """
+    cells = strategy.pipeline_parallel * strategy.virtual_stages
+    return replace(SOLVER, node_limit=min(SOLVER.node_limit, NODE_WORK // cells))
+
+
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
     """The balancer's plan for a strategy (step objective, every recompute option; only what ``trainer`` states)."""
     return balance(layers, stages=strategy.pipeline_parallel, micro_batches=strategy.micro_batches(
         setting.global_batch), memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
-        schedule=strategy.schedule, objective="step", trainer=trainer, solver=SOLVER)
+        schedule=strategy.schedule, objective="step", trainer=trainer, solver=solver_for(strategy))
 
 
 def p2p_ms(setting: Setting, strategy: Strategy) -> float:

@@ -3,6 +3,7 @@
 import pytest
 
 from sappkit import InputError, Strategy, TransformerConfig
+from sappkit.limits import MAX_CHUNKS
 from sappkit.pipeline.schedules import SCHEDULES
 from sappkit.strategy.search.space import DIMENSIONS, RULES, SEARCHED_SCHEDULES, default_dims, enumerate_strategies
 
@@ -74,12 +75,13 @@ def test_accepted_strategies_build_and_use_every_device():
 def test_defaults_stop_where_cells_run_out_and_each_schedule_takes_its_chunks():
     dims = default_dims([GQA], 64, 8)
     assert dims["tensor_parallel"] == (1, 2, 4, 8) and dims["pipeline_parallel"] == (1, 2, 4, 8)
-    assert dims["virtual_stages"] == (1, 2, 3, 4) and dims["zero"] == (0, 1, 2, 3)
+    assert dims["virtual_stages"] == tuple(range(1, MAX_CHUNKS + 1)) and dims["zero"] == (0, 1, 2, 3)
     assert default_dims([GQA], 64, 8, tensor_across_nodes=True)["tensor_parallel"] == (1, 2, 4, 8, 16)
     space = _space()
     piped = space[space["pipeline_parallel"] > 1]
     assert (piped["pipeline_parallel"] * piped["virtual_stages"] <= GQA.layers).all()
     chunks = piped.groupby("schedule")["virtual_stages"].agg(set).to_dict()
+    # 8 layers: up to 4 chunks on 2 stages, 2 on 4 (8 cells), 1 on 8
     assert chunks == {"1f1b": {1}, "gpipe": {1}, "zbv": {2}, "dualpipev": {2}, "dualpipev_split": {2},
                       "interleaved": {2, 3, 4}, "looped_bfs": {2, 3, 4}, "zb_interleaved": {1, 2, 3, 4}}
     assert "seqpipe" in SCHEDULES and "seqpipe" not in SEARCHED_SCHEDULES

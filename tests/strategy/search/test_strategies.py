@@ -23,6 +23,12 @@ CASES = {
     "gpt-64": dict(model=GPT, devices=64, memory_mb=2500.0,
                    dims=dict(tensor_parallel=[1, 2], pipeline_parallel=[4, 8], context_parallel=[1],
                              micro_batch_size=[1, 4], zero=[1, 3], virtual_stages=[1, 2])),
+    # the settings searched since issue 33: ZeRO 3 with and without resharding, the CP kinds, TP overlap, and more
+    # chunks than 4 (12 layers: p = 2, v = 6)
+    "gpt-settings": dict(model=GPT, devices=16, memory_mb=2500.0,
+                         dims=dict(tensor_parallel=[2], pipeline_parallel=[2], context_parallel=[2],
+                                   micro_batch_size=[1], zero=[3], sequence_parallel=[True],
+                                   virtual_stages=[1, 2, 6])),
     "moe-16": dict(model=MOE, devices=16, memory_mb=3000.0,
                    dims=dict(tensor_parallel=[1], pipeline_parallel=[2, 4], context_parallel=[1],
                              micro_batch_size=[1], zero=[1, 3], expert_parallel=[1, 2], virtual_stages=[1, 2])),
@@ -37,7 +43,8 @@ def _search(case, executor, **options):
                              executor=executor, **settings)
 
 
-@pytest.fixture(scope="module", params=[pytest.param(case, marks=() if case == "gpt-quick" else pytest.mark.slow)
+@pytest.fixture(scope="module", params=[pytest.param(case, marks=() if case in ("gpt-quick", "gpt-settings")
+                                                    else pytest.mark.slow)
                                         for case in sorted(CASES)])
 def searched(request):
     """(the pruned search on one thread, every strategy priced on a process pool) of one case. The pruned search
@@ -122,9 +129,9 @@ def test_a_search_that_finds_nothing_says_so():
                                     dims={"pipeline_parallel": [2], "zero": [1], "micro_batch_size": [1]},
                                     executor=pool, progress=False)
     assert nothing.best is None
-    assert repr(nothing) == f"StrategySearch({len(nothing.frame)} strategies, no strategy fits)"
+    assert repr(nothing) == f"StrategySearch({len(nothing.frame):,} strategies, no strategy fits)"
     assert set(nothing.frame["status"]) <= {"pruned_memory", "rejected"}
-    assert nothing.why_nothing_ranks() == ("no strategy fits the device: all 150 the trainers accept need more "
+    assert nothing.why_nothing_ranks() == ("no strategy fits the device: all 828 the trainers accept need more "
                                            "than 10 MB")
     assert nothing.why_nothing_ranks() in nothing.describe()
     with pytest.raises(InputError, match="^no strategy fits the device: there is no best row$"):
