@@ -11,7 +11,11 @@
    A strategy whose bound reaches the threshold cannot be among the ``top``
    fastest even placements, so the search stops when none is left below it.
 4. **The balanced pass** on those ``top`` (the most promising): the
-   balancer's step objective with the per-layer recompute choice.
+   balancer's step objective with the per-layer recompute choice, on the
+   plans of at most :data:`BALANCED_CHUNKS` chunks. A plan of more keeps its
+   even placement (its cheap pass), as Megatron-LM places such a plan by
+   default: the balancer's exact search grows steeply with a stage's chunks
+   (a 70B-class plan of 4 stages and 10 chunks ran out of 24 GB).
 
 Rounds have a fixed size and tasks a fixed grouping (by shape, the order of
 the strategies), so what is priced, and every number, is the same on any
@@ -30,7 +34,7 @@ import pandas as pd
 from ...columns import SAPP_OPTIONS
 from .shapes import SHAPE_DIMENSIONS, PricedShape
 from .space import MICRO_BATCHES
-from .tasks import STRATEGY_FIELDS, Outcome, Setting, balanced_pass, bound, even_pass, price
+from .tasks import BALANCED_CHUNKS, STRATEGY_FIELDS, Outcome, Setting, balanced_pass, bound, even_pass, price
 
 __all__ = ["Found", "run_search", "ROUND", "TASK", "BOUND_CHUNK", "local_executor"]
 
@@ -80,7 +84,8 @@ def run_search(setting: Setting, accepted: pd.DataFrame, *, executor: Executor, 
         steps = np.sort([o.step_ms for o in cheap.values() if np.isfinite(o.step_ms)])
         threshold = float(steps[top - 1]) if len(steps) >= top else np.inf
     best = sorted((outcome.step_ms, index) for index, outcome in cheap.items() if np.isfinite(outcome.step_ms))[:top]
-    chosen = [index for _, index in best if accepted.at[index, "pipeline_parallel"] > 1]
+    chosen = [index for _, index in best if accepted.at[index, "pipeline_parallel"] > 1
+              and accepted.at[index, "virtual_stages"] <= BALANCED_CHUNKS]
     _phase(progress, "balanced pass", len(chosen))
     futures = [executor.submit(balanced_pass, setting, shapes[accepted.at[i, "shape"]], _row(accepted, i))
                for i in chosen]

@@ -43,7 +43,7 @@ from ..config import Strategy
 from .explain import Comparison, PricedStrategy, price_cheapest, ordinal, price_placed, why_ranked
 from .labels import parse_strategy
 from .space import DIMENSIONS, MICRO_BATCHES, REASON, RULE
-from .tasks import STRATEGY_FIELDS, Setting, balanced_plan, strategy_of
+from .tasks import BALANCED_CHUNKS, STRATEGY_FIELDS, Setting, balanced_plan, strategy_of
 
 __all__ = ["StrategySearch", "COLUMNS", "STATUSES", "LIMITS", "SHOWN"]
 
@@ -218,6 +218,11 @@ class StrategySearch:
                      if balanced else f"none of the {self.top} fastest even placements runs a pipeline to balance")
             lines.append(f"{which}; {could:,} strategies not balanced have a bound below the best step, so "
                          f"balancing them (a larger balance_top) might beat it")
+            many = int(((self.frame["status"] == "evaluated") & (self.frame["virtual_stages"] > BALANCED_CHUNKS)).sum())
+            if many:
+                lines.append(f"{many:,} evaluated strategies of more than {BALANCED_CHUNKS} chunks keep their even "
+                             f"placement: the balanced pass balances up to {BALANCED_CHUNKS} (the balancer's exact "
+                             f"search grows steeply with chunks)")
         return lines
 
     def why_nothing_ranks(self) -> str:

@@ -37,6 +37,8 @@ import pandas as pd
 
 from ...balancer import SolverOptions, balance, even_plan
 from ...balancer.evaluate import ceiling
+from ...balancer.grammar import check_trainer
+from ...balancer.plan import ConstraintCost
 from ...columns import LAYERS, MEMORY_MB, OPTION, SAPP_OPTIONS
 from ...hardware import Cluster
 from ...layers import KernelConfig, TransformerConfig
@@ -50,7 +52,7 @@ from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
            "price_even", "p2p_ms", "recompute_mix",
-           "strategy_of", "SOLVER", "NODE_WORK", "solver_for", "STRATEGY_FIELDS"]
+           "strategy_of", "SOLVER", "NODE_WORK", "solver_for", "STRATEGY_FIELDS", "BALANCED_CHUNKS", "even_placement"]
 
 _MB = 2**20
 #: The balancer's solver settings in the search: reproducible whatever the load (module docstring).
@@ -58,6 +60,8 @@ SOLVER = SolverOptions(time_limit=None, node_limit=20_000, threads=1)
 #: Nodes times cells the solver may spend on one plan (module docstring): 20,000 nodes on one cell, 500 at 40 (a
 #: 70B-class model's ``p = 2, v = 20`` plan took 83 CPU s at 20,000 nodes, 10 s at 1,000, to the same step).
 NODE_WORK = 20_000
+#: The most chunks per stage the balanced pass balances (:mod:`~sappkit.strategy.search.engine`, 4.).
+BALANCED_CHUNKS = 4
 #: The fields of a strategy row, in the order tasks receive them (after the row's index).
 STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                    "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
@@ -231,10 +235,38 @@ def solver_for(strategy: Strategy) -> SolverOptions:
 
 
 def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
-    """The balancer's plan for a strategy (step objective, every recompute option; only what ``trainer`` states)."""
+    """The balancer's plan for a strategy (step objective, every recompute option; only what ``trainer`` states);
+    past :data:`BALANCED_CHUNKS` chunks, the fastest even placement that fits (:func:`even_placement`)."""
+    if strategy.virtual_stages > BALANCED_CHUNKS:
+        return even_placement(setting, strategy, layers, trainer)
     return balance(layers, stages=strategy.pipeline_parallel, micro_batches=strategy.micro_batches(
         setting.global_batch), memory_mb=setting.memory_mb, chunks=strategy.virtual_stages,
         schedule=strategy.schedule, objective="step", trainer=trainer, solver=solver_for(strategy))
+
+
+def even_placement(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
+    """The even placement of ``strategy`` on the recompute option whose simulated step is fastest among those that
+    fit, as the cheap pass prices it; where none fits, the least-memory option's (its plan says it does not fit).
+    Every trainer states an even placement on one option, so with ``trainer`` (checked against the schedule) the
+    plan carries a ``constraint_cost`` of nothing."""
+    if trainer is not None:
+        trainer = check_trainer(trainer, strategy.schedule, False)
+    options = [option for option in SAPP_OPTIONS if all(option in layers.options(kind) for kind in layers.body_kinds)]
+    plans = [even_plan(layers, option=option, stages=strategy.pipeline_parallel,
+                       micro_batches=strategy.micro_batches(setting.global_batch), memory_mb=setting.memory_mb,
+                       chunks=strategy.virtual_stages, schedule=strategy.schedule, objective="step")
+             for option in options]
+    fitting = [(option, plan) for option, plan in zip(options, plans) if plan.fits]
+    if not fitting:
+        return min(plans, key=lambda plan: float(plan.stages[MEMORY_MB].max()))
+    steps = [price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy)).step_time
+             for _, plan in fitting]
+    option, plan = fitting[int(np.argmin(steps))]
+    if trainer is None:
+        return plan
+    return replace(plan, constraint_cost=ConstraintCost(
+        trainer=trainer, policy=f"uniform {option}", unconstrained=float(plan.objective),
+        constrained=float(plan.objective), time_unit=plan.time_unit, objective="step"))
 
 
 def p2p_ms(setting: Setting, strategy: Strategy) -> float:

@@ -11,6 +11,7 @@ from sappkit import InputError, TransformerConfig
 from sappkit.hardware import Cluster
 from sappkit.strategy.search import engine, search_strategies
 from sappkit.strategy.search.space import SEARCHED_SCHEDULES
+from sappkit.strategy.search.tasks import BALANCED_CHUNKS
 
 GPT = TransformerConfig(layers=12, hidden_size=1024, num_heads=16, ffn_size=4096, seq_length=2048, vocab_size=51200)
 MOE = TransformerConfig(layers=8, dense_layers=2, hidden_size=1024, num_heads=8, ffn_size=4096, experts=8, top_k=2,
@@ -65,7 +66,11 @@ def test_the_search_finds_the_exhaustive_best_and_balances_the_same_strategies(s
     assert pruned.best["step_ms"] == exhaustive.best["step_ms"]
     balanced = pruned.frame.index[pruned.frame["status"] == "balanced"]
     assert set(balanced) == set(exhaustive.frame.index[exhaustive.frame["status"] == "balanced"])
-    assert len(balanced) == pruned.top
+    # the top cheap passes are balanced but for the plans without a pipeline or of more chunks than the balanced
+    # pass balances (they keep their even placement)
+    cheap = pruned.frame[pruned.frame["status"].isin(("balanced", "evaluated"))]
+    top = cheap.sort_values("even_step_ms", kind="stable").head(pruned.top)
+    assert len(balanced) == int(((top["pipeline_parallel"] > 1) & (top["virtual_stages"] <= BALANCED_CHUNKS)).sum())
     both = pruned.frame.index[pruned.frame["status"].isin(("balanced", "evaluated", "infeasible"))]
     pd.testing.assert_frame_equal(pruned.frame.loc[both, KEYS], exhaustive.frame.loc[both, KEYS])
     assert pruned.threshold_ms == exhaustive.threshold_ms
