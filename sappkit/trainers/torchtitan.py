@@ -221,6 +221,11 @@ def _degrees(strategy: Strategy, pipe, notes: list[str]) -> dict:
                "expert_parallel_degree": s.expert_parallel}
     if s.expert_tensor_parallel != 1:
         degrees["expert_tensor_parallel_degree"] = s.expert_tensor_parallel
+    if sharded and s.data_parallel > 1:
+        degrees["fsdp_reshard_after_forward"] = "always" if s.reshard_after_forward else "never"
+    if s.tp_comm_overlap:
+        degrees["enable_async_tensor_parallel"] = True
+        notes.append("async TP (enable_async_tensor_parallel) runs under torch.compile: set [compile] enable")
     return degrees
 
 

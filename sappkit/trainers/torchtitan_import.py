@@ -41,6 +41,7 @@ from ..layers.op_sac import OP_SAC
 from ..balancer.grammar import Policy, policy_options
 from .config import Finding, TrainerConfig, flag, section, strategy_of, whole
 from .torchtitan import TORCHTITAN_SCHEDULES
+from .torchtitan_settings import compiled, fsdp_and_async_tp
 
 __all__ = ["read_torchtitan", "python_settings", "split_layers"]
 
@@ -86,26 +87,15 @@ def read_torchtitan(source, *, num_layers: int | None = None, world_size: int | 
                         expert_parallel=whole(_WHAT, par, "expert_parallel_degree", 1),
                         expert_tensor_parallel=whole(_WHAT, par, "expert_tensor_parallel_degree", 1), micro_batch_size=b,
                         schedule=schedule, zero=zero,
-                        sequence_parallel=flag(_WHAT, par, "enable_sequence_parallel", True))
+                        sequence_parallel=flag(_WHAT, par, "enable_sequence_parallel", True),
+                        **fsdp_and_async_tp(par, p, whole(_WHAT, par, "tensor_parallel_degree", 1)))
     options = policy_options(_checkpoint_policy(section(_WHAT, settings, "activation_checkpoint"), notes), schedule,
                              counts)
     batch = whole(_WHAT, training, "global_batch_size", -1, minimum=-1, maximum=MAX_GLOBAL_BATCH)
     return TrainerConfig(trainer="torchtitan", strategy=strategy, layer_counts=tuple(map(tuple, counts)),
                          options=tuple(options), num_layers=declared, micro_batches=m,
                          global_batch=batch if batch > 0 else None, findings=tuple(findings), settings=settings,
-                         notes=tuple(notes), source=origin, fused_elementwise=_compiled(settings, training))
-
-
-def _compiled(settings: dict, training: dict) -> bool:
-    """Whether the config compiles its model: ``[compile] enable`` with ``"model"`` among its ``components``
-    (torchtitan's default ``["model", "loss"]``), or the older ``[training] compile``; off by default."""
-    if "compile" in settings:
-        compile_ = section(_WHAT, settings, "compile")
-        components = compile_.get("components", ["model", "loss"])
-        if not isinstance(components, list) or not all(isinstance(c, str) for c in components):
-            raise InputError(f"{_WHAT}: compile.components must be a list of names; got {short(components)}")
-        return flag(_WHAT, compile_, "enable", False) and "model" in components
-    return flag(_WHAT, training, "compile", False)
+                         notes=tuple(notes), source=origin, fused_elementwise=compiled(settings, training))
 
 
 def _settings(source) -> tuple[dict, str]:

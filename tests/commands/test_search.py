@@ -284,13 +284,12 @@ def test_cli_search_from_a_torchtitan_config_exports_one_that_reads_back_to_the_
     exported = tmp_path / "best.toml"
     assert main(["search", "--model", str(config), "--from-config", str(job), "--device", "a100-80g", "--memory",
                  "2000", "--top", "3", "--balance-top", "2", "--export", str(exported), "--dims", "p=2",
-                 "--dims", "cp=1", "--dims", "b=1", "--dims", "reshard=true", "--dims", "tp_overlap=false"]) == 0
+                 "--dims", "cp=1", "--dims", "b=1"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    # the torchtitan export writes neither fsdp_reshard_after_forward nor async TP: kept at its defaults
-    assert "dims narrowed: p=2 cp=1 b=1 reshard=true tp_overlap=false" in " ".join(" ".join(lines[1:3]).split())
+    assert "dims narrowed: p=2 cp=1 b=1" in " ".join(" ".join(lines[1:3]).split())
     assert all(len(line) <= 100 for line in lines)
     assert lines[lines.index("your config (a) against the best (b):") + 1].startswith(
-        "a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero3: ")
+        "a: t1 p2 v1 dp8 cp1 ep1 b1 1f1b zero3 no-reshard: ")  # torchtitan's default: no resharding under PP
     best = next(line for line in lines if line.startswith("best: "))[len("best: "):]
     depth = sappkit.estimate_layers(read_model_config(config), options=("none",))
-    assert read_trainer_config(exported, layers=depth).strategy.label == best  # torchtitan's ZeRO 3 kept
+    assert read_trainer_config(exported, layers=depth).strategy.label == best  # ZeRO 3, resharding, async TP kept

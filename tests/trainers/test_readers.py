@@ -4,7 +4,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from sappkit import InputError, KernelConfig, Strategy, export_config, read_trainer_config
+from sappkit import InputError, KernelConfig, Strategy, export_config, plan_from_offsets, read_trainer_config
 from sappkit.trainers.megatron import read_megatron
 from sappkit.trainers.mindformers import read_mindformers
 from sappkit.trainers.torchtitan_import import python_settings, read_torchtitan, split_layers
@@ -104,6 +104,36 @@ def test_torchtitan_refuses_compile_components_that_are_not_names():
     with pytest.raises(InputError) as error:
         read_torchtitan({"compile": {"enable": True, "components": "model"}}, num_layers=4)
     assert str(error.value) == "torchtitan config: compile.components must be a list of names; got 'model'"
+
+
+@pytest.mark.parametrize("policy, stages, reshard", [
+    ("default", 1, True), ("default", 2, False), ("always", 2, True), ("never", 1, False)])
+def test_torchtitan_reads_fsdp_resharding_as_its_parallelize_applies_it(policy, stages, reshard):
+    # torchtitan's "default" reshards after the forward unless a pipeline runs (parallelize.py: not pp_enabled)
+    settings = {"parallelism": {"pipeline_parallel_degree": stages, "fsdp_reshard_after_forward": policy,
+                                "data_parallel_shard_degree": 4, "tensor_parallel_degree": 2,
+                                "enable_async_tensor_parallel": True},
+                "training": {"local_batch_size": 8}}
+    strategy = read_torchtitan(settings, num_layers=4).strategy
+    assert (strategy.zero, strategy.reshard_after_forward, strategy.tp_comm_overlap) == (3, reshard, True)
+    assert read_torchtitan({"training": {"local_batch_size": 8}}, num_layers=4).strategy.tp_comm_overlap is False
+    with pytest.raises(InputError) as error:
+        read_torchtitan({"parallelism": {"fsdp_reshard_after_forward": "sometimes"}}, num_layers=4)
+    assert str(error.value) == ("torchtitan config: parallelism.fsdp_reshard_after_forward must be 'default', "
+                                "'always' or 'never'; got 'sometimes'")
+
+
+def test_torchtitan_export_writes_resharding_and_async_tp_and_reads_them_back(tmp_path):
+    rows = [dict(kind="block", role="body", count=4, param_mb=100, option="none", forward_time=1, backward_time=2,
+                 activation_mb=5)]
+    plan = plan_from_offsets(pd.DataFrame(rows), stages=2, micro_batches=4, memory_mb=10_000)
+    for reshard, overlap in ((False, True), (True, False)):
+        strategy = Strategy(tensor_parallel=2, pipeline_parallel=2, data_parallel=4, zero=3,
+                            reshard_after_forward=reshard, tp_comm_overlap=overlap)
+        path = tmp_path / f"{reshard}-{overlap}.toml"
+        path.write_text(export_config(plan, trainer="torchtitan", strategy=strategy).text)
+        back = read_trainer_config(path, world_size=16).strategy
+        assert (back.reshard_after_forward, back.tp_comm_overlap) == (reshard, overlap)
 
 
 def test_torchtitans_own_split_is_reproduced():
