@@ -246,27 +246,25 @@ def balanced_plan(setting: Setting, strategy: Strategy, layers, trainer: str | N
 
 def even_placement(setting: Setting, strategy: Strategy, layers, trainer: str | None = None):
     """The even placement of ``strategy`` on the recompute option whose simulated step is fastest among those that
-    fit, as the cheap pass prices it; where none fits, the least-memory option's (its plan says it does not fit).
-    Every trainer states an even placement on one option, so with ``trainer`` (checked against the schedule) the
-    plan carries a ``constraint_cost`` of nothing."""
+    fit (:func:`price_even`, as the cheap pass prices it); where none fits, the least-memory option's (its plan says
+    it does not fit). Every trainer states an even placement on one option, so with ``trainer`` (checked against
+    the schedule) the plan carries a ``constraint_cost`` of nothing."""
     if trainer is not None:
         trainer = check_trainer(trainer, strategy.schedule, False)
     options = [option for option in SAPP_OPTIONS if all(option in layers.options(kind) for kind in layers.body_kinds)]
-    plans = [even_plan(layers, option=option, stages=strategy.pipeline_parallel,
-                       micro_batches=strategy.micro_batches(setting.global_batch), memory_mb=setting.memory_mb,
-                       chunks=strategy.virtual_stages, schedule=strategy.schedule, objective="step")
-             for option in options]
-    fitting = [(option, plan) for option, plan in zip(options, plans) if plan.fits]
+    priced = [(option, price_even(setting, strategy, layers, option)) for option in options]
+    fitting = [(option, result) for option, result in priced if result is not None]
     if not fitting:
-        return min(plans, key=lambda plan: float(plan.stages[MEMORY_MB].max()))
-    steps = [price_plan(plan, layers, strategy, setting.cluster, p2p_ms=p2p_ms(setting, strategy)).step_time
-             for _, plan in fitting]
-    option, plan = fitting[int(np.argmin(steps))]
+        return even_plan(layers, option=options[-1], stages=strategy.pipeline_parallel,
+                         micro_batches=strategy.micro_batches(setting.global_batch), memory_mb=setting.memory_mb,
+                         chunks=strategy.virtual_stages, schedule=strategy.schedule)
+    option, result = min(fitting, key=lambda pair: pair[1].step_time)
     if trainer is None:
-        return plan
-    return replace(plan, constraint_cost=ConstraintCost(
-        trainer=trainer, policy=f"uniform {option}", unconstrained=float(plan.objective),
-        constrained=float(plan.objective), time_unit=plan.time_unit, objective="step"))
+        return result.plan
+    return replace(result.plan, constraint_cost=ConstraintCost(
+        trainer=trainer, policy=f"uniform {option}", unconstrained=float(result.plan.objective),
+        constrained=float(result.plan.objective), time_unit=result.plan.time_unit,
+        objective=result.plan.objective_name))
 
 
 def p2p_ms(setting: Setting, strategy: Strategy) -> float:
