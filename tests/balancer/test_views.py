@@ -7,6 +7,7 @@ import pandas as pd
 import pytest
 
 import sappkit
+from sappkit.balancer import views
 from sappkit.balancer.views import compare_plans, dashboard_plan, even_plan, sweep_memory
 from sappkit.cli import main
 from sappkit.layers.units import UNSTATED, format_time
@@ -79,8 +80,21 @@ def test_sweep_reports_progress_on_the_terminal_through_tqdm(capsys):
     err = capsys.readouterr().err
     assert "sweep_memory:" in err and "/2 [" in err  # tqdm's bar: done/total [elapsed<left, rate]
     sweep_memory(TABLE, memory_mb=[1500, 1800], progress=False, **PIPELINE)
-    sweep_memory(TABLE, memory_mb=[1500, 1800], **PIPELINE)  # quick: nothing within tqdm's first second
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("progress, disable, delay", [(None, False, 1.0), (True, False, 0.0), (False, True, 1.0)])
+def test_sweep_shows_its_bar_by_default_only_after_a_second(monkeypatch, progress, disable, delay):
+    # The default's bar waits a second: checked on tqdm's arguments, not the clock (the machine may be slow).
+    given, real_tqdm = [], views.tqdm
+
+    def recording_tqdm(**kwargs):
+        given.append(kwargs)
+        return real_tqdm(**{**kwargs, "disable": True})
+
+    monkeypatch.setattr(views, "tqdm", recording_tqdm)
+    sweep_memory(TABLE, memory_mb=[1500, 1800], progress=progress, **PIPELINE)
+    assert [(kwargs["disable"], kwargs["delay"]) for kwargs in given] == [(disable, delay)]
 
 
 def test_compare_balanced_with_even_partitions():
