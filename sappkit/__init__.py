@@ -41,7 +41,7 @@ _EXPORTS = {
     **dict.fromkeys(("plot_time_saved", "plot_before_after", "plot_layer_options"), "plots.recompute"),
     "plot_alternatives": "plots.alternatives",
     **dict.fromkeys(("plot_validation", "plot_step_breakdown", "plot_step_terms"), "plots.strategy"),
-    "plot_strategy_pareto": "plots.search",
+    **dict.fromkeys(("plot_strategy_pareto", "plot_step_bands"), "plots.search"),
 }
 
 __all__ = ["InputError", *_EXPORTS]

@@ -1,4 +1,5 @@
-"""Plots of a strategy search: throughput against peak memory, one marker per schedule, and the front."""
+"""Plots of a strategy search: throughput against peak memory, one marker per schedule, and the front; the
+fastest strategies' predicted steps with the band of the model's error about each."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
+from .._check import check_int
 from .._frames import check_frame
 from ..pipeline.schedules import SCHEDULES
 from ._axes import axes_for, optional_number
 
-__all__ = ["plot_strategy_pareto"]
+__all__ = ["plot_strategy_pareto", "plot_step_bands"]
 
 _MARKERS = dict(zip(SCHEDULES, ("o", "s", "D", "P", "v", "^", "<", ">", "X")))
 _COLUMNS = ("label", "schedule", "tokens_per_s_per_device", "peak_memory_mb")
+_BAND_COLUMNS = ("rank", "label", "step_ms", "step_low_ms", "step_high_ms", "within_error")
 
 
 def plot_strategy_pareto(frame: pd.DataFrame, *, memory_mb: float | None = None, highlight=None,
@@ -61,3 +64,48 @@ def _front(priced: pd.DataFrame) -> pd.DataFrame:
     throughput = ranked["tokens_per_s_per_device"].to_numpy()
     best_so_far = np.r_[-np.inf, np.maximum.accumulate(throughput)[:-1]]
     return ranked[throughput > best_so_far]
+
+
+def plot_step_bands(frame: pd.DataFrame, *, n: int = 10, ax: Axes | None = None) -> Axes:
+    """The ``n`` fastest priced strategies' predicted steps, each with the band its family's error spans.
+
+    ``frame`` is :attr:`sappkit.StrategySearch.frame` (its rank and band columns, :mod:`sappkit.strategy.bands`).
+    One row per strategy, the fastest on top, labelled with its rank (``3=`` where steps tie): a dot at the
+    predicted step and a line from ``step_low_ms`` to ``step_high_ms``. The best's band is shaded; the
+    strategies whose band reaches it (``within_error``: the model cannot tell them from the best) are drawn in
+    colour, the others in grey. A band open above (an error of 100% or more) runs to the axes' edge.
+
+    Examples
+    --------
+    >>> frame = pd.DataFrame(dict(rank=[1.0, 2.0, 2.0, 4.0], label=["a", "b", "c", "d"],
+    ...                           step_ms=[100.0, 104.0, 104.0, 130.0], step_low_ms=[95.0, 99.0, 99.0, 124.0],
+    ...                           step_high_ms=[105.0, 109.0, 109.0, 137.0],
+    ...                           within_error=[True, True, True, False]))
+    >>> [tick.get_text() for tick in plot_step_bands(frame).get_yticklabels()]
+    ['1 a', '2= b', '2= c', '4 d']
+    """
+    n = check_int("n", n, minimum=1)
+    frame = check_frame(frame, "frame", _BAND_COLUMNS, "a strategy search's frame", gaps=_BAND_COLUMNS[2:4])
+    shown = frame[np.isfinite(frame["step_ms"].to_numpy(dtype=float))].sort_values("rank", kind="stable").head(n)
+    ax = axes_for(ax, (9.0, 0.35 * max(len(shown), 1) + 1.5))
+    if shown.empty:
+        ax.set_title("no priced strategy")
+        return ax
+    rows = np.arange(len(shown))
+    step, low = shown["step_ms"].to_numpy(dtype=float), shown["step_low_ms"].to_numpy(dtype=float)
+    high = pd.to_numeric(shown["step_high_ms"]).to_numpy(dtype=float)  # inf where the band is open above
+    edge = 1.05 * max(float(np.max(step)), float(np.max(high[np.isfinite(high)], initial=0.0)))
+    within = shown["within_error"].to_numpy(dtype=bool)
+    ax.axvspan(low[0], min(high[0], edge), color="tab:green", alpha=0.12, label="the best's band")
+    for keep, color, label in ((within, "tab:green", "within the model's error"), (~within, "0.55", "outside")):
+        if keep.any():
+            ax.hlines(rows[keep], low[keep], np.minimum(high[keep], edge), color=color, linewidth=2)
+            ax.plot(step[keep], rows[keep], "o", color=color, label=label)
+    ties = shown["rank"].duplicated(keep=False).to_numpy()
+    ax.set_yticks(rows, [f"{rank:.0f}{'=' if tie else ''} {label}"
+                         for rank, tie, label in zip(shown["rank"], ties, shown["label"])])
+    ax.invert_yaxis()
+    ax.set_xlim(right=edge)
+    ax.set_xlabel("predicted step with the model's error band (ms)")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)  # clear of the bars
+    return ax

@@ -1,9 +1,10 @@
 """Dashboard of the strategy search in ``notebooks/06_strategy.ipynb``: device count, global batch, sequence length
-and device in; the search's summary, its Pareto plot, the ten fastest strategies and, for the one chosen among
-them, its balanced plan with its Gantt chart and stage memory out.
+and device in; the search's summary, its Pareto plot, the ten fastest strategies with the band of the model's
+error about each, and, for the one chosen among them, where its step goes beside the best's (and the user's
+own config's, given as ``baseline=``) and its balanced plan with its Gantt chart and stage memory out.
 
 Thin wiring of :func:`sappkit.search_strategies` (each setting searched once and kept, on one thread of this
-kernel), :meth:`sappkit.StrategySearch.plan` and the plots. A setting not searched yet takes a search (about a
+kernel), :meth:`sappkit.StrategySearch.plan`, :meth:`~sappkit.StrategySearch.step_terms` and the plots. A setting not searched yet takes a search (about a
 second or two on the notebook's space); the chosen row and every setting met before answer at once. For a
 report, the device counts' states are precomputed (:mod:`.offline`).
 """
@@ -14,9 +15,11 @@ import html
 from concurrent.futures import ThreadPoolExecutor
 
 import matplotlib.pyplot as plt
+import pandas as pd
 
 from ..plots.pipeline import plot_plan
-from ..plots.search import plot_strategy_pareto
+from ..plots.search import plot_step_bands, plot_strategy_pareto
+from ..plots.strategy import plot_step_terms
 from ..strategy.search import search_strategies
 from .offline import Shown, control_states, dashboard_box, display_shown
 
@@ -31,15 +34,16 @@ class StrategySearchDashboard:
 
     ``model`` and ``search_options`` (``dims``, ``memory_mb``, ``balance_top``, ...) go to
     :func:`sappkit.search_strategies`; the controls choose among ``devices``, ``global_batch``, ``seq_length`` and
-    ``device`` (their first value to start). ``.table`` (an ``ipywidgets.HTML``) shows the ten fastest strategies,
-    ``.output`` the summary and the figures.
+    ``device`` (their first value to start). ``baseline`` (a trainer config, :func:`sappkit.read_trainer_config`)
+    is searched against wherever the devices are its own. ``.table`` (an ``ipywidgets.HTML``) shows the ten
+    fastest strategies, ``.output`` the summary and the figures.
     """
 
     def __init__(self, model, *, devices=(128, 256, 512), global_batch=(256, 512), seq_length=(4096, 8192),
-                 device=("h100-sxm", "a100-80g", "h200"), **search_options):
+                 device=("h100-sxm", "a100-80g", "h200"), baseline=None, **search_options):
         import ipywidgets as w
 
-        self.model, self.options = model, search_options
+        self.model, self.options, self.baseline = model, search_options, baseline
         self.searches: dict = {}
         self.executor = ThreadPoolExecutor(1)
         self.controls = dict(
@@ -67,13 +71,16 @@ class StrategySearchDashboard:
         """The search of ``settings`` (searched once, then kept)."""
         key = tuple(sorted(settings.items()))
         if key not in self.searches:
+            own = self.baseline is not None and settings.get("devices") == self.baseline.strategy.devices
             self.searches[key] = search_strategies(self.model, executor=self.executor, progress=False,
-                                                   **self.options, **settings)
+                                                   baseline=self.baseline if own else None, **self.options,
+                                                   **settings)
         return self.searches[key]
 
     def show(self, row=None, **settings) -> Shown:
-        """The search of ``settings``: its summary and Pareto plot, and for ``row`` (default the best) its
-        balanced plan's Gantt chart and stage memory."""
+        """The search of ``settings``: its summary and Pareto plot; the ten fastest's bands; for ``row`` (default
+        the best) its step's terms beside the best's (and the baseline's), its balanced plan's Gantt chart and
+        stage memory."""
         found = self.search(**settings)
         best = found.best
         if best is None:
@@ -83,7 +90,9 @@ class StrategySearchDashboard:
         plot_strategy_pareto(found.frame, memory_mb=found.memory_mb, highlight=row, ax=ax)
         ax.set_title(f"{len(found.frame):,} strategies on {found.devices:,} devices: the priced ones")
         lines = [found.describe()]
-        figures = [figure]
+        if found.baseline is not None:
+            lines.append(f"\nyour config (a) against the best (b):\n{found.against_baseline().describe()}")
+        figures = [figure, _bands_and_terms(found, row)]
         if found.frame.at[row, "pipeline_parallel"] > 1:
             plan = found.plan(row)
             lines.append(f"\nbalanced plan of {found.frame.at[row, 'label']} (the pipeline alone, without the "
@@ -126,3 +135,21 @@ class StrategySearchDashboard:
                               label=lambda devices: f"{devices:,} devices", control="devices",
                               what=f"the search at {len(values)} device counts, each showing its best strategy")
 
+
+
+def _bands_and_terms(found, row):
+    """One figure: the ten fastest strategies' error bands above; below, the chosen row's step terms beside the
+    best's and the baseline's (where the search has one)."""
+    terms = {}
+    if found.baseline is not None:
+        terms[f"your config: {found.baseline.label}"] = found.baseline.terms
+    terms[f"best: {found.best['label']}"] = found.step_terms()
+    if row != found.best.name:
+        terms[f"chosen: {found.frame.at[row, 'label']}"] = found.step_terms(row)
+    figure, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6.5), layout="constrained",
+                                         height_ratios=(TOP, len(terms) + 1))
+    plot_step_bands(found.frame, n=TOP, ax=top)
+    top.set_title("the ten fastest with the model's error: in green, those it cannot tell from the best")
+    plot_step_terms(pd.concat(terms, axis=1), ax=bottom)
+    bottom.set_title("where the step goes")
+    return figure
