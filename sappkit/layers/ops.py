@@ -51,8 +51,8 @@ local expert and its inverse (``sort_tokens``, ``unsort_tokens``, ``2e·h``
 bytes each, with more than one local expert), the routed experts as one
 grouped matmul per projection (``E/ep`` experts of ``ρ·ep/E`` tokens each,
 ``f/etp`` wide) and their activation; then the shared experts as a dense MLP
-split over ``t``. GPT-OSS's clamped activation (``TransformerConfig.clamped_glu``: ``clamp`` before ``act``,
-dense or routed) and its experts' second bias (``expert_bias``: ``experts_bias`` after ``experts_fc2``) are eager
+split over ``t``. GPT-OSS's clamped expert activation (``TransformerConfig.expert_clamp``: ``experts_clamp`` before
+``experts_act``) and its experts' second bias (``expert_bias``: ``experts_bias`` after ``experts_fc2``) are eager
 ops moving :data:`MEGATRON_EAGER_BYTES` per element.
 
 **FP8** (``ParallelConfig.dtype="fp8"``; ``fp8_recipe``) runs the linear
@@ -280,15 +280,8 @@ def _mlp(price: _Pricer, model: TransformerConfig, n: float, width: float, prefi
     """A dense (or shared-expert) MLP of ``width`` columns per device (``eager``: :data:`EAGER_BYTES`' row)."""
     h = model.hidden_size
     price.matmul(f"{prefix}fc1", n, width * (2 if model.gated_mlp else 1), h)
-    _clamp(price, model, n * width, prefix)
     price.memory(f"{prefix}act", *_activation_bytes(price.e, model.gated_mlp, n * width, eager))
     price.matmul(f"{prefix}fc2", n, h, width)
-
-
-def _clamp(price: _Pricer, model: TransformerConfig, elements: float, prefix: str) -> None:
-    """A clamped gated activation's clamps over ``elements`` outputs of each half (:data:`MEGATRON_EAGER_BYTES`)."""
-    if model.clamped_glu:
-        price.memory(f"{prefix}clamp", *(elements * b for b in MEGATRON_EAGER_BYTES[price.e]["clamp"]))
 
 
 def _activation_bytes(e: int, gated: bool, elements: float, eager: dict | None) -> tuple[float, float]:
@@ -314,7 +307,8 @@ def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: 
     width = model.expert_ffn_size / etp
     per_expert = received / local
     price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local, tokens=per_expert)
-    _clamp(price, model, received * width, "experts_")
+    if model.expert_clamp:
+        price.memory("experts_clamp", *(received * width * b for b in MEGATRON_EAGER_BYTES[e]["clamp"]))
     price.memory("experts_act", *_activation_bytes(e, model.gated_mlp, received * width, eager))
     price.matmul("experts_fc2", per_expert, h, width, batch=local, tokens=per_expert)
     if model.expert_bias:
