@@ -100,8 +100,20 @@ class TransformerConfig:
     ``window_attn_skip_freq = 2``); default all of them where a window is set, else 0. The stack stays one layer
     kind: each layer's fused attention is priced at the stack's mean (:attr:`causal_pair_share`)."""
 
+    expert_clamp: bool = False
+    """The routed experts' gated activation clamps its two halves first (GPT-OSS: Megatron-Core's
+    ``activation_func_clamp_value``, 7): both halves clamped and concatenated again by PyTorch's eager ops before
+    the fused activation (:data:`~sappkit.layers.ops.MEGATRON_EAGER_BYTES`); MoE only, with ``gated_mlp``."""
+    expert_bias: bool = False
+    """The routed experts' linear layers have biases (GPT-OSS: ``add_bias_linear``): Megatron-Core's grouped MLP
+    adds the second one per expert, scaled by the routing probability, by eager ops
+    (:data:`~sappkit.layers.ops.MEGATRON_EAGER_BYTES`; the first runs in the GEMM); MoE only."""
+
     def __post_init__(self):
         check_int("layers", self.layers, minimum=1, maximum=MAX_LAYERS)
+        if check_bool("expert_clamp", self.expert_clamp) and not self.gated_mlp:
+            raise InputError("expert_clamp clamps the two halves of a gated MLP; set gated_mlp=True to use it")
+        check_bool("expert_bias", self.expert_bias)
         for field in ("hidden_size", "num_heads", "ffn_size"):
             check_int(field, getattr(self, field), minimum=1, maximum=MAX_WIDTH)
         check_int("seq_length", self.seq_length, minimum=1, maximum=MAX_SEQ_LENGTH)
@@ -143,6 +155,10 @@ class TransformerConfig:
             if self.dense_layers >= self.layers:
                 raise InputError(f"dense_layers must be < layers={self.layers} (a MoE stack needs a MoE layer); "
                                  f"got {self.dense_layers!r}")
+        elif self.expert_bias or self.expert_clamp:
+            raise InputError("expert_bias and expert_clamp are MoE settings (the routed experts' biases and clamp); "
+                             f"set experts > 0 to use them (got expert_bias={self.expert_bias!r}, expert_clamp="
+                             f"{self.expert_clamp!r})")
         elif (self.top_k or self.shared_experts or self.dense_layers
               or self.expert_ffn_size not in (None, self.ffn_size)):  # ffn_size: a resolved config, replaced
             raise InputError("top_k, shared_experts, dense_layers and expert_ffn_size are MoE settings; set "

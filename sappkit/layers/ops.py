@@ -51,7 +51,9 @@ local expert and its inverse (``sort_tokens``, ``unsort_tokens``, ``2e·h``
 bytes each, with more than one local expert), the routed experts as one
 grouped matmul per projection (``E/ep`` experts of ``ρ·ep/E`` tokens each,
 ``f/etp`` wide) and their activation; then the shared experts as a dense MLP
-split over ``t``.
+split over ``t``. GPT-OSS's clamped expert activation (``TransformerConfig.expert_clamp``: ``experts_clamp`` before
+``experts_act``) and its experts' second bias (``expert_bias``: ``experts_bias`` after ``experts_fc2``) are eager
+ops moving :data:`MEGATRON_EAGER_BYTES` per element.
 
 **FP8** (``ParallelConfig.dtype="fp8"``; ``fp8_recipe``) runs the linear
 layers' GEMMs as Transformer Engine runs them, and the rest in BF16 (the
@@ -91,7 +93,7 @@ from ..hardware import DeviceConfig
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
 
 __all__ = ["Op", "layer_ops", "head_ops", "patch_ops", "tail_ops", "FORWARD", "BACKWARD", "BF16_GEMMS",
-           "AMAX_HISTORY", "EAGER_BYTES"]
+           "AMAX_HISTORY", "EAGER_BYTES", "MEGATRON_EAGER_BYTES"]
 
 FORWARD, BACKWARD = "forward", "backward"
 #: The GEMMs an FP8 run keeps in BF16 (besides the attention core): Megatron-LM's router and LM head are not
@@ -109,6 +111,16 @@ _MERGE_BYTES = 4
 #: ``tests/torch/test_eager_elementwise.py`` counts them again on PyTorch.
 EAGER_BYTES = {2: {"norm": (36, 96), "swiglu": (10, 18), "rope": (20, 20)},
                4: {"norm": (28, 96), "swiglu": (20, 36), "rope": (8, 8)}}
+#: Bytes the eager ops Megatron-Core runs around its fused MoE kernels move per element (forward, backward), by the
+#: activations' bytes per element, ``torch.compile`` or not: a clamped gated activation's two clamps and their
+#: concatenation (``weighted_bias_quick_geglu_impl`` in ``megatron/core/fusions/fused_bias_geglu.py``; per
+#: element of each half) and the routed experts' second bias, ``t + b·p`` per expert then concatenated
+#: (``TEGroupedMLP._apply_bias`` in ``megatron/core/transformer/moe/experts.py``; per element of the experts'
+#: output), both at the Megatron-LM commits Megatron-Bridge pins for 25.11, 26.02 and 26.04.01 (``0d8e0714cd``,
+#: ``23dd639cf3``, ``4415119414``). Counted ATen op by ATen op; ``tests/torch/test_eager_elementwise.py``
+#: counts them again on PyTorch.
+MEGATRON_EAGER_BYTES = {2: {"clamp": (16, 30), "expert_bias": (12, 16)},
+                        4: {"clamp": (32, 52), "expert_bias": (24, 32)}}
 
 
 @dataclass(frozen=True)
@@ -295,8 +307,12 @@ def _moe(price: _Pricer, model: TransformerConfig, parallel: ParallelConfig, n: 
     width = model.expert_ffn_size / etp
     per_expert = received / local
     price.matmul("experts_fc1", per_expert, width * (2 if model.gated_mlp else 1), h, batch=local, tokens=per_expert)
+    if model.expert_clamp:
+        price.memory("experts_clamp", *(received * width * b for b in MEGATRON_EAGER_BYTES[e]["clamp"]))
     price.memory("experts_act", *_activation_bytes(e, model.gated_mlp, received * width, eager))
     price.matmul("experts_fc2", per_expert, h, width, batch=local, tokens=per_expert)
+    if model.expert_bias:
+        price.memory("experts_bias", *(received * h * b for b in MEGATRON_EAGER_BYTES[e]["expert_bias"]))
     if local > 1:
         price.memory("unsort_tokens", 2 * e * received * h, 2 * e * received * h)
     price.memory("unpermute", 2 * e * routed * h, 2 * e * routed * h)

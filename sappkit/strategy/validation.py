@@ -75,6 +75,7 @@ OPTIONAL = {
     "experts": (int, "model"), "top_k": (int, "model"), "expert_ffn_size": (int, "model"),
     "shared_experts": (int, "model"), "dense_layers": (int, "model"),
     "attention_window": (int, "model"), "windowed_layers": (int, "model"),
+    "expert_clamp": (bool, "model"), "expert_bias": (bool, "model"),
     "context_parallel": (int, "strategy"), "expert_parallel": (int, "strategy"),
     "expert_tensor_parallel": (int, "strategy"), "reshard_after_forward": (bool, "strategy"),
     "overlap_param_gather": (bool, "strategy"), "expert_imbalance": (float, "strategy"),

@@ -1,5 +1,7 @@
 """MoE layers as trainers run them (Megatron-Core's all-to-all dispatcher), each cost checked by hand."""
 
+import dataclasses
+
 import pytest
 
 from sappkit import DeviceConfig, InputError, KernelConfig, ParallelConfig, TransformerConfig
@@ -121,3 +123,39 @@ def test_expert_gemms_lose_efficiency_with_few_tokens_per_expert():
             times = [sum(op.time_ms for op in ops[d] if op.name == name and op.phase == phase) for d in (plain, halved)]
             assert times[1] == pytest.approx(2 * times[0])
     assert _op(ops[halved], "qkv").time_ms == _op(ops[plain], "qkv").time_ms
+
+
+def test_gpt_oss_clamps_and_expert_biases_are_eager_memory_bound_ops():
+    """GPT-OSS's clamped gated activation and its experts' second bias (``MEGATRON_EAGER_BYTES``): each rank of 4
+    sends 256 tokens · top 2 copies (e = 2) and the busiest receives 1.5 times as many (``expert_imbalance``),
+    512 wide: the clamps move 16 and 30 bytes per element of each half, the bias 12 and 16 per element of the
+    512-wide output, at the device's memory roofline; nothing else changes (the dense layer and the shared
+    expert run no such ops)."""
+    device = DeviceConfig(tflops=100.0, mfu=0.5, hbm_gbs=1000.0, hbm_efficiency=0.5, kernel_us=0.0)
+    gpt_oss = dataclasses.replace(MOE, expert_clamp=True, expert_bias=True)
+    parallel = ParallelConfig(data_parallel=4, expert_parallel=4, expert_imbalance=1.5)
+    plain, priced = (layer_ops(model, True, parallel, device, KernelConfig()) for model in (MOE, gpt_oss))
+    received = 1.5 * 256 * 2 * 512  # copies · width, per half (the expert width is 512, so is h)
+    for name, (forward, backward) in (("experts_clamp", (16, 30)), ("experts_bias", (12, 16))):
+        for phase, per_element in ((FORWARD, forward), (BACKWARD, backward)):
+            op = _op(priced, name, phase)
+            assert op.nbytes == per_element * received
+            assert op.time_ms == pytest.approx(per_element * received / (1000e9 * 0.5) * 1e3)
+    assert [op for op in priced if op.name not in ("experts_clamp", "experts_bias")] == plain
+    assert layer_ops(gpt_oss, False, parallel, device, KernelConfig()) == layer_ops(MOE, False, parallel, device,
+                                                                                    KernelConfig())
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"gated_mlp": False, "expert_clamp": True},
+     "expert_clamp clamps the two halves of a gated MLP; set gated_mlp=True to use it"),
+    ({"experts": 0, "top_k": 0, "shared_experts": 0, "dense_layers": 0, "expert_ffn_size": None,
+      "expert_bias": True},
+     "expert_bias and expert_clamp are MoE settings (the routed experts' biases and clamp); set experts > 0 to use "
+     "them (got expert_bias=True, expert_clamp=False)"),
+    ({"expert_bias": "yes"}, "expert_bias must be a bool; got 'yes'"),
+])
+def test_bad_gpt_oss_settings_are_refused_by_name(fields, message):
+    with pytest.raises(InputError) as error:
+        dataclasses.replace(MOE, **fields)
+    assert str(error.value) == message
