@@ -24,7 +24,7 @@ from ..layers.comm import dense_sizes, expert_sizes, grad_sync_ms, optimizer_ms,
 from ..layers.param_memory import fsdp_working_bytes, param_bytes
 from ..layers.timing import COMPUTE_MS, DP_COMM_MS, EXPERT_PARAMS, OPTIMIZER_MS, PARAMS, ZERO_COMM_MS
 
-__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache", "DEFAULT_KERNELS"]
+__all__ = ["CompiledShape", "compile_shape", "shape_key", "clear_cache", "zero3_passes", "DEFAULT_KERNELS"]
 
 #: The kernels a strategy's layers run unless told otherwise: flash attention (every modern trainer runs flash or
 #: cuDNN fused attention: Megatron-Core's and NeMo's default ``attention_backend``, torchtitan's SDPA), the rest as
@@ -83,13 +83,26 @@ def _zero3_times(frame: pd.DataFrame, breakdown: pd.DataFrame, params: pd.DataFr
     added = {}
     for kind, option, forward, backward in zip(frame[KIND], frame[OPTION], frame[FORWARD_TIME], frame[BACKWARD_TIME]):
         comm = zero3_comm_ms(params.at[kind, PARAMS], params.at[kind, EXPERT_PARAMS], parallel, cluster)
-        parts = [overlap_ms(c, window, share) for c, window in zip(comm, (forward, backward))]
-        added[(kind, option)] = parts
+        added[(kind, option)] = zero3_passes(comm, forward, backward, share)
     breakdown[ZERO_COMM_MS] = [sum(p[0] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
     breakdown[COMPUTE_MS] += [sum(p[1] for p in added[key]) for key in zip(breakdown[KIND], breakdown[OPTION])]
     keys = list(zip(frame[KIND], frame[OPTION]))
     return {FORWARD_TIME: frame[FORWARD_TIME].to_numpy() + [sum(added[key][0]) for key in keys],
             BACKWARD_TIME: frame[BACKWARD_TIME].to_numpy() + [sum(added[key][1]) for key in keys]}
+
+
+def zero3_passes(comm: tuple[float, float], forward: float, backward: float,
+                 sm_share: float) -> list[tuple[float, float]]:
+    """A layer's ZeRO 3 collectives per micro-batch (``comm``: :func:`~sappkit.layers.comm.zero3_comm_ms`'s forward
+    and backward) overlapped with its forward and its backward: per pass, (the exposed part, the compute's
+    slowdown), both added to the pass's time (:func:`~sappkit.hardware.overlap_ms`).
+
+    Examples
+    --------
+    >>> zero3_passes((3.0, 12.0), 10.0, 10.0, 0.1)
+    [(0.0, 0.30000000000000004), (2.0, 1.0)]
+    """
+    return [overlap_ms(c, window, sm_share) for c, window in zip(comm, (forward, backward))]
 
 
 def _param_bytes(dense: np.ndarray, experts: np.ndarray, body: np.ndarray,

@@ -42,7 +42,7 @@ __all__ = ["Found", "run_search", "ROUND", "TASK", "BOUND_CHUNK", "local_executo
 #: most per task (a round's tasks are many and small, so that every worker stays busy to the round's end).
 ROUND, TASK = 48, 4
 #: Strategies bounded per task (whole pipelines at a time).
-BOUND_CHUNK = 4096
+BOUND_CHUNK = 16384
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,8 @@ def _bound(setting: Setting, accepted: pd.DataFrame, shapes: dict[int, PricedSha
            progress) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     _phase(progress, "bounds", len(accepted))
     costs = {k: (priced.shape, priced.costs, priced.compiled.layers.const_mb) for k, priced in shapes.items()}
-    pipeline = ["schedule", "pipeline_parallel", "virtual_stages", MICRO_BATCHES]
+    # the pipelines of one p and m side by side: their strategies share what a device holds of the parameters
+    pipeline = ["pipeline_parallel", MICRO_BATCHES, "schedule", "virtual_stages"]
     order = accepted.sort_values(pipeline + ["shape"], kind="stable")
     sizes = order.groupby(pipeline, sort=False).size().to_numpy()
     chunks, start, taken = [], 0, 0

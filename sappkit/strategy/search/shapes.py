@@ -9,12 +9,15 @@ device holds of the parameters. So the search compiles one table per shape
 (:func:`price_shape`, run on the executor's workers), and ships it with the
 strategies of that shape. :class:`ShapeCosts` is the little the bounds need
 of a table: per body kind and recompute option its times and memory, the
-head's and the tail's, and the parameters of one layer.
+head's and the tail's, and the parameters of one layer; under ZeRO 3 the
+times gain the per-micro-batch gathers that the data-parallel degree sets
+(:meth:`ShapeCosts.under`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -22,8 +25,9 @@ import pandas as pd
 from ...columns import ACTIVATION_MB, BACKWARD_TIME, BODY, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, SAPP_OPTIONS
 from ...hardware import Cluster
 from ...layers import KernelConfig, ParallelConfig, TransformerConfig
+from ...layers.comm import zero3_comm_ms
 from ...layers.timing import EXPERT_PARAMS, PARAMS
-from ..compiled import CompiledShape, compile_shape
+from ..compiled import CompiledShape, compile_shape, zero3_passes
 
 __all__ = ["SHAPE_DIMENSIONS", "ShapeCosts", "PricedShape", "price_shape", "shape_parallel"]
 
@@ -32,12 +36,14 @@ SHAPE_DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "e
                     "micro_batch_size", "sequence_parallel", "tp_comm_overlap", "cp_kind")
 
 
+@lru_cache(maxsize=65536)
 def shape_parallel(shape: tuple, data_parallel: int | None = None, zero: int = 1,
                    dtype: str = "bf16", fp8_recipe: str | None = None,
                    reshard_after_forward: bool = True) -> ParallelConfig:
     """The :class:`~sappkit.layers.ParallelConfig` of a shape (a tuple in :data:`SHAPE_DIMENSIONS` order) at
     ``data_parallel`` (default ``ep · etp``, a degree every expert layout divides; the shape's table does not
-    depend on it), ``zero`` and ``reshard_after_forward`` (what a device holds of the parameters)."""
+    depend on it), ``zero`` and ``reshard_after_forward`` (what a device holds of the parameters). Kept per
+    argument: the bounds ask for every ``(dp, zero)`` of every shape, chunk after chunk."""
     t, cp, ep, etp, b, sp, overlap, kind = shape
     dp = int(ep) * int(etp) if data_parallel is None else int(data_parallel)
     return ParallelConfig(tensor_parallel=int(t), context_parallel=int(cp), expert_parallel=int(ep),
@@ -98,6 +104,28 @@ class ShapeCosts:
                    dense_params=params[PARAMS].to_numpy(dtype=float),
                    expert_params=params[EXPERT_PARAMS].to_numpy(dtype=float), head=ends(table.head),
                    tail=ends(table.tail))
+
+    def under(self, parallel: ParallelConfig, cluster: Cluster) -> ShapeCosts:
+        """The summary at ``parallel``'s ``dp`` and ZeRO stage: under ZeRO 3 every time with the layer's gathers and
+        reduce-scatters per micro-batch overlapped in (:func:`~sappkit.strategy.compiled.zero3_passes`), as
+        :meth:`CompiledShape.table <sappkit.strategy.compiled.CompiledShape.table>` puts them into the strategy's
+        own table (the head and the tail hold no routed experts); below ZeRO 3 the summary itself."""
+        if parallel.zero != 3:
+            return self
+        share = cluster.device.comm_sm_share
+
+        def timed(forward: float, backward: float, comm: tuple[float, float]) -> tuple[float, float]:
+            passes = zero3_passes(comm, forward, backward, share)
+            return forward + sum(passes[0]), backward + sum(passes[1])
+
+        forward, backward = self.forward.copy(), self.backward.copy()
+        for k, (dense, experts) in enumerate(zip(self.dense_params, self.expert_params)):
+            comm = zero3_comm_ms(dense, experts, parallel, cluster)
+            for o in range(forward.shape[1]):
+                forward[k, o], backward[k, o] = timed(self.forward[k, o], self.backward[k, o], comm)
+        head, tail = ((*timed(end[0], end[1], zero3_comm_ms(end[4], 0.0, parallel, cluster)), *end[2:])
+                      for end in (self.head, self.tail))
+        return replace(self, forward=forward, backward=backward, head=head, tail=tail)
 
 
 @dataclass(frozen=True)

@@ -125,39 +125,60 @@ def price(setting: Setting, shape: tuple) -> PricedShape:
 
 def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     """Bound strategies (``rows``: the strategy columns, ``micro_batches`` and ``shape``, an index into ``costs``,
-    a dict of shape index to the shape tuple and its :class:`~.shapes.ShapeCosts` and table constant)."""
+    a dict of shape index to the shape tuple and its :class:`~.shapes.ShapeCosts` and table constant).
+
+    What a device holds of the parameters, and under ZeRO 3 the layers' times (:meth:`~.shapes.ShapeCosts.under`),
+    are worked out once per shape, ``dp``, ZeRO stage and resharding among ``rows``, the transfer between stages
+    once per shape, ``dp`` and ``p``, and the bounds once per pipeline."""
     n = len(rows)
-    shape_ids = sorted(set(rows["shape"]))
-    position = {shape: i for i, shape in enumerate(shape_ids)}
-    kinds = len(costs[shape_ids[0]][1].counts)
-    params, ends, p2p = np.empty((n, kinds)), np.empty((n, 2)), np.empty(n)
-    index = pd.Series(range(n))
     shape, dp, zero, p, reshard = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero",
                                                                     "pipeline_parallel", "reshard_after_forward"))
-    for (k, d, z, r), at in index.groupby([shape, dp, zero, reshard]).groups.items():
-        parallel = shape_parallel(costs[k][0], d, z, setting.dtype, setting.fp8_recipe, reshard_after_forward=r)
-        summary = costs[k][1]
-        params[at] = [param_bytes(dense, expert, parallel)[0] / _MB
-                      for dense, expert in zip(summary.dense_params, summary.expert_params)]
-        ends[at] = [param_bytes(end[4], 0.0, parallel, body=False)[0] / _MB + end[3]
-                    for end in (summary.head, summary.tail)]
-    for (k, d, stages), at in index.groupby([shape, dp, p]).groups.items():
-        p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype, setting.fp8_recipe), setting.cluster,
-                              int(stages))
-    const = np.array([costs[k][2] for k in shape])
+    held, where = [], np.empty(n, dtype=int)
+    for i, ((k, d, z, r), at) in enumerate(_groups(shape, dp, zero, reshard)):
+        held.append((*_held(setting, costs[k][0], costs[k][1], d, z, r), costs[k][2]))
+        where[at] = i
+    p2p = np.empty(n)
+    for (k, d, stages), at in _groups(shape, dp, p):
+        p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype, setting.fp8_recipe),
+                              setting.cluster, int(stages))
+    params = np.array([params for _, params, _, _ in held])[where]
+    ends = np.array([ends for _, _, ends, _ in held])[where]
+    const = np.array([const for _, _, _, const in held])[where]
+    stacked = stack_costs([summary for summary, _, _, _ in held])
     memory, time, even = np.empty(n), np.empty(n), np.empty((n, len(SAPP_OPTIONS)))
-    stacked = stack_costs([costs[k][1] for k in shape_ids])
-    where = np.array([position[k] for k in shape])
     keys = [rows[key].to_numpy() for key in ("schedule", "pipeline_parallel", "virtual_stages", "micro_batches")]
-    for (schedule, stages, chunks, m), at in index.groupby(keys).groups.items():
-        at = np.asarray(at)
-        values = PerStrategy.gather(stacked, where[at],
-                                    params=params[at], head_mb=ends[at, 0], tail_mb=ends[at, 1], const_mb=const[at],
-                                    p2p_ms=p2p[at])
+    for (schedule, stages, chunks, m), at in _groups(*keys):
+        values = PerStrategy.gather(stacked, where[at], params=params[at], head_mb=ends[at, 0], tail_mb=ends[at, 1],
+                                    const_mb=const[at], p2p_ms=p2p[at])
         found = bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
         memory[at], time[at] = found.memory_mb, found.time_ms
         even[at] = even_bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
     return Bounded(memory, time, even)
+
+
+def _held(setting: Setting, shape: tuple, summary, dp: int, zero: int, reshard: bool) -> tuple:
+    """What the bounds read of a shape's :class:`~.shapes.ShapeCosts` ``summary`` at ``dp``, ``zero`` and
+    ``reshard`` (``reshard_after_forward``): the summary with its times there (:meth:`~.shapes.ShapeCosts.under`),
+    the MB a body layer of each kind holds of its parameters, and the head's and the tail's parameters and what
+    they keep once, MB."""
+    parallel = shape_parallel(shape, dp, zero, setting.dtype, setting.fp8_recipe, reshard_after_forward=reshard)
+    params = [param_bytes(dense, expert, parallel)[0] / _MB
+              for dense, expert in zip(summary.dense_params, summary.expert_params)]
+    ends = [param_bytes(end[4], 0.0, parallel, body=False)[0] / _MB + end[3] for end in (summary.head, summary.tail)]
+    return summary.under(parallel, setting.cluster), params, ends
+
+
+def _groups(*columns: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
+    """The distinct rows of ``columns`` (arrays of one length), each with the positions where it occurs
+    (ascending)."""
+    codes = np.zeros(len(columns[0]), dtype=np.int64)
+    for column in columns:  # one code per distinct row: the columns' codes as the digits of a number
+        digits, values = pd.factorize(column)
+        codes = codes * len(values) + digits
+    _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    at = np.split(order, np.flatnonzero(np.diff(inverse[order])) + 1)
+    return [(tuple(column[i] for column in columns), positions) for i, positions in zip(first, at)]
 
 
 def strategy_of(row: tuple, dtype: str, fp8_recipe: str | None = None) -> Strategy:

@@ -8,7 +8,7 @@ import pytest
 
 from sappkit import TransformerConfig
 from sappkit.balancer import balance, even_plan
-from sappkit.columns import SAPP_OPTIONS
+from sappkit.columns import BACKWARD_TIME, BODY, FORWARD_TIME, KIND, OPTION, PARAM_MB, SAPP_OPTIONS
 from sappkit.errors import InputError
 from sappkit.hardware import Cluster
 from sappkit.pipeline.events import step_plan
@@ -18,7 +18,8 @@ from sappkit.pipeline.schedules import check_pipeline, in_flight_counts
 from sappkit.strategy.search.bounds import DRAINED, SIMULTANEOUS, _least_time, flight_counts
 from sappkit.strategy.search.space import SEARCHED_SCHEDULES, enumerate_strategies
 from sappkit.strategy.search.shapes import SHAPE_DIMENSIONS
-from sappkit.strategy.search.tasks import STRATEGY_FIELDS, Setting, balanced_pass, bound, price, strategy_of
+from sappkit.strategy.config import Strategy
+from sappkit.strategy.search.tasks import STRATEGY_FIELDS, Setting, _held, balanced_pass, bound, price, strategy_of
 from sappkit.strategy.step import price_plan, price_single_stage
 from sappkit.layers.comm import boundary_ms
 
@@ -152,3 +153,29 @@ def test_no_placement_beats_the_bounds(model, devices, memory_mb, per_schedule):
         if balanced is not None and np.isfinite(balanced.step_ms):
             assert memory <= balanced.peak_memory_mb * (1 + 1e-9) and time <= balanced.step_ms * (1 + 1e-9)
     assert checked >= 7 * per_schedule
+
+
+@pytest.mark.parametrize("zero, reshard", [(1, True), (3, True), (3, False)])
+@pytest.mark.parametrize("model, ep", [(GPT, 1), (MOE, 2)], ids=["gpt", "moe"])
+def test_the_bounds_read_the_strategys_own_table(model, ep, zero, reshard):
+    """The times and the parameter memory the bounds read at a (dp, ZeRO, resharding) are those of the strategy's
+    own table, ZeRO 3's per-micro-batch gathers (with resharding, again in the backward) and the weights kept
+    gathered without resharding included."""
+    cluster = Cluster.preset("dgx-a100")
+    setting = Setting(models=(model,), cluster=cluster, global_batch=32, memory_mb=1e5, dtype="bf16")
+    shape = (2, 1, ep, 1, 2, True, False, "ring")
+    priced = price(setting, shape)
+    summary, params, ends = _held(setting, shape, priced.costs, 16, zero, reshard)
+    strategy = Strategy(tensor_parallel=2, data_parallel=16, expert_parallel=ep, micro_batch_size=2, zero=zero,
+                        reshard_after_forward=reshard)
+    table = priced.compiled.table(strategy.parallel, cluster)
+    kinds = list(table.body_kinds)
+    for _, row in table.frame[table.frame["role"] == BODY].iterrows():
+        at = kinds.index(row[KIND]), SAPP_OPTIONS.index(row[OPTION])
+        assert (summary.forward[at], summary.backward[at]) == (row[FORWARD_TIME], row[BACKWARD_TIME])
+        assert params[at[0]] == pytest.approx(row[PARAM_MB], rel=1e-12)
+    for end, mb, row in ((summary.head, ends[0], table.head), (summary.tail, ends[1], table.tail)):
+        assert end[:2] == (row[FORWARD_TIME], row[BACKWARD_TIME])
+        assert mb - end[3] == pytest.approx(row[PARAM_MB], rel=1e-12)
+    # ZeRO 3's gathers outrun the compute on these links: the times grow, the more with resharding
+    assert (summary.backward > priced.costs.backward).any() == (zero == 3)
