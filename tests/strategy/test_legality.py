@@ -55,7 +55,7 @@ def _frame_rules(strategies: list[Strategy], model: RuledModel, devices_per_node
 @pytest.mark.parametrize("stacks", [[DENSE], [MOE]], ids=["dense", "moe"])
 @pytest.mark.parametrize("tensor_across_nodes", [False, True])
 def test_the_scalar_check_keeps_the_frame_checks_rule_and_reason_for_every_strategy(stacks, tensor_across_nodes):
-    strategies = _random_strategies(seed=len(stacks[0].__dict__) + tensor_across_nodes, count=1500)
+    strategies = _random_strategies(seed=28 + tensor_across_nodes, count=1500)
     model = RuledModel.of(stacks)
     frame = _frame_rules(strategies, model, 2, tensor_across_nodes)
     for strategy, rule, reason, m in zip(strategies, frame[RULE], frame[REASON], frame[MICRO_BATCHES]):
