@@ -18,10 +18,9 @@ import time
 import numpy as np
 import pandas as pd
 
-from sappkit import KernelConfig
 from sappkit.strategy.search import search_strategies
 from sappkit.strategy.search.space import DIMENSIONS, canonical_settings
-from sappkit.strategy.validation import PUBLISHED_ATTENTION, published_runs, run_inputs
+from sappkit.strategy.validation import published_runs, run_inputs, run_kernels
 
 #: The columns of a search's table printed under --top.
 TOP_COLUMNS = ["rank", "label", "step_ms", "step_low_ms", "step_high_ms", "within_error"]
@@ -38,8 +37,7 @@ def published_row(frame: pd.DataFrame, strategy) -> pd.Series | None:
 def search_of(run: pd.Series):
     """The default-space search of a published run's setup, with its model and published strategy."""
     model, strategy, batch = run_inputs(run)
-    attention = run.get("attention")
-    kernels = KernelConfig(attention=PUBLISHED_ATTENTION if pd.isna(attention) else str(attention))
+    kernels = run_kernels(run)
     recipe = run.get("fp8_recipe")
     found = search_strategies(model, devices=strategy.devices, global_batch=batch, cluster=run["cluster"],
                               dtype=strategy.dtype, fp8_recipe=None if pd.isna(recipe) else str(recipe),

@@ -40,7 +40,7 @@ from .config import Strategy
 from .evaluate import evaluate_strategy
 
 __all__ = ["METRICS", "METRIC_NAMES", "PUBLISHED_RUNS", "PUBLISHED_MEMORY", "published_runs", "published_memory", "validate",
-           "validate_memory", "Validation", "run_inputs", "PUBLISHED_ATTENTION", "OPTIONAL",
+           "validate_memory", "Validation", "run_inputs", "run_kernels", "PUBLISHED_ATTENTION", "OPTIONAL",
            "FAMILIES", "GROUPS", "family", "family_of"]
 
 #: The families :meth:`Validation.by_group` tells apart, and the columns it groups by.
@@ -287,12 +287,17 @@ def _memory_compared(row, clusters) -> dict:
 def _priced(row, clusters):
     model, strategy, batch = run_inputs(row)
     cluster = (clusters or {}).get(row["cluster"]) or Cluster.preset(row["cluster"])
-    fused = row.get("fused_elementwise")
-    kernels = KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)),
-                           fused_elementwise=True if fused is None or pd.isna(fused) else _flag(row, "fused_elementwise"))
     result = evaluate_strategy(model, strategy, cluster=cluster, global_batch=batch, recompute=row["recompute"],
-                               kernels=kernels)
+                               kernels=run_kernels(row))
     return model, strategy, batch, result
+
+
+def run_kernels(row) -> KernelConfig:
+    """The kernels a published run ran: its ``attention`` (default :data:`PUBLISHED_ATTENTION`) and
+    ``fused_elementwise`` (default fused) columns."""
+    fused = row.get("fused_elementwise")
+    return KernelConfig(attention=str(row.get("attention", PUBLISHED_ATTENTION)),
+                        fused_elementwise=True if fused is None or pd.isna(fused) else _flag(row, "fused_elementwise"))
 
 
 def family(model: TransformerConfig, strategy: Strategy) -> str:

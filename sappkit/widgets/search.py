@@ -4,7 +4,8 @@ error about each, and, for the one chosen among them, where its step goes beside
 own config's, given as ``baseline=``) and its balanced plan with its Gantt chart and stage memory out.
 
 Thin wiring of :func:`sappkit.search_strategies` (each setting searched once and kept, on one thread of this
-kernel), :meth:`sappkit.StrategySearch.plan`, :meth:`~sappkit.StrategySearch.step_terms` and the plots. A setting not searched yet takes a search (about a
+kernel), :meth:`sappkit.StrategySearch.plan`, :meth:`~sappkit.StrategySearch.step_terms` and the plots.
+A setting not searched yet takes a search (about a
 second or two on the notebook's space); the chosen row and every setting met before answer at once. For a
 report, the device counts' states are precomputed (:mod:`.offline`).
 """
