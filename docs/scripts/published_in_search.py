@@ -7,7 +7,8 @@
 For each run (data/published_runs.csv, read by sappkit.strategy.validation.run_inputs) it searches the run's
 model on its devices, global batch, cluster, precision and attention kernels, in the default space, and prints
 the published strategy's status and rank there, the search's best, the best's step over the published one's
-(both priced as the search prices them), whether the two lie within the model's error of each other, and the
+(the published strategy priced at the run's own recompute on the even placement, as sappkit validate prices
+it, whether or not sappkit's memory model lets it fit; the best as the search priced it), whether the two lie within the model's error of each other, and the
 two side by side term by term (Comparison.describe). --top also prints the search's fastest rows with their
 bands. Searches are CPU-heavy: the largest setups take minutes each.
 """
@@ -56,7 +57,7 @@ def report(run: pd.Series, top: int) -> None:
     if found.best is None:
         print("nothing fits\n")
         return
-    comparison = found.compare(strategy)
+    comparison = found.compare(strategy, recompute=str(run["recompute"]))
     within = comparison.a.step_ms / (1 + found.best["model_error"]) <= found.best["step_high_ms"]
     print(f"published: {where}; best: {found.best['label']}; best / published step "
           f"{1 / comparison.speedup:.3f} ({'within' if within else 'outside'} the model's error)")

@@ -17,9 +17,11 @@ import sys
 from pathlib import Path
 
 from .._check import short
+from ..columns import SAPP_OPTIONS
 from ..errors import InputError
 from ..layers import KernelConfig, estimate_layers
 from ..layers.configs import ATTENTION_KERNELS, FP8_RECIPES
+from ..layers.op_sac import OP_OPTIONS
 from ..models import PRESETS, read_model_config
 from ..balancer.grammar import TRAINER_SCHEDULES
 from ..strategy.evaluate import resolve_model
@@ -64,6 +66,9 @@ def register(subparsers) -> None:
     parser.add_argument("--compare", default=None, metavar="'LABEL'",
                         help="also set a strategy beside the best term by term, e.g. 't8 p16 v2' (what a label "
                              "leaves out takes the default; dp fills the devices)")
+    parser.add_argument("--compare-recompute", default=None, choices=(*SAPP_OPTIONS, *OP_OPTIONS),
+                        help="price --compare's strategy with every layer on this recompute, whether or not it "
+                             "fits (default: the fastest option that fits)")
     parser.add_argument("--seq-length", type=int, default=None, metavar="S",
                         help="tokens per sequence (default the model's)")
     parser.add_argument("--device", default=None, metavar="NAME|FILE",
@@ -122,6 +127,9 @@ def _run(args) -> int:
                    fp8_recipe=args.fp8_recipe, baseline=baseline)
     if args.top < 1:
         raise InputError(f"--top must be an int >= 1; got {args.top}")
+    if args.compare_recompute is not None and args.compare is None:
+        raise InputError(f"--compare-recompute prices --compare's strategy; got --compare-recompute "
+                         f"{args.compare_recompute!r} without --compare")
     if args.scheduler is None:
         found = search_strategies(model, **options)
     else:
@@ -138,7 +146,7 @@ def _run(args) -> int:
     out.table("strategies", _shown(found.table(args.top)), key=KEY_COLUMNS, headers=_HEADERS,
               machine=found.frame.head(args.top))
     out.line("\n".join(found.describe().splitlines()[1:]))
-    _explain(out, found, args.compare)
+    _explain(out, found, args.compare, args.compare_recompute)
     _export(out, found, trainer, path)
     out.line(f"searched in {found.seconds:.1f} s")
     best = found.best
@@ -169,14 +177,14 @@ def _export_target(export: str | None, baseline) -> tuple[str | None, Path | Non
     return baseline.trainer, Path(export)
 
 
-def _explain(out, found, compare: str | None) -> None:
+def _explain(out, found, compare: str | None, recompute: str | None) -> None:
     """The baseline against the best and ``--compare``'s strategy against the best, term by term."""
     if found.best is None:
         return
     if found.baseline is not None:
         _comparison(out, "your config", found.against_baseline(), "baseline")
     if compare is not None:
-        _comparison(out, "--compare", found.compare(compare), "compare")
+        _comparison(out, "--compare", found.compare(compare, recompute=recompute), "compare")
 
 
 def _comparison(out, title: str, compared, key: str) -> None:

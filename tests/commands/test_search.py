@@ -259,6 +259,17 @@ def test_cli_search_compares_a_strategy_with_the_best(config, capsys):
     assert all(len(line) <= 100 for line in lines)
 
 
+def test_cli_search_compares_at_the_recompute_it_is_given(config, capsys):
+    assert _search(config, "--compare", "t2 p2", "--compare-recompute", "full", *NARROW) == 0
+    lines = capsys.readouterr().out.splitlines()
+    at = lines.index("--compare (a) against the best (b):")
+    changes = " ".join(lines[at + 4:at + 6])
+    assert "recompute full ->" in changes, lines[at:at + 6]
+    assert _search(config, "--compare-recompute", "full", *NARROW) == 2
+    assert capsys.readouterr().err == ("sappkit search: --compare-recompute prices --compare's strategy; got "
+                                       "--compare-recompute 'full' without --compare\n")
+
+
 def test_cli_search_export_path_needs_a_config(config, capsys):
     assert _search(config, "--export", "best.sh", *NARROW) == 2
     assert capsys.readouterr().err == ("sappkit search: --export must be a trainer (megatron, torchtitan, mindformers, "

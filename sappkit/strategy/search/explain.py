@@ -33,12 +33,13 @@ from ...layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, TP_COMM_MS, ZER
 from ...layers.units import format_mb, text_table
 from ..compiled import compile_shape
 from ..config import Strategy
+from ..evaluate import evaluate_strategy
 from ..legality import check_strategy_fits
 from ..step import DP_COMM_MS, IDLE_MS, OPTIMIZER_MS, PP_COMM_MS, price_plan, price_single_stage
 from .tasks import Setting, p2p_ms, price_even, recompute_mix
 
 __all__ = ["PricedStrategy", "Comparison", "TERMS", "BUBBLE_MS", "price_placed", "price_cheapest",
-           "price_config", "step_terms", "layers_for", "why_ranked", "ordinal"]
+           "price_at", "price_config", "step_terms", "layers_for", "why_ranked", "ordinal"]
 
 BUBBLE_MS = "bubble_ms"
 #: A step's terms, ms, in the order they add up to it (module docstring).
@@ -149,6 +150,16 @@ def price_cheapest(setting: Setting, strategy: Strategy, layers=None) -> PricedS
     return _priced(strategy, strategy.label, result, "even", option, strategy.micro_batches(setting.global_batch))
 
 
+def price_at(setting: Setting, strategy: Strategy, recompute: str) -> PricedStrategy:
+    """``strategy`` on the even placement with every body layer on ``recompute`` (any option
+    :func:`~sappkit.strategy.evaluate_strategy` takes, ``selective_op`` among them), priced as
+    :func:`~sappkit.strategy.evaluate_strategy` prices it whether or not it fits (:attr:`PricedStrategy.fits`
+    says): a published run at its own recompute, say."""
+    result = evaluate_strategy(setting.models, strategy, cluster=setting.cluster, global_batch=setting.global_batch,
+                               recompute=recompute, memory_mb=setting.memory_mb, kernels=setting.kernels)
+    return _priced(strategy, strategy.label, result, "even", recompute, strategy.micro_batches(setting.global_batch))
+
+
 def price_config(setting: Setting, config) -> PricedStrategy:
     """A trainer config (anything with ``.strategy`` and ``.plan_for(layers, memory_mb=)``, e.g.
     :class:`sappkit.trainers.TrainerConfig`) priced on its own placement and recompute."""
@@ -204,9 +215,11 @@ class Comparison:
         faster = "faster" if self.speedup >= 1 else "slower"
         changes = self.changes()
         said = ", ".join(f"{what} {a} -> {b}" for what, a, b in changes.itertuples(index=False)) or "nothing"
-        lines = [f"a: {self.a.label}: {self.a.step_ms:,.1f} ms, peak {format_mb(self.a.peak_memory_mb)}",
-                 f"b: {self.b.label}: {self.b.step_ms:,.1f} ms, peak {format_mb(self.b.peak_memory_mb)}",
-                 f"b is {max(self.speedup, 1 / self.speedup):.3f}x {faster} than a"]
+        lines = [f"{name}: {side.label}: {side.step_ms:,.1f} ms, peak {format_mb(side.peak_memory_mb)}"
+                 + ("" if side.fits else f", over its limit of {format_mb(float(side.memory['limit_mb'].min()))}")
+                 for name, side in (("a", self.a), ("b", self.b))]
+        lines += [
+f"b is {max(self.speedup, 1 / self.speedup):.3f}x {faster} than a"]
         lines += textwrap.wrap(f"changes: {said}", 100, subsequent_indent="  ")
         frame = self.frame.round(1)
         frame.loc["step_ms"] = [self.a.step_ms, self.b.step_ms, self.b.step_ms - self.a.step_ms]

@@ -40,7 +40,7 @@ from ...layers import LayerTable
 from ...layers.units import format_mb
 from ..bands import BAND_COLUMNS, robust_index
 from ..config import Strategy
-from .explain import Comparison, PricedStrategy, price_cheapest, ordinal, price_placed, why_ranked
+from .explain import Comparison, PricedStrategy, ordinal, price_at, price_cheapest, price_placed, why_ranked
 from .labels import parse_strategy
 from .space import DIMENSIONS, MICRO_BATCHES, REASON, RULE
 from .tasks import BALANCED_CHUNKS, STRATEGY_FIELDS, Setting, balanced_plan, strategy_of
@@ -147,12 +147,15 @@ class StrategySearch:
         """Where a row's step goes (default the best's), ms (:data:`~.explain.TERMS`): they add up to its step."""
         return self.priced(row).terms
 
-    def compare(self, a, b=None) -> Comparison:
+    def compare(self, a, b=None, *, recompute: str | None = None) -> Comparison:
         """Two strategies side by side, term by term (:class:`~.explain.Comparison`). Each is a row's index
         label, a strategy label (``"t8 p16 v2"``, :func:`~.labels.parse_strategy`) or a
         :class:`~sappkit.Strategy`; ``b`` defaults to the best. A strategy the search did not price is priced
-        as its cheap pass would be."""
-        return Comparison(self._priced_of(a, "a"), self._priced_of(b, "b"))
+        as its cheap pass would be. With ``recompute`` (an option :func:`~sappkit.strategy.evaluate_strategy`
+        takes, ``selective_op`` among them), each one given as a label or a Strategy is priced on its even
+        placement with every layer on that option instead, whether or not it fits (the comparison says): a
+        published run at its own recompute. Rows given by index keep the search's pricing."""
+        return Comparison(self._priced_of(a, "a", recompute), self._priced_of(b, "b", recompute))
 
     def against_baseline(self) -> Comparison:
         """The baseline (``a``) against the best (``b``); raises without a baseline."""
@@ -266,7 +269,7 @@ class StrategySearch:
         table = self.table().round(3).to_html()
         return f"<div><b>StrategySearch</b>: {html.escape(head)}<ul>{items}</ul>{table}</div>"
 
-    def _priced_of(self, which, name: str) -> PricedStrategy:
+    def _priced_of(self, which, name: str, recompute: str | None) -> PricedStrategy:
         if which is None:
             return self.priced()
         if isinstance(which, str):
@@ -275,12 +278,13 @@ class StrategySearch:
         if not isinstance(which, Strategy):
             return self.priced(which)
         rows = self.frame.index[self.frame["label"] == which.label]
-        if len(rows) and np.isfinite(float(self.frame.at[rows[0], STEP_MS])):
+        if recompute is None and len(rows) and np.isfinite(float(self.frame.at[rows[0], STEP_MS])):
             return self.priced(rows[0])
         if which.devices != self.devices:
             raise InputError(f"{name} runs on {which.devices} devices ({which.label}); the search ran on "
                              f"{self.devices}")
-        return price_cheapest(self.setting, which)
+        return price_cheapest(self.setting, which) if recompute is None else price_at(self.setting, which,
+                                                                                       recompute)
 
     def _row(self, row) -> pd.Series:
         if row is None:

@@ -101,6 +101,27 @@ def test_compare_takes_a_label_or_a_strategy_the_search_did_not_price(exhaustive
         exhaustive.compare(Strategy(data_parallel=8))
 
 
+def test_compare_prices_a_strategy_at_the_recompute_it_is_given_fitting_or_not(exhaustive):
+    row = _evaluated(exhaustive).iloc[0]
+    strategy = exhaustive.strategy(row.name)
+    for option in ("none", "full", "selective_op"):
+        reference = evaluate_strategy(GPT, strategy, cluster="dgx-a100", global_batch=64, recompute=option,
+                                      memory_mb=1500)
+        compared = exhaustive.compare(row["label"], row.name, recompute=option)
+        a = compared.a
+        assert a.recompute == option and a.placement == "even" and a is not exhaustive.priced(row.name)
+        assert a.step_ms == pytest.approx(reference.step_time, rel=1e-12) and a.fits == reference.fits
+        assert a.terms.sum() == pytest.approx(reference.step_time, rel=1e-9)
+        assert compared.b is exhaustive.priced(row.name)  # a row by index keeps the search's pricing
+        head = compared.describe().splitlines()[0]
+        assert head.endswith(", over its limit of 1.5 GB") != reference.fits, head
+    tight = Strategy(data_parallel=16)  # every layer kept: over 1,500 MB on one stage
+    compared = exhaustive.compare(tight, recompute="none")
+    assert not compared.a.fits and "over its limit" in compared.describe().splitlines()[0]
+    with pytest.raises(InputError, match="recompute"):
+        exhaustive.compare(tight, recompute="half")
+
+
 def test_equal_steps_are_ties_with_one_rank(exhaustive):
     frame = exhaustive.frame
     priced = frame[frame["step_ms"].notna()]
