@@ -77,6 +77,11 @@ reduce-scatter output: ``first_working_mb = (w + 2g)·P·(1 − 1/D) + g·P/D``
 forward to its backward, ``w·P·(1 − 1/D)`` more held, and its backward's
 working set loses its own weights: ``(w + g)·P·(1 − 1/D)``.
 
+**Context parallelism's gathered keys and values**: under ``cp_kind="allgather"`` a layer's backward holds the
+whole sequence's keys and values, their gradients and a reordered copy beside its working set above,
+``e·((K + V)(3 + 1/2c) + max(K, V))`` with ``K = s·b·a_kv·d/t``, ``V = s·b·a_kv·d_v/t``
+(:mod:`sappkit.layers.cp_memory`, from Transformer Engine's backward); ``ring`` and ``a2a`` add nothing.
+
 **Time** (``time_model="roofline"``, the default): each op of the layer,
 forward and backward, priced on the device by the compute or memory roofline
 with its size-dependent matmul efficiency (:mod:`sappkit.layers.ops`), plus
@@ -122,6 +127,7 @@ from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
 from ..hardware import Cluster, DeviceConfig
 from .comm import LayerComm, boundary_ms, grad_sync_ms, head_comm, layer_comm, optimizer_ms
+from .cp_memory import kv_gather_bytes
 from .mtp import mtp_comm, mtp_ops, mtp_shapes
 from .op_sac import OP_OPTIONS, OP_SAC, check_op_sac, op_sac_kept_bytes, op_sac_rerun
 from .configs import _BYTES, KernelConfig, ParallelConfig, TransformerConfig
@@ -294,6 +300,7 @@ class _Pricing:
         held, _ = param_bytes(dense, routed, parallel, body=body is not None, frozen=frozen)
         working, first_working = fsdp_working_bytes(dense, routed, parallel, body=body is not None,
                                                    frozen=frozen)
+        gathered = kv_gather_bytes(parts, parallel) / _MB  # all-gather CP's keys and values, beside the weights
         kept, flops = _kept(parts, parallel)
         op_rerun = None
         trained = (0.0, 0.0) if frozen else (dense, routed)  # a frozen stack reduces and updates nothing
@@ -316,8 +323,9 @@ class _Pricing:
                                 boundary_ms=boundary_ms(boundary, parallel, self.cluster, stages=2))
         return [({KIND: kind, ROLE: role, COUNT: count, PARAM_MB: held / _MB, OPTION: option,
                   FORWARD_TIME: priced.times[option][0], BACKWARD_TIME: priced.times[option][1],
-                  ACTIVATION_MB: kept[option] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0, WORKING_MB: working / _MB,
-                  FIRST_WORKING_MB: first_working / _MB, GRAD_MB: 0.0}, priced.breakdown[option])
+                  ACTIVATION_MB: kept[option] / _MB, MODULE: module, MEMORY_ONCE_MB: 0.0,
+                  WORKING_MB: gathered + working / _MB, FIRST_WORKING_MB: gathered + first_working / _MB,
+                  GRAD_MB: 0.0}, priced.breakdown[option])
                 for option in options]
 
 

@@ -37,6 +37,10 @@ class Shape:
     """Forward matmul FLOPs per token."""
     core_flops: float = 0.0
     """Forward attention-core FLOPs per (query, key) pair."""
+    keys: float = 0.0
+    """Key elements per token, all key/value heads (``a_kv·d``): what all-gather CP gathers, with ``values``."""
+    values: float = 0.0
+    """Value elements per token, all key/value heads (``a_kv·d_v``)."""
 
 
 def layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConfig, *, fp8: bool = False) -> Shape:
@@ -76,7 +80,8 @@ def layer_shape(model: TransformerConfig, moe: bool, e: int, kernels: KernelConf
         seq=model.seq_length, dense_params=attention + mlp_dense + 2 * h, expert_params=expert,
         replicated=2 * norm + 2 * lin * h + hidden_masks + latents,
         split=qkv + lin * a * dv + mlp_kept, core=core, core_tokens=core_tokens,
-        dropped_by_comm=2 * lin * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv))
+        dropped_by_comm=2 * lin * h, kept_by_full=e * h, flops=2 * attention + mlp_flops, core_flops=2 * a * (d + dv),
+        keys=kv_heads * d, values=kv_heads * dv)
 
 
 def mask_bytes(kernels: KernelConfig, e: int) -> int:

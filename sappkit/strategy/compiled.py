@@ -6,7 +6,9 @@ links their groups run on); not on the data-parallel degree or the ZeRO
 stage, which only change what each device holds of the parameters. A
 :class:`CompiledShape` holds the estimate of one such shape
 (:func:`compile_shape`, cached), and :meth:`CompiledShape.table` puts any
-``(dp, zero)``'s parameter memory into it in a few array operations. The
+``(dp, zero)``'s parameter memory into it in a few array operations (what
+ZeRO 3 gathers joins the working sets beside the activations' own: the keys
+and values all-gather context parallelism gathers). The
 strategy search prices thousands of strategies over a handful of shapes.
 """
 
@@ -43,7 +45,9 @@ class CompiledShape:
 
     models: tuple[TransformerConfig, ...]
     layers: LayerTable
-    """The estimate at the parallel settings it was compiled with."""
+    """The estimate at the parallel settings it was compiled with, without ZeRO: its working sets are the
+    activations' alone (all-gather CP's keys and values, :mod:`sappkit.layers.cp_memory`), to which :meth:`table`
+    adds what ZeRO 3 gathers of the parameters."""
     params: pd.DataFrame
     """Per kind: ``params`` and ``expert_params`` on one device (after tensor and expert splitting)."""
     tables: dict = field(default_factory=dict, repr=False)
@@ -69,8 +73,10 @@ class CompiledShape:
         breakdown[DP_COMM_MS] = [grad_sync_ms(d, e, parallel, cluster) for d, e in pairs]
         breakdown[OPTIMIZER_MS] = [optimizer_ms(d, e, parallel, cluster) for d, e in pairs]
         times = _zero3_times(frame, breakdown, self.params, parallel, cluster)
-        return self.layers.with_columns(**{PARAM_MB: held / _MB, WORKING_MB: working / _MB,
-                                           FIRST_WORKING_MB: first / _MB, **times}, breakdown=breakdown)
+        # The compiled working sets are the activations' (``layers``); the parameters' add to them.
+        working_sets = {column: frame[column].to_numpy() + extra / _MB
+                        for column, extra in ((WORKING_MB, working), (FIRST_WORKING_MB, first))}
+        return self.layers.with_columns(**{PARAM_MB: held / _MB, **working_sets, **times}, breakdown=breakdown)
 
 
 def _zero3_times(frame: pd.DataFrame, breakdown: pd.DataFrame, params: pd.DataFrame, parallel: ParallelConfig,
@@ -154,7 +160,9 @@ def compile_shape(models: tuple[TransformerConfig, ...], parallel: ParallelConfi
     key = shape_key(models, parallel, cluster, kernels, options)
     compiled = _cache.get(key)
     if compiled is None:
-        layers = estimate_layers(*models, parallel=parallel, cluster=cluster, kernels=kernels, options=options)
+        # Without ZeRO the estimate's working sets hold no parameters: table() adds each (dp, zero)'s.
+        free = replace(parallel, zero=0, reshard_after_forward=True)
+        layers = estimate_layers(*models, parallel=free, cluster=cluster, kernels=kernels, options=options)
         params = layers.breakdown.drop_duplicates(KIND).set_index(KIND)[[PARAMS, EXPERT_PARAMS]]
         compiled = CompiledShape(models=models, layers=layers, params=params)
         if len(_cache) >= _CACHE_SIZE:

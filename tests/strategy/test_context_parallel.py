@@ -1,15 +1,21 @@
 """Context parallelism as trainers run it: ``ring`` (Megatron's p2p, load-balanced causal chunks, one kernel per
 step at its block's size, the softmax merges), ``allgather`` (Llama 3's) and ``a2a`` (Ulysses), each checked
-against its closed form by hand."""
+against its closed form by hand; all-gather's gathered keys and values in the search's and evaluate_strategy's
+memory alike."""
+
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
-from sappkit import InputError, Strategy, TransformerConfig, evaluate_strategy
+from sappkit import InputError, Strategy, TransformerConfig, estimate_layers, evaluate_strategy
 from sappkit.hardware import Cluster
 from sappkit.hardware.collectives import collective_ms
 from sappkit.layers import KernelConfig
 from sappkit.layers.comm import layer_comm
 from sappkit.layers.ops import BACKWARD, FORWARD, layer_ops
+from sappkit.strategy.compiled import DEFAULT_KERNELS, compile_shape
+from sappkit.strategy.search import search_strategies
 
 LLAMA = TransformerConfig(layers=4, hidden_size=4096, num_heads=32, num_kv_heads=8, ffn_size=14336,
                           seq_length=8192, vocab_size=32000, gated_mlp=True)
@@ -121,3 +127,51 @@ def test_the_named_attention_kernels_run_at_their_sourced_share_of_the_peak():
     plain = layer_ops(LLAMA, False, parallel, SLOW.device.__class__(), KernelConfig(attention="fa3"))
     generic = layer_ops(LLAMA, False, parallel, SLOW.device.__class__(), FLASH)  # a device without the data
     assert _op(plain, "attention", FORWARD).time_ms == _op(generic, "attention", FORWARD).time_ms
+
+
+#: Small enough to search exhaustively; 4 KV heads of 64, 8,192 tokens.
+SMALL = TransformerConfig(layers=8, hidden_size=1024, num_heads=16, num_kv_heads=4, ffn_size=4096, seq_length=8192,
+                          vocab_size=32000)
+#: All-gather CP's backward at t = 2, c = 2, b = 1 in bf16 (sappkit.layers.cp_memory):
+#: e·s·b·(a_kv/t)·((d + d_v)(3 + 1/2c) + max(d, d_v)) = 2·8192·2·(128·3.25 + 64) bytes = 15 MB.
+GATHERED_MB = 2 * 8192 * 2 * (128 * 3.25 + 64) / 2**20
+
+
+def test_the_search_and_evaluate_strategy_charge_allgathers_keys_and_values_alike():
+    with ThreadPoolExecutor(1) as pool:
+        found = search_strategies(SMALL, executor=pool, cluster="dgx-a100", devices=8, global_batch=16,
+                                  memory_mb=20000, progress=False, balance_top=2, prune=False, schedules=["1f1b"],
+                                  dims={"pipeline_parallel": [1, 2], "tensor_parallel": [2], "context_parallel": [2],
+                                        "micro_batch_size": [1], "zero": [1, 3], "sequence_parallel": [True],
+                                        "cp_kind": ["ring", "allgather"]})
+    priced = found.frame[found.frame["status"].isin(["evaluated", "balanced"])]
+    assert set(priced["cp_kind"]) == {"ring", "allgather"} and set(priced["pipeline_parallel"]) == {1, 2}
+    peaks = {}
+    for index, row in priced.iterrows():
+        strategy = found.strategy(index)
+        result = evaluate_strategy(SMALL, strategy, cluster="dgx-a100", global_batch=16, memory_mb=20000,
+                                   recompute=row["recompute"], placement="balanced" if row["status"] == "balanced"
+                                   else "even")
+        assert row["peak_memory_mb"] == result.peak_memory_mb
+        peaks[row["label"]] = result.peak_memory_mb
+    # no pipeline, ZeRO 1: the peak is a layer's backward, the gathered keys and values on top of ring's
+    ring = "t2 p1 v1 dp2 cp2 ep1 b1 1f1b zero1"
+    assert peaks[f"{ring} cp-allgather"] - peaks[ring] == pytest.approx(GATHERED_MB, rel=1e-9)
+
+
+def test_a_strategys_table_holds_the_estimates_working_sets_under_zero_3():
+    strategy = Strategy(tensor_parallel=2, context_parallel=2, data_parallel=2, zero=3, cp_kind="allgather")
+    cluster = Cluster.preset("dgx-a100")
+    ring = compile_shape((SMALL,), replace(strategy, cp_kind="ring").parallel, cluster, options=("none",))
+    compiled = compile_shape((SMALL,), strategy.parallel, cluster, options=("none",))
+    table = compiled.table(strategy.parallel, cluster).frame
+    estimate = estimate_layers(SMALL, parallel=strategy.parallel, cluster=cluster, options=("none",),
+                               kernels=DEFAULT_KERNELS).frame
+    times = ["forward_time", "backward_time"]  # the table's hold ZeRO 3's per-micro-batch gathers; the estimate's not
+    assert table.drop(columns=times).equals(estimate.drop(columns=times))
+    layer = table["role"] == "body"
+    fsdp = ring.table(replace(strategy, cp_kind="ring").parallel, cluster).frame
+    assert fsdp["working_mb"][layer].iloc[0] > 0
+    for column in ("working_mb", "first_working_mb"):
+        assert (table[column][layer] - fsdp[column][layer]).tolist() == pytest.approx([GATHERED_MB], rel=1e-9)
+        assert (table[column][~layer] == fsdp[column][~layer]).all()  # the embedding and the LM head gather none
