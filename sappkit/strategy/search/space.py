@@ -44,9 +44,10 @@ What is not searched: the precision (the caller's ``dtype``); ``seqpipe``
 micro-batch it is the interleaved schedule); DeepSeek's bidirectional
 DualPipe (``dualpipe``: it runs two copies of the model in opposite
 directions, which :func:`sappkit.simulate` steps but the strategy model does
-not price; ``dualpipev``, its V-shaped one-copy variant, is searched); the overlaps the trainers run by default
-(gradient reduction, pipeline transfers, weight gathers: on) and the MoE
-overlaps (off), which the caller sets on a :class:`~sappkit.Strategy`.
+not price; ``dualpipev``, its V-shaped one-copy variant, is searched); the
+overlaps the trainers run by default (gradient reduction, pipeline
+transfers, weight gathers: on) and the MoE overlaps (off), which the caller
+sets on a :class:`~sappkit.Strategy`.
 """
 
 from __future__ import annotations
