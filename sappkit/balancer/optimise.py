@@ -196,10 +196,13 @@ def balance(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=None
     memory_mb : float
         Device memory every stage must fit.
     schedule : str, optional
-        One of the nine :data:`sappkit.pipeline.schedules.SCHEDULES`: ``"1f1b"``,
-        ``"interleaved"``, ``"dualpipev"``, ``"seqpipe"``, and the orders
-        PyTorch runs, ``"gpipe"``, ``"looped_bfs"``, ``"zb_interleaved"``,
-        ``"zbv"``, ``"dualpipev_split"``. Default ``"1f1b"`` for one chunk,
+        One of :data:`sappkit.pipeline.schedules.SCHEDULES` but ``"dualpipe"``
+        (DeepSeek's two model copies in opposite directions, which
+        :func:`sappkit.simulate` runs on per-cell costs but the balancer does
+        not place): ``"1f1b"``, ``"interleaved"``, ``"dualpipev"``,
+        ``"seqpipe"``, and the orders PyTorch runs, ``"gpipe"``,
+        ``"looped_bfs"``, ``"zb_interleaved"``, ``"zbv"``,
+        ``"dualpipev_split"``. Default ``"1f1b"`` for one chunk,
         ``"interleaved"`` for more.
     less_memory : bool
         The less-memory interleaved variant.

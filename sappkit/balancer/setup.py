@@ -23,8 +23,8 @@ from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.costs import positional_rank
 from ..pipeline.schedules import (
-    SAPP_SCHEDULES, V_SHAPED, check_pipeline, check_simulated, forward_in_backward, in_flight_counts, model_order,
-    tail_cell,
+    SAPP_SCHEDULES, V_SHAPED, check_one_copy, check_pipeline, check_simulated, forward_in_backward, in_flight_counts,
+    model_order, tail_cell,
 )
 from ..pipeline.seqpipe import rescale_for_seqpipe
 from .sapp_compat import check_sapp_compat, sapp_in_flight, sapp_tail_time_cell
@@ -302,6 +302,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     table = as_layer_table(layers)
     if schedule is None:
         schedule = "1f1b" if chunks == 1 else "interleaved"
+    check_one_copy(schedule, "the balancer")
     schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
     memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     objective = check_choice("objective", objective, OBJECTIVES)

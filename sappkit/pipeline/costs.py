@@ -4,7 +4,11 @@ An *assignment* is a frame with one row per (kind, chunk, stage, option):
 ``layers`` body layers of ``kind`` running ``option`` on cell (chunk, stage).
 Head and tail are placed here, not in the assignment: the head on cell
 (0, 0), the tail on (v - 1, p - 1), or (1, 0) for DualPipeV (the V ends on
-stage 0) — time **and** memory.
+stage 0) — time **and** memory. Under ``dualpipe`` (two copies of the
+model, :mod:`sappkit.pipeline.schedules`) an assignment places one copy on
+chunk 0, stages 0..p-1, as 1F1B does; :func:`cell_costs` mirrors it onto the
+other copy, whose stage ``p - 1 - s`` runs on rank ``s`` as chunk 1, so each
+rank holds the parameters of two stages.
 
 - :func:`even_assignment` spreads the body layers evenly over the cells in
   model order.
@@ -31,9 +35,9 @@ from ..columns import (
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB, MAX_STAGES
 from ..layers.table import LayerTable, as_layer_table
-from ..layers.units import with_time_unit
+from ..layers.units import time_unit_of, with_time_unit
 from .memory_events import NO_BACKWARD, memory_events
-from .schedules import check_pipeline, fewest_stages, in_flight_counts, model_order, tail_cell
+from .schedules import TWO_DIRECTIONS, check_pipeline, fewest_stages, in_flight_counts, model_order, tail_cell
 from .simulator_inputs import STATIC_MB
 
 __all__ = ["even_counts", "even_assignment", "cell_costs", "stage_memory", "positional_rank", "split_backward", "ASSIGNMENT",
@@ -93,6 +97,8 @@ def even_assignment(layers, *, stages: int, chunks: int = 1, schedule: str = "1f
     """
     table = as_layer_table(layers)
     schedule, p, v = _check_shape(schedule, stages, chunks)
+    if schedule in TWO_DIRECTIONS:  # one copy's stages, as 1F1B places them; cell_costs mirrors them
+        return even_assignment(table, stages=p, option=option)
     chosen = _options(table, option)
     cells = model_order(schedule, p, v)
     per_cell = _even_counts(table.body_layers, cells, p, head_tail_stages=(0, cells[-1][1]))
@@ -155,6 +161,8 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
     """
     table = as_layer_table(layers)
     schedule, p, v = _check_shape(schedule, stages, chunks)
+    if schedule in TWO_DIRECTIONS:
+        return _two_copies(cell_costs(table, assignment, stages=p, const_mb=const_mb))
     const = table.const_mb if const_mb is None else check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB)
     placed = _checked_assignment(table, assignment, p, v)
 
@@ -193,6 +201,15 @@ def cell_costs(layers, assignment: pd.DataFrame, *, stages: int, chunks: int = 1
         STATIC_MB: sums[PARAM_MB] + sums[MEMORY_ONCE_MB] + const_column,
     })[[*COSTS, *(SPLIT_COLUMNS if split else ())]]
     return with_time_unit(costs, table.time_unit)
+
+
+def _two_copies(one: pd.DataFrame) -> pd.DataFrame:
+    """DualPipe's cells from one copy's (chunk 0, 1F1B's layout): chunk 1 on rank ``s`` holds stage ``p - 1 - s``;
+    the constant stays once per rank, on chunk 0."""
+    p = len(one)
+    other = one.iloc[::-1].assign(**{STAGE: np.arange(p), CHUNK: 1, CONST_MB: 0.0})
+    other[STATIC_MB] = other[PARAM_MB] + other[MEMORY_ONCE_MB]
+    return with_time_unit(pd.concat([one, other], ignore_index=True), time_unit_of(one))
 
 
 def split_backward(rows: pd.DataFrame, backward, recompute, activation) -> dict[str, np.ndarray]:

@@ -68,14 +68,16 @@ def graph_of(plan: StepPlan, p: int) -> StepGraph:
     producer = {}
     index = 0
     for stage in plan.stage_ops:
-        for slot, *_ in stage:
+        for slot, _, _, _, passes_on in stage:
             producer[slot] = index
+            if passes_on >= 0:  # a paired op's output, ready when this op ends
+                producer[passes_on] = index
             index += 1
     previous, source, crosses, duration = (np.full(ops, ops), np.full(ops, ops), np.zeros(ops, bool),
                                            np.zeros(ops, int))
     index = 0
     for stage in plan.stage_ops:
-        for position, (_, dependency, cross, cost) in enumerate(stage):
+        for position, (_, dependency, cross, cost, _) in enumerate(stage):
             if position:
                 previous[index] = index - 1
             if dependency >= 0:
@@ -106,15 +108,20 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
       that unit's gradient down the cells before (or, without that, all the
       stage's ops).
     - **Round trip**: the forward of the unit of the stage's first ``G(0, s)``
-      through every cell, its gradient back up to ``(0, s)``, the stage's ops
+      through every cell (of the first model copy, under DualPipe), its
+      gradient back up to ``(0, s)``, the stage's ops
       from there to its last ``G(0, s)``, that unit's gradient down the cells
       before: every cell's forward and gradient once, and the stage's
       steady state.
 
     Each is a chain of dependencies and stage order, so its length never
-    exceeds the step time.
+    exceeds the step time. Under DualPipe the paths follow the first model
+    copy's cells; the longest path may also cross the second copy's and
+    DualPipe's pairs (an overlapped forward's output waits for the backward
+    after it), so on equal cells they stay below the step.
     """
     L = plan.cell_count
+    run = L // plan.copies  # stage s's first cell lies on the first copy's run of cells
     gradient_of = {(int(i), int(u)): int(ph) for ph, i, u in zip(plan.phase, plan.position, plan.unit)
                    if ph in (BACKWARD, BACKWARD_INPUT)}
 
@@ -133,7 +140,7 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
         first = plan.cells.index((0, s))
         gradients = np.flatnonzero((position == first) & ((phase == BACKWARD) | (phase == BACKWARD_INPUT)))
         join, leave = int(gradients[0]), int(gradients[-1])
-        before, after = range(first), range(first + 1, L)
+        before, after = range(first), range(first + 1, run)
         ops = np.zeros((len(stage), 4 * L))
         ops[np.arange(len(stage)), phase * L + position] = 1
         drain = chain(before, int(unit[leave]))
@@ -142,7 +149,7 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
         rows.append(fill + ops[: leave + 1].sum(axis=0) + drain)
         if leave < len(stage) - 1:
             rows.append(fill + ops.sum(axis=0))
-        trip = chain(range(L), int(unit[join]), forward=True) + chain(after, int(unit[join]))
+        trip = chain(range(run), int(unit[join]), forward=True) + chain(after, int(unit[join]))
         rows.append(trip + ops[join: leave + 1].sum(axis=0) + drain)
     return np.array(rows)
 

@@ -14,9 +14,10 @@ from functools import lru_cache
 import numpy as np
 
 from ..errors import InputError
+from . import zero_bubble
 from .orders import stage_orders
 from .phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
-from .schedules import model_order
+from .schedules import directions, model_order
 
 __all__ = ["StepPlan", "step_plan", "plan_from_orders", "op_starts"]
 
@@ -31,8 +32,10 @@ class StepPlan:
 
     cells: list            # (chunk, stage) in model order; a cell's position indexes it
     cell_count: int
-    units: int
-    stage_ops: tuple       # per stage: (own slot, dependency slot or -1, crosses stages, duration index)
+    units: int             # each cell's units (a direction's, for DualPipe)
+    copies: int            # model copies the cells split into, in equal runs (2 for DualPipe)
+    stage_ops: tuple       # per stage: (own slot, dependency slot or -1, crosses stages, duration index,
+    #                        the slot of the op before it when it passes that one's output on, or -1)
     phase: np.ndarray      # per op, stage-major in run order
     position: np.ndarray
     unit: np.ndarray
@@ -41,50 +44,62 @@ class StepPlan:
 @lru_cache(maxsize=32)
 def step_plan(schedule: str, p: int, m: int, v: int, k: int, less_memory: bool) -> StepPlan:
     """Encode a validated pipeline shape's own step order (:func:`sappkit.pipeline.orders.stage_orders`)."""
+    copies = directions(schedule)
+    paired = tuple(zero_bubble.dualpipe(p, m, s)[1] for s in range(p)) if schedule == "dualpipe" else None
     return plan_from_orders(stage_orders(schedule, p, m, v, less_memory, k), tuple(model_order(schedule, p, v)),
-                            m * k)
+                            m * k // copies, copies, paired)
 
 
 @lru_cache(maxsize=32)
-def plan_from_orders(orders: tuple, cells: tuple, units: int) -> StepPlan:
+def plan_from_orders(orders: tuple, cells: tuple, units: int, copies: int = 1, paired: tuple | None = None) -> StepPlan:
     """Encode per-stage orders: each op's slot, the slot its input comes from, and more.
 
     Slots index one flat list of end times, ``(kind L + position) units +
     unit`` for ``L`` cells and kinds output, gradient, weight. A forward's
     input is the forward of the cell before it in model order; a backward's
     or input pass's, the gradient of the cell after it (the last cell's, its
-    own forward); a weight pass's, its own input pass. Raises
+    own forward); a weight pass's, its own input pass. With ``copies`` model
+    copies the cells split into that many equal runs, each its own model: a
+    run's first cell takes its input from nowhere, its last cell's backward
+    follows its own forward. ``paired`` holds per stage the positions of
+    the ops that run overlapped with the op after them: such an op's output
+    is ready when the op after it ends (both are passed on together). Raises
     :class:`~sappkit.InputError` when the orders do not run each cell's
     units exactly once (a forward, then a backward or an input pass and a
     weight pass).
     """
     cells = list(cells)
     position = {cell: i for i, cell in enumerate(cells)}
-    last = len(cells) - 1
+    run = len(cells) // copies
     stage_ops, flat = [], []
+    scratch = 3 * len(cells) * units  # where a paired op's end goes: its output waits for the next op's
     for s, ops in enumerate(orders):
         encoded = []
-        for phase, chunk, unit in ops:
+        pairs, previous_slot = paired[s] if paired else frozenset(), -1
+        for index, (phase, chunk, unit) in enumerate(ops):
             if unit >= units:
                 raise InputError(f"orders run unit {unit} on stage {s}; the step has units 0..{units - 1}")
             i = position[(chunk, s)]
             if phase == FORWARD:
-                source, source_kind = i - 1, _OUTPUT
+                source, source_kind = (i - 1 if i % run else -1), _OUTPUT
             elif phase == BACKWARD_WEIGHT:
                 source, source_kind = i, _GRADIENT
             else:
-                source, source_kind = (i + 1, _GRADIENT) if i < last else (i, _OUTPUT)
+                source, source_kind = (i + 1, _GRADIENT) if (i + 1) % run else (i, _OUTPUT)
             slot = (_PRODUCES[phase] * len(cells) + i) * units + unit
             dependency = -1 if source < 0 else (source_kind * len(cells) + source) * units + unit
             crosses = source >= 0 and cells[source][1] != s
-            encoded.append((slot, dependency, crosses, phase * len(cells) + i))
+            passes_on = previous_slot if index - 1 in pairs else -1
+            encoded.append((scratch if index in pairs else slot, dependency, crosses, phase * len(cells) + i,
+                            passes_on))
+            previous_slot = slot
             flat.append((phase, i, unit))
         stage_ops.append(tuple(encoded))
     _check_complete(flat, cells, units)
     phase, pos, unit = (np.array(column) for column in zip(*flat))
     for array in (phase, pos, unit):
         array.flags.writeable = False
-    return StepPlan(cells=cells, cell_count=len(cells), units=units, stage_ops=tuple(stage_ops),
+    return StepPlan(cells=cells, cell_count=len(cells), units=units, copies=copies, stage_ops=tuple(stage_ops),
                     phase=phase, position=pos, unit=unit)
 
 
@@ -116,7 +131,7 @@ def op_starts(plan: StepPlan, durations: list[float], p2p_time: float, p: int) -
     >>> op_starts(plan, [1.0, 1.0, 2.0, 2.0, 0.0, 0.0, 0.0, 0.0], 0.0, 2)  # stage 0: F F B B, stage 1: F B F B
     [0.0, 1.0, 4.0, 7.0, 1.0, 2.0, 4.0, 5.0]
     """
-    ends = [None] * (3 * plan.cell_count * plan.units)
+    ends = [None] * (3 * plan.cell_count * plan.units + 1)  # and the scratch slot of paired ops
     offsets = np.cumsum([0] + [len(ops) for ops in plan.stage_ops]).tolist()
     starts = [0.0] * offsets[-1]
     next_op, free = [0] * p, [0.0] * p
@@ -127,7 +142,7 @@ def op_starts(plan: StepPlan, durations: list[float], p2p_time: float, p: int) -
         for s in sweeps[0 if downward else 1]:
             ops, i, t, base = plan.stage_ops[s], next_op[s], free[s], offsets[s]
             while i < len(ops):
-                slot, dependency, crosses, cost = ops[i]
+                slot, dependency, crosses, cost, passes_on = ops[i]
                 if dependency >= 0:
                     ready = ends[dependency]
                     if ready is None:
@@ -139,6 +154,8 @@ def op_starts(plan: StepPlan, durations: list[float], p2p_time: float, p: int) -
                 starts[base + i] = t
                 t += durations[cost]
                 ends[slot] = t
+                if passes_on >= 0:
+                    ends[passes_on] = t
                 i += 1
             ran += i - next_op[s]
             next_op[s], free[s] = i, t

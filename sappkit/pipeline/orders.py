@@ -28,6 +28,9 @@ slice ``micro_batch * k + slice``. Each schedule is built from small pure passes
   passes): ``F0 x 2(p-s-1)``; ``(F0 F1) x (s+1)``; ``(B1 F1) x (p-s-1)``;
   ``(F0 B1 F1 B0) x (m-2p+s+1)``; ``(B1 F1 B0) x (p-s-1)``;
   ``(B1 B0) x (s+1)``; ``B0 x (p-s-1)``.
+- **dualpipe** (DeepSeek's bidirectional DualPipe, backward split as its
+  source does): :func:`sappkit.pipeline.zero_bubble.dualpipe`; a chunk is a
+  direction, whose units are its ``m / 2`` micro-batches.
 """
 
 from __future__ import annotations
@@ -64,6 +67,8 @@ def _stage_orders(schedule: str, p: int, m: int, v: int, k: int, less_memory: bo
         return tuple(_dualpipev(p, m, s) for s in range(p))
     if schedule == "dualpipev_split":
         return tuple(zero_bubble.dualpipev_split(p, m, s) for s in range(p))
+    if schedule == "dualpipe":
+        return tuple(zero_bubble.dualpipe(p, m, s)[0] for s in range(p))
     if schedule == "zbv":
         return tuple(zero_bubble.zbv(p, m, s) for s in range(p))
     if schedule == "zb_interleaved":

@@ -27,6 +27,14 @@ in the simulator:
   and the rounds interleave; no closed form): e.g. one round (``m < 2p``)
   holds ``m`` on every chunk but the last and ``min(m, p)`` on the last.
 - ``zbv`` and ``dualpipev_split``: as ``dualpipev``.
+
+``dualpipe`` (DeepSeek-V3's bidirectional DualPipe, two model copies): rank
+``s`` holds stage ``s`` of the forward-direction copy as chunk 0 and stage
+``p - 1 - s`` of the reverse-direction copy as chunk 1; half the
+micro-batches run down chunk 0 from rank 0, half up chunk 1 from rank
+``p - 1`` (:func:`model_order` lists both copies' cells, :func:`directions`
+says where the second begins). Each direction holds what 1F1B does: chunk 0
+``p - s``, chunk 1 ``s + 1``, ``p + 1`` per rank (the report's "PP + 1").
 """
 
 from __future__ import annotations
@@ -46,20 +54,24 @@ from . import zero_bubble
 
 __all__ = ["Schedule", "SCHEDULES", "SAPP_SCHEDULES", "V_SHAPED", "SPLIT_BACKWARD", "schedule_chunks", "in_flight",
            "in_flight_counts", "forward_in_backward", "check_pipeline", "check_simulated", "model_order",
-           "tail_cell", "one_stage_allowed", "fewest_stages"]
+           "tail_cell", "one_stage_allowed", "fewest_stages", "TWO_DIRECTIONS", "directions",
+           "check_one_copy"]
 
 Schedule = Literal["1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs", "zb_interleaved", "zbv",
-                   "dualpipev_split"]
+                   "dualpipev_split", "dualpipe"]
 SCHEDULES: tuple[str, ...] = ("1f1b", "interleaved", "dualpipev", "seqpipe", "gpipe", "looped_bfs",
-                              "zb_interleaved", "zbv", "dualpipev_split")
+                              "zb_interleaved", "zbv", "dualpipev_split", "dualpipe")
 #: The schedules of the original tool, whose interleaved overhead and time factors the ``sapp`` balancer models.
 SAPP_SCHEDULES: tuple[str, ...] = SCHEDULES[:4]
 #: Two chunks in a V: chunk 1 runs back up the stages and the model ends on stage 0.
 V_SHAPED: tuple[str, ...] = ("dualpipev", "zbv", "dualpipev_split")
 #: Schedules whose backward splits into an input-gradient and a weight-gradient pass.
-SPLIT_BACKWARD: tuple[str, ...] = ("zb_interleaved", "zbv", "dualpipev_split")
+SPLIT_BACKWARD: tuple[str, ...] = ("zb_interleaved", "zbv", "dualpipev_split", "dualpipe")
+#: Two model copies run in opposite directions, each chunk one copy's stage (DualPipe).
+TWO_DIRECTIONS: tuple[str, ...] = ("dualpipe",)
 #: Chunks a schedule fixes (and the schedule running other chunk counts); the others take the caller's.
-_FIXED_CHUNKS = {"1f1b": (1, "interleaved"), "gpipe": (1, "looped_bfs"), **{v: (2, None) for v in V_SHAPED}}
+_FIXED_CHUNKS = {"1f1b": (1, "interleaved"), "gpipe": (1, "looped_bfs"),
+                 **{v: (2, None) for v in V_SHAPED + TWO_DIRECTIONS}}
 
 
 #: Whether :func:`check_pipeline` accepts one stage (see :func:`one_stage_allowed`).
@@ -98,7 +110,8 @@ def fewest_stages(schedule) -> int:
 
 
 def schedule_chunks(schedule: str, chunks: int) -> int:
-    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for the V shapes, else ``chunks`` (for dashboards' sliders).
+    """The chunks ``schedule`` runs: 1 for ``1f1b``, 2 for the V shapes and DualPipe, else ``chunks`` (for
+    dashboards' sliders).
 
     Examples
     --------
@@ -123,6 +136,9 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
                          "(sequence splitting is the 'seqpipe' schedule)")
     if schedule in V_SHAPED and v != 2:
         raise InputError(f"chunks must be 2 for schedule {schedule!r} (the V); got {v}")
+    if schedule in TWO_DIRECTIONS and v != 2:
+        raise InputError(f"chunks must be 2 for schedule {schedule!r} (one stage of each direction's model copy "
+                         f"per rank); got {v}")
     if schedule in _FIXED_CHUNKS and v != _FIXED_CHUNKS[schedule][0]:
         fixed, other = _FIXED_CHUNKS[schedule]
         why = f"chunks must be {fixed} for schedule {schedule!r}; got {v}"
@@ -135,6 +151,8 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
     if schedule in ("dualpipev", "dualpipev_split") and m < 2 * p:
         raise InputError(f"micro_batches must be >= 2 * stages = {2 * p} for schedule {schedule!r}; "
                          f"got {m} (DualPipeV's step order needs two micro-batches per stage)")
+    if schedule in TWO_DIRECTIONS:
+        _check_dualpipe(p, m)
     if schedule == "interleaved" and v > 1 and m < p:
         raise InputError(f"micro_batches must be >= stages = {p} for an interleaved schedule with "
                          f"{v} chunks; got {m}")
@@ -145,6 +163,15 @@ def check_pipeline(schedule: str, stages, micro_batches, chunks=1, less_memory: 
         raise InputError(f"micro_batches * seq_split must be >= stages = {p} for an interleaved "
                          f"seqpipe schedule; got {m} * {k} = {m * k}")
     return schedule, p, m, v, k
+
+
+def _check_dualpipe(p: int, m: int) -> None:
+    """DualPipe's rules (``DualPipe.step`` in github.com/deepseek-ai/DualPipe, ``dualpipe/dualpipe.py``)."""
+    if p % 2:
+        raise InputError(f"stages must be even for schedule 'dualpipe'; got {p} (ranks pair up, s with p - 1 - s)")
+    if m % 2 or m < 2 * p:
+        raise InputError(f"micro_batches must be even and >= 2 * stages = {2 * p} for schedule 'dualpipe'; got {m} "
+                         "(half run in each direction, and DualPipe's step order needs p per direction)")
 
 
 def check_simulated(stages: int, micro_batches: int, chunks: int = 1, seq_split: int = 1) -> None:
@@ -174,6 +201,8 @@ def in_flight_counts(schedule: Schedule, stages: int, micro_batches: int, chunks
     """
     schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
     s = np.arange(p)
+    if schedule in TWO_DIRECTIONS:
+        return np.stack([p - s, s + 1])
     if schedule in V_SHAPED:
         counts = np.stack([2 * p - s, s + 1])
         return np.minimum(counts, m)
@@ -278,7 +307,9 @@ def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int,
     """Cells ``(chunk, stage)`` in the order the model's layers run through them.
 
     Chunk 0 stages 0..p-1, then chunk 1 stages 0..p-1, ...; for the V shapes
-    (``dualpipev``, ``zbv``, ``dualpipev_split``) chunk 1 runs back up the V, stages p-1..0.
+    (``dualpipev``, ``zbv``, ``dualpipev_split``) chunk 1 runs back up the V, stages p-1..0. For
+    ``dualpipe`` the two copies' cells, each in its own order: chunk 0 stages 0..p-1, then chunk 1
+    stages p-1..0 (:func:`directions`).
 
     Examples
     --------
@@ -287,9 +318,39 @@ def model_order(schedule: Schedule, stages: int, chunks: int) -> list[tuple[int,
     """
     cells = []
     for c in range(chunks):
-        stage_order = range(stages - 1, -1, -1) if schedule in V_SHAPED and c == 1 else range(stages)
+        backward_run = schedule in V_SHAPED + TWO_DIRECTIONS and c == 1
+        stage_order = range(stages - 1, -1, -1) if backward_run else range(stages)
         cells.extend((c, s) for s in stage_order)
     return cells
+
+
+def directions(schedule: Schedule) -> int:
+    """Model copies :func:`model_order`'s cells split into, in equal runs: 2 for ``dualpipe``, else 1.
+
+    Each copy's micro-batches run through its own run of cells only.
+
+    Examples
+    --------
+    >>> directions("dualpipe"), directions("dualpipev")
+    (2, 1)
+    """
+    return 2 if schedule in TWO_DIRECTIONS else 1
+
+
+def check_one_copy(schedule: str, model: str) -> None:
+    """Refuse ``dualpipe`` in a ``model`` that places one copy of the model along :func:`model_order`.
+
+    Examples
+    --------
+    >>> check_one_copy("dualpipe", "the balancer")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    sappkit.errors.InputError: schedule 'dualpipe' is not modelled by the balancer: ...
+    """
+    if schedule in TWO_DIRECTIONS:
+        raise InputError(f"schedule {schedule!r} is not modelled by {model}: it runs two copies of the model in "
+                         "opposite directions; give another schedule, or simulate it with "
+                         "sappkit.simulate on per-cell costs")
 
 
 def tail_cell(schedule: Schedule, stages: int, chunks: int) -> tuple[int, int]:

@@ -37,7 +37,7 @@ How the measured counts relate to :func:`sappkit.in_flight` (tested in
 - ``seqpipe`` with chunks: a stage's total peak is the sum of ``in_flight``
   plus ``(v - 1)(g + m k mod g - p)`` with ``g = k ceil(p / k)``; SAPP's pipeline
   balancer spreads that total over the chunks differently from this order.
-- ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``:
+- ``gpipe``, ``looped_bfs``, ``zb_interleaved``, ``zbv``, ``dualpipev_split``, ``dualpipe``:
   each cell's peak equals ``in_flight`` (a unit counts until its weight pass
   ends), and a stage's peak is at most their sum.
 
@@ -47,6 +47,16 @@ runs ``m k`` slices; a slice's backward follows the later slices' of its
 micro-batch. ``dualpipev`` runs each backward as one block; ``dualpipev_split``
 splits it as PyTorch's DualPipeV does, and runs each of its overlapped
 forward-backward pairs as the forward then the backward (their compute adds up).
+
+``dualpipe`` runs two model copies in opposite directions, each chunk one
+copy's stage (:mod:`sappkit.pipeline.schedules`): a micro-batch runs through
+its own copy's cells only, the first ``m / 2`` down chunk 0 from stage 0, the
+others up chunk 1 from stage ``p - 1`` (the timeline numbers them
+``m/2..m-1``); its backward split and its overlapped pairs as under
+``dualpipev_split``. Each cell runs ``m / 2`` micro-batches, so a stage's
+``time`` is its busy time per pair of micro-batches, one of each direction.
+Each chunk's costs are the costs of the layers it holds, given per cell:
+chunk 1 on stage ``s`` holds the layers chunk 0 holds on stage ``p - 1 - s``.
 """
 
 from __future__ import annotations
@@ -65,7 +75,7 @@ from ..layers.units import UNSTATED, check_time_unit, format_mb, format_share, f
 from ..limits import MAX_MEMORY_MB, MAX_TIME
 from .events import StepPlan, op_starts, plan_from_orders, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, HOLDS
-from .schedules import check_pipeline, check_simulated, model_order
+from .schedules import check_pipeline, check_simulated, directions, model_order
 from .simulator_inputs import checked_costs, checked_orders, static_parts, static_per_stage
 
 __all__ = ["Simulation", "simulate", "MICRO_BATCH", "SLICE", "PHASE", "START", "END",
@@ -247,8 +257,9 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
                                                          maximum=MAX_MEMORY_MB)
     static = static_per_stage(cost, static_mb, p)
     param, once, const = static_parts(cost, static)
+    copies = directions(schedule)
     plan = step_plan(schedule, p, m, v, k, less_memory) if orders is None else plan_from_orders(
-        checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k)
+        checked_orders(orders, p, v), tuple(model_order(schedule, p, v)), m * k // copies, copies)
 
     # Cell values in model order: position i is plan.cells[i].
     in_model_order = [chunk * p + stage for chunk, stage in plan.cells]
@@ -269,7 +280,7 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
     peak_working = np.array([r[i] for r, i in zip(running, peak_at)])
 
     busy = np.add.reduceat(end - start, bounds[:-1])
-    recompute_total = float(recompute.sum()) * m * k
+    recompute_total = float(recompute.sum()) * plan.units
     compute = float(busy.sum()) - recompute_total
     real = p * step_time / compute - 1
     idle = real - recompute_total / compute
@@ -284,7 +295,7 @@ def simulate(costs: pd.DataFrame, *, schedule: str = "1f1b", micro_batches: int,
         timeline=with_time_unit(_timeline(plan, start, end, recompute, k), unit),
         memory=with_time_unit(_memory(static, event_time, [h + r for h, r in zip(held, running)]), unit),
         stages=with_time_unit(_stage_frame(param, once, const, peak_activation, peak_working, limit, busy,
-                                           step_time, m * k), unit),
+                                           step_time, plan.units), unit),
         in_flight=_in_flight(plan, v, p), time_unit=unit,
     )
 
@@ -295,7 +306,7 @@ def _timeline(plan: StepPlan, start, end, recompute, k: int) -> pd.DataFrame:
     return pd.DataFrame({
         STAGE: cells[plan.position, 1],
         CHUNK: cells[plan.position, 0],
-        MICRO_BATCH: plan.unit // k,
+        MICRO_BATCH: (plan.position // (plan.cell_count // plan.copies) * plan.units + plan.unit) // k,
         SLICE: plan.unit % k,
         PHASE: np.array(PHASES)[plan.phase],
         START: start,

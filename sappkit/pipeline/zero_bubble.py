@@ -23,6 +23,18 @@ before, ``W`` only needs its own ``I`` and fills bubbles.
   overlap a forward with a whole backward (here run one after the other:
   ``F B``), step 6 turns to ``I`` half-way, step 7 ``W I0``, step 8 the owed
   ``W`` (each ``W`` the oldest owed).
+- **dualpipe** (DeepSeek's DualPipe, arXiv 2412.19437 section 3.2.1;
+  ``DualPipe.step`` in github.com/deepseek-ai/DualPipe at commit 3da1bbe,
+  ``dualpipe/dualpipe.py``): the same eight steps, on ``p / 2`` half-ranks
+  and ``m / 2`` micro-batches a direction. Rank ``s`` and rank ``p - 1 - s``
+  run the order of DualPipeV's stage ``h = min(s, p - 1 - s)`` of ``p / 2``;
+  the order's first chunk is the direction that enters at the rank's own end
+  of the pipeline (chunk 0, the forward direction, on the first half of the
+  ranks; chunk 1, the reverse direction, on the second). Units count within
+  a direction, ``0..m/2 - 1``. Each overlapped forward-backward pair runs
+  the forward then the backward and passes both outputs on when both end, as
+  ``_forward_backward_chunk`` sends them; its backward waits for its own
+  input after the forward (the source waits for both before the pair).
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ import numpy as np
 
 from .phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD, HOLDS
 
-__all__ = ["zb_interleaved", "zbv", "dualpipev_split", "rounds", "zb_interleaved_in_flight"]
+__all__ = ["zb_interleaved", "zbv", "dualpipev_split", "dualpipe", "rounds", "zb_interleaved_in_flight"]
 
 
 def rounds(p: int, m: int) -> int:
@@ -147,9 +159,17 @@ def zbv(p: int, m: int, s: int) -> tuple:
 
 def dualpipev_split(p: int, m: int, s: int) -> tuple:
     """Stage ``s``'s order under PyTorch's DualPipeV schedule (module docstring)."""
+    return _eight_steps(p, m, s)[0]
+
+
+def _eight_steps(p: int, m: int, s: int) -> tuple[tuple, frozenset]:
+    """DualPipeV's eight steps for stage ``s``: the order, and the positions of the ops that run overlapped
+    with the op after them (each pair of DualPipe's ``_forward_backward_chunk``; on the middle stage,
+    ``s = p - 1``, step 4 runs its first forward and backward apart)."""
     counters = _Counters()
     f0, f1, b0, b1 = (FORWARD, 0), (FORWARD, 1), (BACKWARD, 0), (BACKWARD, 1)
     run = counters.run
+    paired = []
     for _ in range(2 * (p - s - 1)):
         run(*f0)
     for _ in range(s + 1):
@@ -159,13 +179,17 @@ def dualpipev_split(p: int, m: int, s: int) -> tuple:
         run(BACKWARD_INPUT, 1)
         counters.weight()
         run(*f1)
-    for _ in range(m - 2 * p + s + 1):
+    for i in range(m - 2 * p + s + 1):
+        if i or s < p - 1:
+            paired.append(len(counters.ops))
         run(*f0)
         run(*b1)
+        paired.append(len(counters.ops))
         run(*f1)
         run(*b0)
     for _ in range(p - s - 1):
         run(*b1)
+        paired.append(len(counters.ops))
         run(*f1)
         run(*b0)
     split = False
@@ -180,4 +204,23 @@ def dualpipev_split(p: int, m: int, s: int) -> tuple:
         run(BACKWARD_INPUT if split else BACKWARD, 0)
     for _ in range(s + 1):
         counters.weight()
-    return tuple(counters.ops)
+    return tuple(counters.ops), frozenset(paired)
+
+def dualpipe(p: int, m: int, s: int) -> tuple[tuple, frozenset]:
+    """Rank ``s``'s order under DualPipe (module docstring), and the positions of the ops that run overlapped
+    with the op after them: DualPipeV's on the half-ranks, chunks swapped on the second half of the ranks,
+    where the reverse direction enters.
+
+    Examples
+    --------
+    >>> order, paired = dualpipe(4, 8, 3)
+    >>> order[:4]  # the last rank starts the reverse direction: chunk 1 first
+    ((0, 1, 0), (0, 1, 1), (0, 1, 2), (0, 0, 0))
+    >>> [order[i][:2] + order[i + 1][:2] for i in sorted(paired)][:2]  # F1 with B0, then F0 with B1
+    [(0, 1, 1, 0), (0, 0, 1, 1)]
+    """
+    half_rank = min(s, p - 1 - s)
+    order, paired = _eight_steps(p // 2, m // 2, half_rank)
+    if s < p // 2:
+        return order, paired
+    return tuple((phase, 1 - chunk, unit) for phase, chunk, unit in order), paired

@@ -14,7 +14,7 @@ from ._axes import axes_for, optional_number
 
 __all__ = ["plot_strategy_pareto", "plot_step_bands"]
 
-_MARKERS = dict(zip(SCHEDULES, ("o", "s", "D", "P", "v", "^", "<", ">", "X")))
+_MARKERS = dict(zip(SCHEDULES, ("o", "s", "D", "P", "v", "^", "<", ">", "X", "h")))
 _COLUMNS = ("label", "schedule", "tokens_per_s_per_device", "peak_memory_mb")
 _BAND_COLUMNS = ("rank", "label", "step_ms", "step_low_ms", "step_high_ms", "within_error")
 

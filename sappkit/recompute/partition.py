@@ -34,7 +34,7 @@ from ..errors import InputError
 from ..layers.table import as_layer_table
 from ..layers.units import chunks_text
 from ..limits import MAX_CHUNKS, MAX_LAYERS, MAX_STAGES
-from ..pipeline.schedules import Schedule, check_pipeline, in_flight, in_flight_counts, model_order
+from ..pipeline.schedules import Schedule, check_one_copy, check_pipeline, in_flight, in_flight_counts, model_order
 
 __all__ = ["Partition"]
 
@@ -112,6 +112,7 @@ class Partition:
         for name, value in (("stages", p), ("micro_batches", m), ("chunks", v), ("seq_split", k),
                             ("schedule", schedule), ("less_memory", bool(self.less_memory))):
             object.__setattr__(self, name, value)
+        check_one_copy(schedule, "the recompute partition")
         object.__setattr__(self, "_order", tuple(model_order(schedule, p, v)))
         object.__setattr__(self, "cells", _clean_cells(self.cells, p, v, self._order))
         if self.layer_count > MAX_LAYERS:

@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..layers import ParallelConfig
 from ..layers.configs import fp8_recipe_of
 from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MICROBATCH_SIZE, MAX_STAGES
-from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, schedule_chunks
+from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, check_one_copy, schedule_chunks
 
 __all__ = ["Strategy", "DEGREE_NAMES"]
 
@@ -109,6 +109,7 @@ class Strategy:
         check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
+        check_one_copy(schedule, "the strategy model")
         for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
                       "reshard_after_forward", "moe_a2a_overlap", "moe_shared_expert_overlap",
                       "tp_comm_overlap"):

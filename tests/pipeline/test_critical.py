@@ -9,13 +9,14 @@ from sappkit.pipeline.critical import critical_path, stage_critical_paths, step_
 from sappkit.pipeline.events import step_plan
 
 #: (schedule, p, m, v, k, less_memory): every order the simulator runs; interleaved with m a multiple of p and
-#: not, SeqPipe with and without chunks, the V shapes and the split backwards.
+#: not, SeqPipe with and without chunks, the V shapes, the split backwards and DualPipe's two directions.
 SHAPES = [
     ("1f1b", 4, 8, 1, 1, False), ("1f1b", 5, 3, 1, 1, False), ("interleaved", 4, 8, 2, 1, False),
     ("interleaved", 4, 10, 3, 1, False), ("interleaved", 3, 7, 2, 1, True), ("interleaved", 4, 12, 3, 1, True),
     ("seqpipe", 4, 4, 1, 2, False), ("seqpipe", 4, 6, 2, 2, False), ("dualpipev", 3, 8, 2, 1, False),
     ("zbv", 3, 8, 2, 1, False), ("zb_interleaved", 4, 8, 2, 1, False), ("dualpipev_split", 3, 8, 2, 1, False),
-    ("gpipe", 3, 5, 1, 1, False), ("looped_bfs", 3, 5, 2, 1, False),
+    ("gpipe", 3, 5, 1, 1, False), ("looped_bfs", 3, 5, 2, 1, False), ("dualpipe", 4, 10, 2, 1, False),
+    ("dualpipe", 6, 12, 2, 1, False),
 ]
 
 
@@ -59,7 +60,9 @@ def test_the_longest_path_is_the_simulated_step(rng, shape, p2p_time):
     for durations, step in zip(batch, times):
         path = critical_path(graph, durations, p2p_time)
         # Without transfer time the path's ops add up to the step; with it, the transfers make up the rest.
-        assert path @ durations == pytest.approx(step, rel=1e-12) if not p2p_time else path @ durations <= step
+        # (a path of one stage's ops alone may sum to the step in another order: a rounding apart)
+        assert (path @ durations == pytest.approx(step, rel=1e-12) if not p2p_time
+                else path @ durations <= step * (1 + 1e-12))
         assert path.sum() >= 2 * m * k  # a stage's ops at least, a unit's forward and backward on every cell
 
 
@@ -69,7 +72,9 @@ def test_stage_paths_bound_the_step_and_meet_it_on_uniform_cells(rng, shape):
     durations = rng.uniform(0.0, 5.0, (200, graph.durations)) * (rng.random((200, graph.durations)) < 0.9)
     assert ((durations @ graph.paths.T).max(axis=1) <= step_times(graph, durations) * (1 + 1e-12)).all()
     uniform = np.ones((1, graph.durations))
-    assert (uniform @ graph.paths.T).max() == pytest.approx(step_times(graph, uniform)[0])
+    bound, step = (uniform @ graph.paths.T).max(), step_times(graph, uniform)[0]
+    # DualPipe's longest path crosses both model copies; the stage paths follow the first one only.
+    assert bound == pytest.approx(step) if shape[0] != "dualpipe" else bound <= step
 
 
 def test_one_f_one_b_round_trip_is_the_textbook_bound():

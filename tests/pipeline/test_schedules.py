@@ -46,6 +46,11 @@ def test_the_schedules_pytorch_runs():
     assert _grid("zb_interleaved", 4, 8, 2) == [[8] * 4, [4] * 4]
 
 
+def test_dualpipe_holds_what_1f1b_holds_in_each_direction():
+    # Rank s: stage s of the forward copy (p - s), stage p - 1 - s of the reverse copy (s + 1); p + 1 in all.
+    assert _grid("dualpipe", 4, 8, 2) == [[4, 3, 2, 1], [1, 2, 3, 4]]
+
+
 def test_seqpipe_one_chunk_counts_slices():
     # p - s + k - 1 slices, capped at m k.
     assert _grid("seqpipe", 4, 2, seq_split=3) == [[6, 5, 4, 3]]
@@ -89,11 +94,12 @@ def test_model_order():
     assert model_order("interleaved", 2, 2) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert model_order("dualpipev", 3, 2) == [(0, 0), (0, 1), (0, 2), (1, 2), (1, 1), (1, 0)]
     assert model_order("zbv", 3, 2) == model_order("dualpipev_split", 3, 2) == model_order("dualpipev", 3, 2)
+    assert model_order("dualpipe", 4, 2) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 3), (1, 2), (1, 1), (1, 0)]
 
 
 @pytest.mark.parametrize("args, kwargs, message", [
     (("pipedream", 4, 8), {}, "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
-                              "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
+                              "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipe'; got 'pipedream'"),
     (("1f1b", 1, 8), {}, "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)"),
     (("1f1b", 4, 0), {}, "micro_batches must be an int >= 1; got 0"),
     (("1f1b", 4, 2.5), {}, "micro_batches must be an int >= 1; got 2.5"),
@@ -115,6 +121,19 @@ def test_model_order():
     (("dualpipev_split", 4, 7), {"chunks": 2},
      "micro_batches must be >= 2 * stages = 8 for schedule 'dualpipev_split'; got 7 "
      "(DualPipeV's step order needs two micro-batches per stage)"),
+    (("dualpipe", 4, 8), {}, "chunks must be 2 for schedule 'dualpipe' (one stage of each direction's model copy "
+                             "per rank); got 1"),
+    (("dualpipe", 6, 12), {"chunks": 2, "less_memory": True},
+     "less_memory applies to the 'interleaved', 'seqpipe' and (one chunk, the 1F1B counts) '1f1b' schedules; "
+     "got schedule 'dualpipe'"),
+    (("dualpipe", 3, 8), {"chunks": 2},
+     "stages must be even for schedule 'dualpipe'; got 3 (ranks pair up, s with p - 1 - s)"),
+    (("dualpipe", 4, 6), {"chunks": 2},
+     "micro_batches must be even and >= 2 * stages = 8 for schedule 'dualpipe'; got 6 (half run in each "
+     "direction, and DualPipe's step order needs p per direction)"),
+    (("dualpipe", 4, 9), {"chunks": 2},
+     "micro_batches must be even and >= 2 * stages = 8 for schedule 'dualpipe'; got 9 (half run in each "
+     "direction, and DualPipe's step order needs p per direction)"),
     (("zb_interleaved", 4, 9), {"chunks": 2},
      "micro_batches must be a multiple of max(1, micro_batches // stages) = 2 for schedule 'zb_interleaved' "
      "(PyTorch runs it in equal rounds); got 9"),

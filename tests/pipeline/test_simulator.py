@@ -429,7 +429,7 @@ def test_the_time_unit_comes_from_the_argument_or_the_costs_and_marks_every_fram
     (lambda c: c, {"limit_mb": 0}, "limit_mb must be a finite number > 0; got 0"),
     (lambda c: c, {"schedule": "pipedream"},
      "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
-     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
+     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipe'; got 'pipedream'"),
     (lambda c: c, {"micro_batches": 0}, "micro_batches must be an int >= 1; got 0"),
     (lambda c: c, {"schedule": "dualpipev"}, "chunks must be 2 for schedule 'dualpipev' (the V); got 1"),
     (lambda c: c.assign(static_mb=[10.0, 10.0], param_mb=[20.0, 0.0]), {},
@@ -536,7 +536,8 @@ def test_split_columns_are_checked(column, value, message):
 
 #: Every schedule with the chunks it runs, and whether it may take ``less_memory``.
 ALL_SCHEDULES = [("1f1b", 1), ("interleaved", 2), ("interleaved", 3), ("gpipe", 1), ("looped_bfs", 2),
-                 ("zb_interleaved", 2), ("zbv", 2), ("dualpipev", 2), ("dualpipev_split", 2), ("seqpipe", 1)]
+                 ("zb_interleaved", 2), ("zbv", 2), ("dualpipev", 2), ("dualpipev_split", 2), ("seqpipe", 1),
+                 ("dualpipe", 2)]
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)
@@ -548,6 +549,8 @@ def test_no_bubble_term_is_negative_and_they_add_up(case, p, extra, seed, p2p):
     m = 2 * p + extra  # DualPipeV needs two micro-batches per stage; the others run with fewer too
     if schedule == "zb_interleaved":  # PyTorch runs it in equal rounds of m // p micro-batches
         m = p * (2 + extra % 3)
+    if schedule == "dualpipe":  # ranks pair up, and half the micro-batches run in each direction
+        p, m = p + p % 2, 2 * (p + p % 2) + 2 * (extra // 2)
     costs = random_costs(np.random.default_rng(seed), p, v)
     b = simulate(costs, schedule=schedule, micro_batches=m, p2p_time=p2p).bubbles
     assert min(b["ideal"], b["imbalance"], b["recompute"]) >= -1e-9, (schedule, b.to_dict())

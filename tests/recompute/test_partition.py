@@ -153,7 +153,10 @@ def test_from_offsets_refuses_an_option_the_kind_lacks():
      "stages must be an int >= 2; got 1 (a pipeline needs at least two stages)"),
     (dict(cells=cells([(0, 0, "b", 2)]), schedule="pipedream"),
      "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
-     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got 'pipedream'"),
+     "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipe'; got 'pipedream'"),
+    (dict(cells=cells([(0, 0, "b", 2)]), stages=2, micro_batches=4, chunks=2, schedule="dualpipe"),
+     "schedule 'dualpipe' is not modelled by the recompute partition: it runs two copies of the model in "
+     "opposite directions; give another schedule, or simulate it with sappkit.simulate on per-cell costs"),
 ])
 def test_partition_refuses(kwargs, message):
     kwargs = dict(stages=2, micro_batches=4) | kwargs

@@ -42,11 +42,12 @@ keep the values the trainers run, not every product:
 What is not searched: the precision (the caller's ``dtype``); ``seqpipe``
 (:class:`~sappkit.Strategy` has no slice count, and with one slice per
 micro-batch it is the interleaved schedule); DeepSeek's bidirectional
-DualPipe, which sappkit's pipeline model does not have (it runs two copies
-of the model in opposite directions; ``dualpipev``, its V-shaped one-copy
-variant, is searched); the overlaps the trainers run by default
-(gradient reduction, pipeline transfers, weight gathers: on) and the MoE
-overlaps (off), which the caller sets on a :class:`~sappkit.Strategy`.
+DualPipe (``dualpipe``: it runs two copies of the model in opposite
+directions, which :func:`sappkit.simulate` steps but the strategy model does
+not price; ``dualpipev``, its V-shaped one-copy variant, is searched); the
+overlaps the trainers run by default (gradient reduction, pipeline
+transfers, weight gathers: on) and the MoE overlaps (off), which the caller
+sets on a :class:`~sappkit.Strategy`.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from ...errors import InputError
 from ...layers import TransformerConfig
 from ...layers.configs import CP_KINDS
 from ...limits import MAX_CHUNKS, MAX_STAGES
-from ...pipeline.schedules import SCHEDULES, V_SHAPED
+from ...pipeline.schedules import SCHEDULES, V_SHAPED, check_one_copy
 from ..legality import MICRO_BATCHES, PIPELINE_RULES, REASON, RULE, RULES, RuledModel, apply_rules
 
 __all__ = ["DIMENSIONS", "SEARCHED_SCHEDULES", "RULES", "default_dims", "check_dims", "enumerate_strategies",
@@ -74,7 +75,7 @@ DIMENSIONS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_pa
 #: The dimensions whose values are switches, and the one whose values are names (the rest are whole numbers).
 _SWITCHES, _KINDS = ("sequence_parallel", "reshard_after_forward", "tp_comm_overlap"), {"cp_kind": CP_KINDS}
 #: The schedules the search lays out by default (module docstring: not ``seqpipe``).
-SEARCHED_SCHEDULES = tuple(name for name in SCHEDULES if name != "seqpipe")
+SEARCHED_SCHEDULES = tuple(name for name in SCHEDULES if name not in ("seqpipe", "dualpipe"))
 #: The most chunks a stage runs by default: :data:`~sappkit.limits.MAX_CHUNKS`, as long as every cell keeps a body
 #: layer (``p v`` up to the body layers); above :data:`FREE_CHUNKS` only the counts whose cells hold equal layers
 #: (module docstring).
@@ -171,6 +172,8 @@ def check_schedules(schedules) -> tuple[str, ...]:
         schedules = (schedules,)
     if not isinstance(schedules, Sequence) or not schedules:
         raise InputError(f"schedules must be a non-empty sequence of schedule names; got {short(schedules)}")
+    for name in schedules:
+        check_one_copy(name, "the strategy search")
     return tuple(dict.fromkeys(check_choice("schedules", name, SCHEDULES) for name in schedules))
 
 

@@ -96,7 +96,10 @@ def test_defaults_stop_where_cells_run_out_and_each_schedule_takes_its_chunks():
                                          "sequence"),
     (dict(dims={"tensor_parallel": 2}), "dims['tensor_parallel'] must be a sequence of values; got 2"),
     (dict(schedules=["2f2b"]), "schedules must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
-                               "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split'; got '2f2b'"),
+                               "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipe'; got '2f2b'"),
+    (dict(schedules=["1f1b", "dualpipe"]),
+     "schedule 'dualpipe' is not modelled by the strategy search: it runs two copies of the model in opposite "
+     "directions; give another schedule, or simulate it with sappkit.simulate on per-cell costs"),
 ])
 def test_bad_dims_and_schedules_are_refused(kwargs, message):
     with pytest.raises(InputError) as error:
