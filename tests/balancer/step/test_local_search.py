@@ -18,8 +18,8 @@ import pytest
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
 from sappkit.balancer.step.known_memory import KnownMemory
-from sappkit.balancer.step.local_search import (Changes, _apply, _changes, _descend, _kick, _valid_changes, improve,
-                                                valid)
+from sappkit.balancer.step.local_search import Changes, _descend, _kick, improve
+from sappkit.balancer.step.moves import applied, candidate_changes, valid, valid_changes
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.step.steptime import step_timer
 
@@ -163,9 +163,9 @@ def test_the_changes_validity_prices_only_the_stages_they_touch_and_agrees(rng, 
     frame = table(rng, kinds=2, counts=(8, 9), options=("none", "full"), modules=["vision", "language"])
     setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline) * 0.9, **pipeline)
     start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
-    changes = _changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
-    expected = [allowed(setup, counts) for counts in _apply(start, changes)]
-    assert _valid_changes(KnownMemory(setup), start, changes).tolist() == expected
+    changes = candidate_changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
+    expected = [allowed(setup, counts) for counts in applied(start, changes)]
+    assert valid_changes(KnownMemory(setup), start, changes).tolist() == expected
     assert 0 < sum(expected) < len(expected)
 
 
