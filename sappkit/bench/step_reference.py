@@ -25,7 +25,7 @@ from ..balancer.exact import least_memory
 from ..balancer.ilp.solver import SolverOptions
 from ..balancer.optimise import optimise
 from ..balancer.setup import BalanceSetup, make_setup
-from ..balancer.step.local_search import valid
+from ..balancer.step.moves import valid
 from ..balancer.step.steptime import step_timer
 from ..balancer.views import even_plan
 from .step_cases import Case

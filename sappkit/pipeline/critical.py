@@ -23,8 +23,8 @@ import numpy as np
 from .events import StepPlan, op_starts, step_plan
 from .phases import BACKWARD, BACKWARD_INPUT, FORWARD
 
-__all__ = ["StepGraph", "step_graph", "graph_of", "stage_paths", "step_times", "step_ends", "op_ends", "critical_path",
-           "stage_critical_paths"]
+__all__ = ["StepGraph", "step_graph", "graph_of", "stage_paths", "step_times", "step_ends", "step_runs", "op_ends",
+           "critical_path", "stage_critical_paths"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -154,23 +154,58 @@ def stage_paths(plan: StepPlan) -> np.ndarray:
     return np.array(rows)
 
 
+@dataclass(frozen=True)
+class _Levels:
+    """A graph's ops stored level by level (a level's ops in consecutive rows), for :func:`_level_ends`."""
+
+    row: np.ndarray
+    """``[op + 1]``: each op's row (the last, ``graph.ops``, the row of zeros)."""
+    cost: np.ndarray
+    """``[row]``: each row's index into the duration vector."""
+    levels: tuple[tuple[int, int, np.ndarray, np.ndarray], ...]
+    """Per level: its rows ``lo:hi``, the rows of their previous ops then of their input ops, and whether each
+    input crosses stages."""
+    widest: int
+    """The most ops on one level."""
+
+
+@lru_cache(maxsize=32)
+def _levels(graph: StepGraph) -> _Levels:
+    """The rows of :class:`_Levels`: the ops in level order (cached per graph)."""
+    order = np.concatenate([ops for ops, _, _ in graph.steps])
+    row = np.empty(graph.ops + 1, dtype=np.intp)
+    row[order], row[graph.ops] = np.arange(graph.ops), graph.ops
+    levels, lo = [], 0
+    for ops, inputs, _ in graph.steps:
+        levels.append((lo, lo + len(ops), row[inputs], graph.crosses[ops]))
+        lo += len(ops)
+    return _Levels(row=row, cost=graph.duration[order], levels=tuple(levels),
+                   widest=max(len(ops) for ops, _, _ in graph.steps))
+
+
+def _level_ends(graph: StepGraph, durations: np.ndarray, p2p_time: float) -> np.ndarray:
+    """End time of every op ``[row, row of durations]``, the ops in :func:`_levels`' rows (then a row of
+    zeros): the ops of a level lie in consecutive rows, so a level's work is three calls, in place, whatever
+    its width (a level of a p = 16 step holds a dozen ops: the calls, not the arithmetic, cost the time)."""
+    layout = _levels(graph)
+    durations = np.atleast_2d(np.asarray(durations, dtype=float))
+    ends = np.empty((graph.ops + 1, len(durations)))
+    # each op's duration, to which its start is added; [duration, row] in memory: whole rows gathered
+    np.take(np.ascontiguousarray(durations.T), layout.cost, axis=0, out=ends[:-1], mode="clip")
+    ends[-1] = 0.0
+    ready = np.empty((2 * layout.widest, len(durations)))
+    for lo, hi, inputs, crosses in layout.levels:
+        width = hi - lo
+        gathered = np.take(ends, inputs, axis=0, out=ready[:2 * width], mode="clip")
+        if p2p_time:
+            gathered[width:][crosses] += p2p_time
+        ends[lo:hi] += np.maximum(gathered[:width], gathered[width:], out=gathered[:width])
+    return ends
+
+
 def _ends(graph: StepGraph, durations: np.ndarray, p2p_time: float) -> np.ndarray:
     """End time of every op (and a last row of zeros), ``[op, row of durations]``."""
-    # row-major [duration, row]: each level gathers whole rows, not strided columns
-    durations = np.ascontiguousarray(np.atleast_2d(np.asarray(durations, dtype=float)).T)
-    ends = np.zeros((graph.ops + 1, durations.shape[1]))
-    transfer = np.where(graph.crosses, p2p_time, 0.0)[:, None]
-    # Ops of the arrays' first axis in a row are gathered in one call; the level's work is a few calls, in
-    # place on the gathered rows.
-    for ops, inputs, cost in graph.steps:
-        ready = ends[inputs]
-        width = len(ops)
-        if p2p_time:
-            ready[width:] += transfer[ops]
-        latest = np.maximum(ready[:width], ready[width:], out=ready[:width])
-        latest += durations[cost]
-        ends[ops] = latest
-    return ends
+    return _level_ends(graph, durations, p2p_time)[_levels(graph).row]
 
 
 def _ends_of_one(graph: StepGraph, durations: list[float], p2p_time: float) -> list[float]:
@@ -192,7 +227,7 @@ def step_times(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -
     >>> step_times(graph, [[1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0], [1.0, 2.0, 2.0, 2.0, 0, 0, 0, 0]]).tolist()
     [9.0, 11.0]
     """
-    return _ends(graph, durations, p2p_time)[:-1].max(axis=0)
+    return _level_ends(graph, durations, p2p_time)[:-1].max(axis=0)
 
 
 def step_ends(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
@@ -208,8 +243,25 @@ def step_ends(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) ->
     >>> [x.tolist() for x in step_ends(graph, [[1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]])]
     [[9.0], [36.0]]
     """
-    ends = _ends(graph, durations, p2p_time)[:-1]
-    return ends.max(axis=0), ends.sum(axis=0)
+    times, sums, _ = step_runs(graph, durations, p2p_time)
+    return times, sums
+
+
+def step_runs(graph: StepGraph, durations: np.ndarray,
+              p2p_time: float = 0.0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`step_ends` and every op's end time ``[op, row]`` (the ops level by level, then a row of zeros):
+    a column of the last gives :func:`critical_path` of its row without timing it again.
+
+    Examples
+    --------
+    >>> graph = step_graph("1f1b", 2, 2, 1, 1, False)
+    >>> durations = [[1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]]
+    >>> times, sums, ends = step_runs(graph, durations)
+    >>> critical_path(graph, durations[0], ends=ends[:, 0]).tolist()
+    [1.0, 2.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]
+    """
+    ends = _level_ends(graph, durations, p2p_time)
+    return ends[:-1].max(axis=0), ends[:-1].sum(axis=0), ends
 
 
 def op_ends(graph: StepGraph, durations, p2p_time: float = 0.0) -> np.ndarray:
@@ -316,13 +368,15 @@ def stage_critical_paths(graph: StepGraph, durations: np.ndarray,
     return ends[:-1].max(axis=0), counts.reshape(rows, len(firsts), graph.durations).astype(float)
 
 
-def critical_path(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0) -> np.ndarray:
+def critical_path(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0,
+                  ends: np.ndarray | None = None) -> np.ndarray:
     """How often each duration lies on one longest path of the step (a vector like ``durations``).
 
     One placement is timed op by op in level order (faster than a sweep of
-    array operations per level); from the op that ends last, the walk goes
-    back to whichever of its previous op and its input set its start (the
-    input on a tie).
+    array operations per level), unless its op ``ends`` are given (a column
+    of :func:`step_runs`, computed by the same arithmetic); from the op that
+    ends last, the walk goes back to whichever of its previous op and its
+    input set its start (the input on a tie).
 
     Examples
     --------
@@ -330,17 +384,26 @@ def critical_path(graph: StepGraph, durations: np.ndarray, p2p_time: float = 0.0
     >>> critical_path(graph, [1.0, 1.0, 2.0, 2.0, 0, 0, 0, 0]).tolist()
     [1.0, 2.0, 1.0, 2.0, 0.0, 0.0, 0.0, 0.0]
     """
-    durations = np.asarray(durations, dtype=float)
-    ends = np.array(_ends_of_one(graph, durations.tolist(), p2p_time))
-    transfer = np.where(graph.crosses, p2p_time, 0.0)
+    durations = np.asarray(durations, dtype=float).tolist()
+    ends = (_ends_of_one(graph, durations, p2p_time) if ends is None
+            else np.asarray(ends, dtype=float)[_levels(graph).row].tolist())
+    transfer = np.where(graph.crosses, p2p_time, 0.0).tolist()
+    duration, source, previous = _walk_tables(graph)
     counts = np.zeros(graph.durations)
     op = int(np.argmax(ends[:-1]))
     while op < graph.ops:
-        counts[graph.duration[op]] += 1
-        start = ends[op] - durations[graph.duration[op]]
-        source = graph.source[op]
-        if source < graph.ops and ends[source] + transfer[op] >= start - 1e-9 * max(1.0, abs(start)):
-            op = int(source)
+        cost = duration[op]
+        counts[cost] += 1
+        start = ends[op] - durations[cost]
+        earlier = source[op]
+        if earlier < graph.ops and ends[earlier] + transfer[op] >= start - 1e-9 * max(1.0, abs(start)):
+            op = earlier
         else:
-            op = int(graph.previous[op])
+            op = previous[op]
     return counts
+
+
+@lru_cache(maxsize=32)
+def _walk_tables(graph: StepGraph) -> tuple[list[int], list[int], list[int]]:
+    """Each op's duration index, input op and previous op as lists (scalar lookups in a walk are faster)."""
+    return graph.duration.tolist(), graph.source.tolist(), graph.previous.tolist()

@@ -7,7 +7,7 @@ import re
 import numpy as np
 import pytest
 
-from sappkit.balancer.step.local_search import valid
+from sappkit.balancer.step.moves import valid
 from sappkit.balancer.optimise import optimise
 from sappkit.balancer.plan import make_plan
 from sappkit.balancer.setup import make_setup

@@ -5,7 +5,8 @@ import pandas as pd
 import pytest
 
 from sappkit import simulate
-from sappkit.pipeline.critical import critical_path, stage_critical_paths, step_ends, step_graph, step_times
+from sappkit.pipeline.critical import (_levels, critical_path, op_ends, stage_critical_paths, step_ends, step_graph,
+                                      step_runs, step_times)
 from sappkit.pipeline.events import step_plan
 
 #: (schedule, p, m, v, k, less_memory): every order the simulator runs; interleaved with m a multiple of p and
@@ -64,6 +65,22 @@ def test_the_longest_path_is_the_simulated_step(rng, shape, p2p_time):
         assert (path @ durations == pytest.approx(step, rel=1e-12) if not p2p_time
                 else path @ durations <= step * (1 + 1e-12))
         assert path.sum() >= 2 * m * k  # a stage's ops at least, a unit's forward and backward on every cell
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
+@pytest.mark.parametrize("p2p_time", [0.0, 0.37])
+def test_the_level_sweep_is_the_op_by_op_arithmetic_exactly(rng, shape, p2p_time):
+    graph = step_graph(*shape)
+    layout = _levels(graph)
+    # a level's ops fill consecutive rows, and every op's inputs lie in the rows of earlier levels
+    assert sorted(layout.row[:-1].tolist()) == list(range(graph.ops)) and layout.row[-1] == graph.ops
+    for lo, hi, inputs, _ in layout.levels:
+        assert ((inputs < lo) | (inputs == graph.ops)).all()
+    durations = rng.uniform(0.0, 5.0, (6, graph.durations))
+    times, _, ends = step_runs(graph, durations, p2p_time)
+    one_by_one = np.array([op_ends(graph, row, p2p_time) for row in durations])
+    assert (ends[layout.row[:-1]].T == one_by_one).all() and (ends[-1] == 0).all()
+    assert times.tolist() == one_by_one.max(axis=1).tolist()
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))

@@ -125,9 +125,10 @@ def step_lower_bound(setup: BalanceSetup, timer: StepTimer, best: np.ndarray | N
         lower = value if lower is None else max(lower, value)
         if lower >= best_time * (1 - _REACHED):
             break
-        points = [x] if best is None else [x, (x + best) / 2]
-        paths = np.array([timer.critical(point) for point in points])
-        lengths = (paths * timer.durations(np.array(points))).sum(axis=1)
+        points = np.array([x] if best is None else [x, (x + best) / 2])
+        _, _, ends = timer.runs(points)  # both timed in one sweep, each path walked on its own ends
+        paths = np.array([timer.critical(point, ends[:, k]) for k, point in enumerate(points)])
+        lengths = (paths * timer.durations(points)).sum(axis=1)
         if lengths.min() <= value * (1 + CLOSE):
             break
         program.add(paths)

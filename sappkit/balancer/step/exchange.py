@@ -37,7 +37,7 @@ def fitted(setup: BalanceSetup, counts: np.ndarray, memory: KnownMemory | None =
     pricing stages with ``memory`` (a search's own; default a new one).
 
     Returns a copy; a placement some stage of which still does not fit is
-    returned as far as it got (:func:`sappkit.balancer.step.local_search.valid` says so).
+    returned as far as it got (:func:`sappkit.balancer.step.moves.valid` says so).
     """
     memory = KnownMemory(setup) if memory is None else memory
     counts = np.array(counts, dtype=int)

@@ -53,7 +53,7 @@ class KnownMemory:
         rows = np.ascontiguousarray(np.column_stack([stages, contents.reshape(len(stages), width)]), dtype=np.int64)
         keys = rows.view(np.dtype((np.void, rows.shape[1] * rows.itemsize))).ravel().tolist()
         known = self._known
-        found = np.fromiter((known.get(key, np.nan) for key in keys), float, len(keys))
+        found = np.array(list(map(known.get, keys)), dtype=float)  # None, not priced yet: nan
         missing = np.flatnonzero(np.isnan(found))
         if len(missing):
             first = {}  # each new (stage, contents) once, where first met

@@ -2,7 +2,7 @@
 
 From each start placement the search makes one change at a time while the
 simulated step (:mod:`sappkit.balancer.step.steptime`) gets shorter and the
-placement stays valid (:func:`valid`: every stage fits, by the balancer's
+placement stays valid (:func:`~sappkit.balancer.step.moves.valid`: every stage fits, by the balancer's
 memory model):
 
 - **move**: one layer leaves a cell and joins another, keeping its option or
@@ -32,25 +32,34 @@ layers than the others). So the search then *kicks* the best placement
 found (two random changes, or the exchange of two random stages, that keep
 it valid) and descends again, keeping the result when it is better: an
 iterated local search, until a budget of simulated placements is spent or
-twenty kicks in a row found nothing better. Everything is deterministic:
-candidates in a fixed order, kicks from a seeded generator, a budget of
-placements rather than of seconds.
+eight kicks in a row found nothing better (the search has converged: on
+short steps the budget would buy thousands more placements that rarely
+help). Most kicks are undone by their
+descent, which then ends at a local optimum met before; the changes a round
+tries depend on the placement alone (its longest path, exact bounds), so
+the search keeps the optima it met and a descent stops on reaching one
+rather than simulate its neighbourhood again. A round's longest path is
+walked on the op end times of the batch that found the placement, not
+timed again. Everything is deterministic: candidates in a fixed order,
+kicks from a seeded generator, a budget of placements rather than of
+seconds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
-from ..evaluate import ceiling, placement_memory
 from ..setup import BalanceSetup
 from .exchange import exchanged, stage_exchanges
 from .known_memory import KnownMemory
+from .moves import among, applied, candidate_changes, change_bounds, valid, valid_changes, valid_placements
 from .resplit import stage_resplits
 from .steptime import StepTimer
 
-__all__ = ["Changes", "Improved", "improve", "valid", "WORK_BUDGET", "MOST_PLACEMENTS"]
+__all__ = ["Changes", "Improved", "improve", "WORK_BUDGET", "MOST_PLACEMENTS"]
 
 #: Op times computed over all starts (placements simulated x ops in the step) before the search stops: a
 #: deterministic budget that buys as many placements as the schedule's size allows (about 1,900 for p = 16,
@@ -72,9 +81,11 @@ _KEPT_PATHS = 24
 _TOLERANCE = 1e-9
 #: Random changes per kick, attempts at a valid kick, placements simulated per descent after a kick.
 _KICK, _KICK_TRIES, _KICK_BUDGET = 2, 50, 500
-#: Kicks in a row that find nothing better before the search stops: on the step bench's 30 stress cases and
-#: its two p = 4 bench cases 20 reach every plan 40 did (10 leaves one 0.6 % slower than its reference).
-_PATIENCE = 20
+#: Kicks in a row that find nothing better before the search stops: the search has converged. On the step
+#: bench's 30 stress cases 8 (with the local optima kept) gives the plans 20 did but three, case 74 0.11 %
+#: slower, cases 60 and 67 0.2 and 0.3 % faster (all within 0.5 % of their references), in about half the CPU
+#: time on the p = 4 families, where the placement budget is largest and kicks seldom help.
+_PATIENCE = 8
 #: The kicks' random generator's seed: the search is deterministic.
 _SEED = 0
 
@@ -126,106 +137,6 @@ class Improved:
                 else f"{self.start}; no change shortens its step")
 
 
-def valid(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """Per placement ``[n, item, chunk, stage]``: no negative count, no empty cell but the head's and the
-    tail's, the multimodal frontier and recompute consistency hold, every stage fits."""
-    return _well_formed(setup, counts) & (placement_memory(setup, counts) <= ceiling(setup.memory_mb)).all(axis=1)
-
-
-def _valid_placements(memory: KnownMemory, counts: np.ndarray) -> np.ndarray:
-    """:func:`valid`, the stages priced by the search's ``memory``."""
-    setup = memory.setup
-    return _well_formed(setup, counts) & (memory.placement(counts) <= ceiling(setup.memory_mb)).all(axis=1)
-
-
-def _valid_changes(memory: KnownMemory, counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
-    """:func:`valid` of the placements ``changes`` (rows of :func:`_changes`) make of the valid ``counts``:
-    only the stages a change touches can stop fitting, so only their memory is priced (a p = 16 placement's
-    memory costs eight times a change's), by the search's ``memory``."""
-    setup = memory.setup
-    placements = _apply(counts, changes)
-    stages = changes[:, 1::2] % setup.stages  # [change, the four cells a change touches]
-    contents = np.moveaxis(placements, -1, 1)[np.arange(len(changes))[:, None], stages]
-    fits = memory.total(contents, stages) <= ceiling(setup.memory_mb)
-    return _well_formed(setup, placements) & fits.all(axis=1)
-
-
-def _well_formed(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
-    """:func:`valid` but the memory."""
-    ok = (counts >= 0).all(axis=(1, 2, 3))
-    ok &= ((counts.sum(axis=1) >= 1) | ~setup.body_cells).all(axis=(1, 2))
-    for k in range(1, len(setup.kinds)):
-        later = counts[:, setup.item_indices(setup.kinds[k])].sum(axis=1)
-        earlier = counts[:, setup.item_indices(setup.kinds[k - 1])].sum(axis=1)
-        for c, s in setup.cells:
-            before = setup.earlier_cells(c, s)
-            if before:
-                started = sum(later[:, d, t] for d, t in before) > 0
-                ok &= ~(started & (earlier[:, c, s] > 0))
-    if setup.consistency is not None:
-        least, most = setup.consistency
-        index = {item: i for i, item in enumerate(setup.items)}
-        for k, kind in enumerate(setup.kinds[:-1]):
-            later_most = [index[(other, most)] for other in setup.kinds[k + 1:] if (other, most) in index]
-            if (kind, least) in index and later_most:
-                clash = (counts[:, later_most].sum(axis=1) > 0) & (counts[:, index[(kind, least)]] > 0)
-                ok &= ~clash.any(axis=(1, 2))
-    return ok
-
-
-def _changes(setup: BalanceSetup, counts: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """Every move and swap that shortens the path ``weight`` describes (``[item, chunk p + stage]``).
-
-    Rows ``(i, a, j, b, k, c, l, d)``: a layer of ``i`` leaves cell ``a`` and
-    one of ``j`` joins ``b``, then one of ``k`` leaves ``c`` and one of ``l``
-    joins ``d``. A move's second half is ``(i, a, i, a)``, no change; a swap
-    is ``(i, a, j, a)`` and ``(j, b, i, b)``.
-    """
-    cells = setup.chunks * setup.stages
-    flat = counts.reshape(len(setup.items), cells)
-    rows = []
-    for kind in setup.kinds:
-        items = np.array(setup.item_indices(kind))
-        here, there = weight[items], flat[items]  # [item of the kind, cell]
-        # A move (i, a) -> (j, b): a layer of i on a, and j on b weighing less on the path.
-        gain = here[None, None] - here[:, :, None, None]
-        i, a, j, b = np.nonzero((there[:, :, None, None] > 0) & (gain < 0))
-        rows.append(np.column_stack([items[i], a, items[j], b, items[i], a, items[i], a]))
-        # A swap: i on a becomes j, j on b becomes i (i < j, a != b).
-        change = here[None, :, :] - here[:, None, :]  # [i, j, cell]: j instead of i on the cell
-        gain = change[:, :, :, None] - change[:, :, None, :]
-        held = (there[:, None, :, None] > 0) & (there[None, :, None, :] > 0)
-        upper = np.triu(np.ones((len(items),) * 2, dtype=bool), 1)[:, :, None, None]
-        i, j, a, b = np.nonzero(held & upper & (gain < 0))
-        rows.append(np.column_stack([items[i], a, items[j], a, items[j], b, items[i], b]))
-    return np.concatenate(rows)
-
-
-def _bounds(changes: np.ndarray, weights: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Per change, the longest of the known paths after it: a lower bound on its step time."""
-    delta = (weights[:, changes[:, 2], changes[:, 3]] - weights[:, changes[:, 0], changes[:, 1]]
-             + weights[:, changes[:, 6], changes[:, 7]] - weights[:, changes[:, 4], changes[:, 5]])
-    return (lengths[:, None] + delta).max(axis=0)
-
-
-def _among(changes: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Per row of ``changes``: whether it is one of ``rows``."""
-    if not len(rows):
-        return np.zeros(len(changes), dtype=bool)
-    return (changes[:, None, :] == rows[None, :, :]).all(axis=2).any(axis=1)
-
-
-def _apply(counts: np.ndarray, changes: np.ndarray) -> np.ndarray:
-    """The placements each row of ``changes`` gives."""
-    n, (items, v, p) = len(changes), counts.shape
-    result = np.repeat(counts.reshape(1, items, v * p), n, axis=0)
-    rows = np.arange(n)
-    for out_item, out_cell, in_item, in_cell in (changes[:, :4].T, changes[:, 4:].T):
-        np.add.at(result, (rows, out_item, out_cell), -1)
-        np.add.at(result, (rows, in_item, in_cell), 1)
-    return result.reshape(n, items, v, p)
-
-
 @dataclass(frozen=True)
 class _Reached:
     counts: np.ndarray
@@ -242,41 +153,60 @@ class _Reached:
         return self.time <= other.time * (1 + _TOLERANCE) and self.ends < other.ends * (1 - _TOLERANCE)
 
 
+class _Better(NamedTuple):
+    """The best candidate of a batch that beats the current placement."""
+
+    counts: np.ndarray
+    time: float
+    ends: float
+    index: int
+    """Its row in the batch."""
+    op_ends: np.ndarray
+    """Every op's end time (:meth:`StepTimer.runs`): its longest path without timing it again."""
+
+
 def _best_better(timer: StepTimer, candidates: np.ndarray, time: float,
-                 ends: float) -> tuple[tuple[np.ndarray, float, float, int] | None, np.ndarray]:
+                 ends: float) -> tuple[_Better | None, np.ndarray]:
     """The best of ``candidates`` that beats a placement of step ``time`` and end sum ``ends`` (faster, or as
-    fast with ops ending earlier elsewhere: another longest path got shorter), as ``(counts, time, ends,
-    index)`` or None; and which of them beat it."""
+    fast with ops ending earlier elsewhere: another longest path got shorter), or None; and which of them
+    beat it."""
     if not len(candidates):
         return None, np.zeros(0, dtype=bool)
-    times, sums = timer.times_and_ends(candidates)
+    times, sums, op_ends = timer.runs(candidates)
     same = np.abs(times - time) <= time * _TOLERANCE
     better = (times < time * (1 - _TOLERANCE)) | (same & (sums < ends * (1 - _TOLERANCE)))
     if not better.any():
         return None, better
     best = int(np.lexsort((sums, np.where(same, time, times)))[0])
-    return (candidates[best], float(times[best]), float(sums[best]), best), better
+    return _Better(candidates[best], float(times[best]), float(sums[best]), best, op_ends[:, best]), better
 
 
-def _descend(memory: KnownMemory, timer: StepTimer, counts: np.ndarray, budget: int) -> _Reached:
+def _descend(memory: KnownMemory, timer: StepTimer, counts: np.ndarray, budget: int,
+             optima: set[bytes]) -> _Reached:
     """Changes from ``counts`` while they help, until none does or ``budget`` placements were simulated
-    (stages priced by the search's ``memory``)."""
+    (stages priced by the search's ``memory``).
+
+    ``optima`` holds the local optima the search has met (``counts.tobytes()``), and gains this descent's
+    if it reaches one: which changes a round tries depends on the placement alone (its longest path, the
+    bounds exact), so a descent that reaches a known optimum stops there without trying them all again,
+    as kicks that their descent undoes do.
+    """
     setup = memory.setup
-    times, sums = timer.times_and_ends(counts[None])
-    time, ends = float(times[0]), float(sums[0])
+    times, sums, op_ends = timer.runs(counts[None])
+    time, ends, op_ends = float(times[0]), float(sums[0]), op_ends[:, 0]
     made, evaluated = Changes(), 0
     accepted = []
     helped = np.zeros((0, 8), dtype=int)
-    while evaluated < budget:
-        longest = timer.critical(counts)
+    while evaluated < budget and counts.tobytes() not in optima:
+        longest = timer.critical(counts, op_ends)
         accepted = [longest, *accepted][:_KEPT_PATHS]
         paths = np.vstack([*accepted, timer.graph.paths])
         weights = timer.cell_weights(paths)
-        changes = _changes(setup, counts, weights[0])
-        bounds = _bounds(changes, weights, paths @ timer.durations(counts))
+        changes = candidate_changes(setup, counts, weights[0])
+        bounds = change_bounds(changes, weights, paths @ timer.durations(counts))
         keep = bounds <= time * (1 + _TOLERANCE)
         changes, bounds = changes[keep], bounds[keep]
-        changes = changes[np.lexsort((bounds, ~_among(changes, helped)))]
+        changes = changes[np.lexsort((bounds, ~among(changes, helped)))]
         found, size, screened = None, _FIRST_BATCH, 0
         waiting = changes[:0]  # screened valid, not simulated yet
         while found is None and evaluated < budget:
@@ -284,28 +214,30 @@ def _descend(memory: KnownMemory, timer: StepTimer, counts: np.ndarray, budget: 
             while len(waiting) < wanted and screened < len(changes):
                 block = changes[screened:screened + min(_SCREEN, max(2 * (wanted - len(waiting)), _LEAST_SCREEN))]
                 screened += len(block)
-                waiting = np.concatenate([waiting, block[_valid_changes(memory, counts, block)]])
+                waiting = np.concatenate([waiting, block[valid_changes(memory, counts, block)]])
             if not len(waiting):
                 break
             tried, waiting = waiting[:wanted], waiting[wanted:]
             evaluated += len(tried)
-            found, better = _best_better(timer, _apply(counts, tried), time, ends)
+            found, better = _best_better(timer, applied(counts, tried), time, ends)
             helped = tried[better]
             size = min(2 * size, _LARGEST_BATCH)
             if found is not None:
-                row = tried[found[3]]
+                row = tried[found.index]
                 made += Changes(moves=1) if (row[4:] == row[[0, 1, 0, 1]]).all() else Changes(swaps=1)
         if found is None and evaluated < budget:
             traded, resplit = stage_exchanges(setup, counts, memory), stage_resplits(setup, counts)
-            traded, resplit = traded[_valid_placements(memory, traded)], resplit[_valid_placements(memory, resplit)]
+            traded, resplit = traded[valid_placements(memory, traded)], resplit[valid_placements(memory, resplit)]
             whole = np.concatenate([traded, resplit])[:budget - evaluated]
             evaluated += len(whole)
             found, _ = _best_better(timer, whole, time, ends)
             if found is not None:
-                made += Changes(exchanges=1) if found[3] < len(traded) else Changes(resplits=1)
+                made += Changes(exchanges=1) if found.index < len(traded) else Changes(resplits=1)
         if found is None:
+            if evaluated < budget:  # every change was tried
+                optima.add(counts.tobytes())
             break
-        counts, time, ends, _ = found
+        counts, time, ends, _, op_ends = found
     return _Reached(counts, time, ends, made, evaluated)
 
 
@@ -317,7 +249,7 @@ def _kick(memory: KnownMemory, counts: np.ndarray, rng: np.random.Generator) -> 
     if setup.stages > 1 and rng.random() < 0.5:
         pair = rng.choice(setup.stages, size=2, replace=False)
         kicked = exchanged(setup, counts[None], pair[:1], pair[1:], memory)[0]
-        if _valid_placements(memory, kicked[None])[0] and not np.array_equal(kicked, counts):
+        if valid_placements(memory, kicked[None])[0] and not np.array_equal(kicked, counts):
             return kicked
     items, cells = len(setup.items), setup.chunks * setup.stages
     kinds = [np.array(setup.item_indices(kind)) for kind in setup.kinds]
@@ -334,16 +266,17 @@ def _kick(memory: KnownMemory, counts: np.ndarray, rng: np.random.Generator) -> 
             elif kicked[j, b] > 0:  # np.add.at: i == j or a == b repeat an index, which += would add once
                 np.add.at(kicked, ([i, j, j, i], [a, a, b, b]), (-1, 1, -1, 1))
         kicked = kicked.reshape(counts.shape)
-        if _valid_placements(memory, kicked[None])[0]:
+        if valid_placements(memory, kicked[None])[0]:
             return kicked
     return None
 
 
-def _search(memory: KnownMemory, timer: StepTimer, states: list[_Reached],
-            budget: int) -> tuple[list[_Reached], list[int]]:
+def _search(memory: KnownMemory, timer: StepTimer, states: list[_Reached], budget: int,
+            optima: set[bytes]) -> tuple[list[_Reached], list[int]]:
     """Kick each placement of ``states`` in turn and descend again, keeping what beats it (iterated local
     search from several places at once), until the budget is spent or every one has had :data:`_PATIENCE`
-    kicks in a row find nothing. Returns the placements reached and the kicks that improved each."""
+    kicks in a row find nothing (``optima``: the local optima met, :func:`_descend`). Returns the placements
+    reached and the kicks that improved each."""
     evaluated, kicks, failed = 0, [0] * len(states), [0] * len(states)
     rng = np.random.default_rng(_SEED)
     while evaluated < budget and min(failed) < _PATIENCE:
@@ -355,7 +288,7 @@ def _search(memory: KnownMemory, timer: StepTimer, states: list[_Reached],
             if kicked is None:
                 failed[i] = _PATIENCE
                 continue
-            reached = _descend(memory, timer, kicked, min(_KICK_BUDGET, budget - evaluated))
+            reached = _descend(memory, timer, kicked, min(_KICK_BUDGET, budget - evaluated), optima)
             evaluated += reached.evaluated
             failed[i] += 1
             if reached.beats(best):
@@ -374,16 +307,16 @@ def improve(setup: BalanceSetup, timer: StepTimer, starts: dict[str, np.ndarray]
     """
     budget = min(WORK_BUDGET // timer.graph.ops, MOST_PLACEMENTS) if budget is None else budget
     memory = KnownMemory(setup)  # every stage contents priced once over the whole search
-    seen, labels, states, evaluated = [], [], [], 0
+    seen, labels, states, evaluated, optima = [], [], [], 0, set()
     for label, counts in starts.items():
         counts = np.asarray(counts, dtype=int)
         if any(np.array_equal(counts, other) for other in seen):
             continue
         seen.append(counts)
         labels.append(label)
-        states.append(_descend(memory, timer, counts, max(budget // (len(starts) + 1), 1)))
+        states.append(_descend(memory, timer, counts, max(budget // (len(starts) + 1), 1), optima))
         evaluated += states[-1].evaluated
-    states, kicks = _search(memory, timer, states, budget - evaluated)
+    states, kicks = _search(memory, timer, states, budget - evaluated, optima)
     i = min(range(len(states)), key=lambda k: (states[k].time, k))
     return Improved(counts=states[i].counts, step_time=states[i].time, start=labels[i], changes=states[i].changes,
                     kicks=kicks[i], evaluated=evaluated + sum(state.evaluated for state in states))

@@ -12,6 +12,8 @@ layers moved), so the neighbourhood stays a fraction of a search round.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from ..setup import BalanceSetup
@@ -22,14 +24,16 @@ __all__ = ["stage_resplits", "MOST_SPLITS"]
 MOST_SPLITS = 64
 
 
-def _nearest_compositions(row: np.ndarray, most: int) -> list[tuple[int, tuple[int, ...]]]:
+@lru_cache(maxsize=4096)
+def _nearest_compositions(row: tuple[int, ...], most: int) -> list[tuple[int, tuple[int, ...]]]:
     """The ``most`` splits of ``row.sum()`` layers over ``len(row)`` chunks nearest ``row``, as (layers
     moved, split), ordered by layers moved, then by the split itself.
 
     The splits ``m`` layers away are those one layer's move from the splits ``m - 1`` away, so they come
     ring by ring until ``most`` are in: at most ``most`` times ``len(row)**2`` moves, however many
-    chunks or layers (listing every split grows as layers to the power chunks)."""
-    start = tuple(int(n) for n in row)
+    chunks or layers (listing every split grows as layers to the power chunks). Cached: a search meets the
+    same rows over and over."""
+    start = row
     found, ring, moved = {start: 0}, {start}, 0
     while ring and len(found) <= most:
         moved += 1
@@ -66,7 +70,7 @@ def stage_resplits(setup: BalanceSetup, counts: np.ndarray) -> np.ndarray:
     for s in range(setup.stages):
         nearest = [(0, ())]  # (layers moved, one split per item so far)
         for row in counts[:, :, s]:
-            options = _nearest_compositions(row, MOST_SPLITS + 1)
+            options = _nearest_compositions(tuple(row.tolist()), MOST_SPLITS + 1)
             nearest = sorted((moved + more, splits + (split,)) for moved, splits in nearest
                              for more, split in options)[:MOST_SPLITS + 1]
         for moved, splits in nearest:

@@ -22,7 +22,7 @@ from ..evaluate import counts_from_assignment
 from ..exact.cells import Cache
 from ..setup import BalanceSetup
 from .least_work import least_work
-from .local_search import valid
+from .moves import valid
 from .steptime import StepTimer
 
 __all__ = ["start_placements"]

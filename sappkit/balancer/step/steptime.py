@@ -19,7 +19,7 @@ import numpy as np
 
 from ...columns import ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, KIND, OPTION
 from ...pipeline.costs import split_backward
-from ...pipeline.critical import StepGraph, critical_path, step_ends, step_graph, step_times
+from ...pipeline.critical import StepGraph, critical_path, step_ends, step_graph, step_runs, step_times
 from ..setup import BalanceSetup
 
 __all__ = ["StepTimer", "step_timer", "PHASE_COUNT"]
@@ -56,13 +56,19 @@ class StepTimer:
         """Step times of a batch of placements and the sums of their ops' end times (:func:`step_ends`)."""
         return step_ends(self.graph, self.durations(counts))
 
+    def runs(self, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`times_and_ends` and every op's end time ``[op, placement]`` (:func:`step_runs`: the ops level by
+        level), whose column gives :meth:`critical` of its placement without timing it again."""
+        return step_runs(self.graph, self.durations(counts))
+
     def time(self, counts: np.ndarray) -> float:
         """Simulated step time of one placement."""
         return float(self.times(np.asarray(counts)[None])[0])
 
-    def critical(self, counts: np.ndarray) -> np.ndarray:
-        """How often each duration lies on one longest path of one placement's step (a duration vector)."""
-        return critical_path(self.graph, self.durations(counts))
+    def critical(self, counts: np.ndarray, ends: np.ndarray | None = None) -> np.ndarray:
+        """How often each duration lies on one longest path of one placement's step (a duration vector); its
+        op ``ends`` (a column of :meth:`runs`), when given, are not computed again."""
+        return critical_path(self.graph, self.durations(counts), ends=ends)
 
     def cell_weights(self, paths: np.ndarray) -> np.ndarray:
         """``[path, item, chunk p + stage]``: the length one layer of the item adds to each path on the cell."""

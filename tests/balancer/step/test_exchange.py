@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import sappkit
-from sappkit.balancer.step import local_search
+from sappkit.balancer.step import local_search, moves
 from sappkit.balancer.evaluate import stage_memory
 from sappkit.balancer.step.known_memory import KnownMemory
 from sappkit.balancer.step.exchange import fitted, stage_exchanges
@@ -88,15 +88,15 @@ def test_the_step_search_ends_where_no_stage_exchange_helps(rng, monkeypatch):
         sapp = sappkit.balance(frame, memory_mb=limit, **pipeline)
         setup = make_setup(frame, memory_mb=limit, objective="step", **pipeline)
         timer = step_timer(setup)
-        reached = local_search._descend(KnownMemory(setup), timer, sapp.counts, 10**6)
+        reached = local_search._descend(KnownMemory(setup), timer, sapp.counts, 10**6, set())
         exchanged = stage_exchanges(setup, reached.counts)
-        assert local_search._best_better(timer, exchanged[local_search.valid(setup, exchanged)], reached.time,
+        assert local_search._best_better(timer, exchanged[moves.valid(setup, exchanged)], reached.time,
                                           reached.ends)[0] is None
         with monkeypatch.context() as patch:
             patch.setattr(local_search, "stage_exchanges", lambda setup, counts, memory: counts[None][:0])
             patch.setattr(local_search, "stage_resplits", lambda setup, counts: counts[None][:0])
-            plain = local_search._descend(KnownMemory(setup), timer, sapp.counts, 10**6)
+            plain = local_search._descend(KnownMemory(setup), timer, sapp.counts, 10**6, set())
         exchanged = stage_exchanges(setup, plain.counts)
-        short += local_search._best_better(timer, exchanged[local_search.valid(setup, exchanged)], plain.time,
+        short += local_search._best_better(timer, exchanged[moves.valid(setup, exchanged)], plain.time,
                                             plain.ends)[0] is not None
     assert short >= 1

@@ -18,7 +18,8 @@ import pytest
 import sappkit
 from sappkit.balancer.evaluate import stage_memory
 from sappkit.balancer.step.known_memory import KnownMemory
-from sappkit.balancer.step.local_search import Changes, _apply, _changes, _kick, _valid_changes, improve, valid
+from sappkit.balancer.step.local_search import Changes, _descend, _kick, improve
+from sappkit.balancer.step.moves import applied, candidate_changes, valid, valid_changes
 from sappkit.balancer.setup import make_setup
 from sappkit.balancer.step.steptime import step_timer
 
@@ -162,9 +163,9 @@ def test_the_changes_validity_prices_only_the_stages_they_touch_and_agrees(rng, 
     frame = table(rng, kinds=2, counts=(8, 9), options=("none", "full"), modules=["vision", "language"])
     setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline) * 0.9, **pipeline)
     start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
-    changes = _changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
-    expected = [allowed(setup, counts) for counts in _apply(start, changes)]
-    assert _valid_changes(KnownMemory(setup), start, changes).tolist() == expected
+    changes = candidate_changes(setup, start, rng.uniform(-1, 0, size=(len(setup.items), setup.chunks * setup.stages)))
+    expected = [allowed(setup, counts) for counts in applied(start, changes)]
+    assert valid_changes(KnownMemory(setup), start, changes).tolist() == expected
     assert 0 < sum(expected) < len(expected)
 
 
@@ -180,6 +181,45 @@ def test_improve_starts_and_kicks(rng):
     assert valid(setup, found.counts[None])[0]
     kicked = _kick(KnownMemory(setup), found.counts, np.random.default_rng(1))
     assert valid(setup, kicked[None])[0] and np.abs(kicked - found.counts).sum() <= 8
+
+
+def test_the_kicks_stop_when_eight_in_a_row_find_nothing_whatever_the_budget_left(rng, monkeypatch):
+    from sappkit.balancer.step import local_search
+
+    frame = table(rng, counts=(14,))
+    pipeline = dict(stages=4, micro_batches=8, chunks=2)
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline) * 0.85, objective="step", **pipeline)
+    start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
+    helped = []  # per kick of the one start, whether its descent beat the best
+    beats = local_search._Reached.beats
+    monkeypatch.setattr(local_search._Reached, "beats", lambda self, other: helped.append(beats(self, other))
+                        or helped[-1])
+    found = improve(setup, step_timer(setup), {"sapp": start}, budget=10**7)
+    assert local_search._PATIENCE == 8 and found.evaluated < 10**6 and sum(helped) == found.kicks >= 1
+    runs = "".join("x" if kick else "." for kick in helped).split("x")
+    assert runs[-1] == "." * 8 and all(len(run) < 8 for run in runs[:-1])
+
+
+def test_a_descent_stops_at_a_known_local_optimum_and_reaches_what_it_would_have(rng):
+    frame = table(rng, counts=(14,))
+    pipeline = dict(stages=4, micro_batches=8, chunks=2)
+    setup = make_setup(frame, memory_mb=loose_limit(frame, **pipeline) * 0.85, objective="step", **pipeline)
+    timer, memory = step_timer(setup), KnownMemory(setup)
+    start = sappkit.balance(frame, memory_mb=setup.memory_mb, **pipeline).counts
+    optima = set()
+    first = _descend(memory, timer, start, 10_000, optima)
+    assert optima == {first.counts.tobytes()} and first.evaluated > 0
+    # from the optimum itself: nothing tried again, unless it is not known
+    assert _descend(memory, timer, first.counts, 10_000, optima).evaluated == 0
+    again = _descend(memory, timer, first.counts, 10_000, set())
+    assert again.evaluated > 0 and np.array_equal(again.counts, first.counts) and again.changes.total == 0
+    # from the start again: the same placement, no more placements simulated
+    known = _descend(memory, timer, start, 10_000, optima)
+    assert np.array_equal(known.counts, first.counts) and known.time == first.time
+    assert known.evaluated < first.evaluated
+    # a descent cut short by its budget knows no optimum
+    short = set()
+    assert _descend(memory, timer, start, 5, short).evaluated <= 5 and not short
 
 
 def test_the_plan_says_which_start_and_changes_reached_it(rng):

@@ -62,6 +62,22 @@ def test_cell_weights_give_the_paths_lengths(rng):
     assert timer.critical(counts) @ timer.durations(counts) == pytest.approx(timer.time(counts), rel=1e-12)
 
 
+@pytest.mark.parametrize("pipeline", PIPELINES[:5], ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+def test_the_runs_op_ends_give_each_placements_longest_path_as_timing_it_alone_does(rng, pipeline):
+    setup = make_setup(table(rng, counts=(9,)), memory_mb=1e6, **pipeline)
+    timer = step_timer(setup)
+    placements = np.array([random_placement(rng, setup) for _ in range(5)])
+    times, sums, ends = timer.runs(placements)
+    np.testing.assert_allclose(times, timer.times(placements), rtol=1e-12)
+    for k, counts in enumerate(placements):
+        path = timer.critical(counts, ends[:, k])
+        assert path.tolist() == timer.critical(counts).tolist()
+        assert path @ timer.durations(counts) == pytest.approx(times[k], rel=1e-12)
+    # another placement's ends walk another path: the given ends are the ones walked
+    assert any(timer.critical(placements[0], ends[:, k]).tolist() != timer.critical(placements[0]).tolist()
+               for k in range(1, 5))
+
+
 def test_a_plan_for_the_step_objective_reports_its_simulated_step(rng):
     setup = make_setup(table(rng, counts=(8,)), stages=2, micro_batches=4, memory_mb=1e6, objective="step")
     counts = random_placement(rng, setup)
