@@ -104,9 +104,7 @@ class Partition:
     _order: tuple[tuple[int, int], ...] = field(init=False, repr=False)
 
     def __post_init__(self):
-        schedule = self.schedule
-        if schedule is None:
-            schedule = "1f1b" if self.chunks == 1 else "interleaved"
+        schedule = self.schedule if self.schedule is not None else "1f1b" if self.chunks == 1 else "interleaved"
         schedule, p, m, v, k = check_pipeline(schedule, self.stages, self.micro_batches, self.chunks,
                                               self.less_memory, self.seq_split)
         for name, value in (("stages", p), ("micro_batches", m), ("chunks", v), ("seq_split", k),

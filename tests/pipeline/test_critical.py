@@ -5,8 +5,8 @@ import pandas as pd
 import pytest
 
 from sappkit import simulate
-from sappkit.pipeline.critical import (_levels, critical_path, op_ends, stage_critical_paths, step_ends, step_graph,
-                                      step_runs, step_times)
+from sappkit.pipeline.critical import levels_of, op_ends, step_ends, step_graph, step_runs, step_times
+from sappkit.pipeline.paths import critical_path, stage_critical_paths
 from sappkit.pipeline.events import step_plan
 
 #: (schedule, p, m, v, k, less_memory): every order the simulator runs; interleaved with m a multiple of p and
@@ -71,7 +71,7 @@ def test_the_longest_path_is_the_simulated_step(rng, shape, p2p_time):
 @pytest.mark.parametrize("p2p_time", [0.0, 0.37])
 def test_the_level_sweep_is_the_op_by_op_arithmetic_exactly(rng, shape, p2p_time):
     graph = step_graph(*shape)
-    layout = _levels(graph)
+    layout = levels_of(graph)
     # a level's ops fill consecutive rows, and every op's inputs lie in the rows of earlier levels
     assert sorted(layout.row[:-1].tolist()) == list(range(graph.ops)) and layout.row[-1] == graph.ops
     for lo, hi, inputs, _ in layout.levels:

@@ -6,7 +6,7 @@ stage (:mod:`.contents`), this search proves the optimum over them:
 
 1. **Paths.** Start from the schedule's stage paths and, for the best placement known and each placement
    one layer away from it, the longest path through every stage
-   (:func:`~sappkit.pipeline.critical.stage_critical_paths`). Each is a valid cut: no placement's step time
+   (:func:`~sappkit.pipeline.paths.stage_critical_paths`). Each is a valid cut: no placement's step time
    is shorter than any of its paths.
 2. **Pruning.** Per path, a DP over stages on the model position gives, for every stage and run, the
    shortest that path can be with that run in place; a run whose best is no shorter than the best step
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...pipeline.critical import stage_critical_paths, step_ends
+from ...pipeline.critical import step_ends
+from ...pipeline.paths import stage_critical_paths
 from ..exact.cells import Cache
 from ..setup import BalanceSetup
 from .contents import StageContents, stage_contents

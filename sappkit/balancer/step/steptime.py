@@ -19,7 +19,8 @@ import numpy as np
 
 from ...columns import ACTIVATION_MB, BACKWARD_INPUT_TIME, BACKWARD_WEIGHT_TIME, KIND, OPTION
 from ...pipeline.costs import split_backward
-from ...pipeline.critical import StepGraph, critical_path, step_ends, step_graph, step_runs, step_times
+from ...pipeline.critical import StepGraph, step_ends, step_graph, step_runs, step_times
+from ...pipeline.paths import critical_path
 from ..setup import BalanceSetup
 
 __all__ = ["StepTimer", "step_timer", "PHASE_COUNT"]
