@@ -20,9 +20,9 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
-import pandas as pd
 
-from ...columns import ACTIVATION_MB, BACKWARD_TIME, BODY, FORWARD_TIME, KIND, MEMORY_ONCE_MB, OPTION, SAPP_OPTIONS
+from ...columns import (ACTIVATION_MB, BACKWARD_TIME, BODY, FORWARD_TIME, HEAD, KIND, MEMORY_ONCE_MB, OPTION, ROLE,
+                         SAPP_OPTIONS, TAIL)
 from ...hardware import Cluster
 from ...layers import KernelConfig, ParallelConfig, TransformerConfig
 from ...layers.comm import zero3_comm_ms
@@ -82,28 +82,32 @@ class ShapeCosts:
 
     @classmethod
     def of(cls, compiled: CompiledShape) -> ShapeCosts:
-        """The summary of a compiled shape's table."""
+        """The summary of a compiled shape's table (read from its columns as arrays: a search summarises every
+        shape it meets)."""
         table = compiled.layers
         frame = table.frame
-        body = frame[frame["role"] == BODY].set_index([KIND, OPTION])
         kinds = list(table.body_kinds)
-        grid = pd.MultiIndex.from_product([kinds, SAPP_OPTIONS])
-        columns = [FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB]
-        arrays = [body[column].reindex(grid).to_numpy(dtype=float).reshape(len(kinds), len(SAPP_OPTIONS))
-                  for column in columns]
-        arrays = [np.where(np.isnan(array), np.inf, array) for array in arrays]
-        params = compiled.params.loc[kinds]
+        role, kind, option = (frame[column].to_numpy() for column in (ROLE, KIND, OPTION))
+        values = frame[[FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB]].to_numpy(dtype=float)
+        arrays = np.full((values.shape[1], len(kinds), len(SAPP_OPTIONS)), np.inf)  # [column, kind, option]
+        at_kind, at_option = {k: i for i, k in enumerate(kinds)}, {o: j for j, o in enumerate(SAPP_OPTIONS)}
+        for row in np.flatnonzero(role == BODY):
+            if option[row] in at_option:
+                arrays[:, at_kind[kind[row]], at_option[option[row]]] = np.where(np.isnan(values[row]), np.inf,
+                                                                                  values[row])
+        params = compiled.params[[PARAMS, EXPERT_PARAMS]]
 
-        def ends(row) -> tuple[float, float, float, float, float]:
-            if row is None:
+        def ends(end: str) -> tuple[float, float, float, float, float]:
+            rows = np.flatnonzero(role == end)
+            if not len(rows):
                 return 0.0, 0.0, 0.0, 0.0, 0.0
-            return (*(float(row[column]) for column in columns), float(compiled.params.loc[row[KIND], PARAMS]))
+            return (*(float(x) for x in values[rows[0]]), float(params.at[kind[rows[0]], PARAMS]))
 
-        return cls(counts=np.array([table.count(kind) for kind in kinds], dtype=float), forward=arrays[0],
+        return cls(counts=np.array([table.count(k) for k in kinds], dtype=float), forward=arrays[0],
                    backward=arrays[1], activation=arrays[2], once=arrays[3],
-                   dense_params=params[PARAMS].to_numpy(dtype=float),
-                   expert_params=params[EXPERT_PARAMS].to_numpy(dtype=float), head=ends(table.head),
-                   tail=ends(table.tail))
+                   dense_params=params[PARAMS].loc[kinds].to_numpy(dtype=float),
+                   expert_params=params[EXPERT_PARAMS].loc[kinds].to_numpy(dtype=float), head=ends(HEAD),
+                   tail=ends(TAIL))
 
     def under(self, parallel: ParallelConfig, cluster: Cluster) -> ShapeCosts:
         """The summary at ``parallel``'s ``dp`` and ZeRO stage: under ZeRO 3 every time with the layer's gathers and

@@ -27,7 +27,7 @@ from .explain import ordinal, price_config
 from .result import COLUMNS, STEP_MS, StrategySearch
 from .shapes import SHAPE_DIMENSIONS
 from .space import REASON, RULE, enumerate_strategies
-from .tasks import Setting
+from .tasks import Setting, row_groups
 
 __all__ = ["search_strategies", "cluster_for", "OBJECTIVES"]
 
@@ -158,9 +158,11 @@ def search_strategies(model, *, devices: int | None = None, global_batch: int | 
         raise InputError(f"no strategy was laid out: no t * cp * p * dp of the searched values makes {devices} "
                          f"devices{'' if dims is None else f' (dims={short(dims)})'}; search other values")
     accepted = space[space[RULE].isna()].copy()
-    keys = [tuple(row) for row in accepted[list(SHAPE_DIMENSIONS)].itertuples(index=False)]
-    ids = {key: i for i, key in enumerate(sorted(set(keys)))}
-    accepted["shape"] = [ids[key] for key in keys]
+    shapes = sorted(row_groups(*(accepted[key].to_numpy() for key in SHAPE_DIMENSIONS)), key=lambda group: group[0])
+    shape_of = np.empty(len(accepted), dtype=int)
+    for i, (_, at) in enumerate(shapes):  # numbered in the order of their values
+        shape_of[at] = i
+    accepted["shape"] = shape_of
     found = _run(setting, accepted, executor, top, progress, prune)
     frame = _frame(space, accepted, found, setting, devices, top)
     return StrategySearch(frame=frame, devices=devices, global_batch=batch, memory_mb=limit, top=top,
@@ -240,8 +242,10 @@ def _frame(space: pd.DataFrame, accepted: pd.DataFrame, found: Found, setting: S
     least = found.even_bound_ms.min(axis=1)
     frame.loc[at, "even_bound_ms"] = least
     threshold = found.threshold_ms
-    frame.loc[at, REASON] = [f"its even placement needs at least {b:,.0f} ms, not faster than the {ordinal(top)} "
-                             f"fastest cheap pass ({threshold:,.0f} ms)" for b in least]
+    rounded, inverse = np.unique(np.round(least), return_inverse=True)  # each figure written once
+    frame.loc[at, REASON] = np.array([f"its even placement needs at least {b:,.0f} ms, not faster than the "
+                                      f"{ordinal(top)} fastest cheap pass ({threshold:,.0f} ms)" for b in rounded],
+                                     dtype=object)[inverse.ravel()]
     over = at[found.memory_bound_mb > setting.memory_mb]
     unfit = at[(found.memory_bound_mb <= setting.memory_mb) & ~np.isfinite(least)]
     frame.loc[over.union(unfit), "status"] = "pruned_memory"
@@ -287,20 +291,26 @@ def _metrics(frame: pd.DataFrame, setting: Setting, devices: int) -> None:
     frame["even_step_ms"] = frame["even_step_ms"].where(np.isfinite(frame["even_step_ms"].astype(float)))
 
 
-def _labels(frame: pd.DataFrame, dtype: str) -> list[str]:
-    """:attr:`sappkit.Strategy.label` of each row, written without building the strategies."""
+def _labels(frame: pd.DataFrame, dtype: str) -> np.ndarray:
+    """:attr:`sappkit.Strategy.label` of each row, written without building the strategies: its degrees and its
+    settings each written once per distinct combination (a search's millions of rows hold a few thousand)."""
     short = tuple((name, key) for key, name in DEGREE_NAMES.items())
-    columns = [frame[key].to_numpy() for _, key in short]
-    etp, sp, zero, schedule, reshard, overlap, kind = (frame[key].to_numpy() for key in (
-        "expert_tensor_parallel", "sequence_parallel", "zero", "schedule", "reshard_after_forward", "tp_comm_overlap",
-        "cp_kind"))
-    labels = []
-    for i in range(len(frame)):
-        parts = [f"{name}{values[i]}" for (name, _), values in zip(short, columns)]
-        if etp[i] != 1:
-            parts.insert(6, f"etp{etp[i]}")
-        parts += [schedule[i], f"zero{zero[i]}"] + (["no-reshard"] if zero[i] == 3 and not reshard[i] else []) \
-            + ([] if sp[i] else ["no-sp"]) + (["tp-overlap"] if overlap[i] else []) \
-            + ([] if kind[i] == "ring" else [f"cp-{kind[i]}"]) + ([] if dtype == "bf16" else [dtype])
-        labels.append(" ".join(parts))
-    return labels
+
+    def degrees(*values) -> str:
+        parts = [f"{name}{value}" for (name, _), value in zip(short, values)]
+        return " ".join(parts if values[-1] == 1 else parts[:6] + [f"etp{values[-1]}"] + parts[6:])
+
+    def switches(sp, zero, schedule, reshard, overlap, kind) -> str:
+        return " ".join([schedule, f"zero{zero}"] + (["no-reshard"] if zero == 3 and not reshard else [])
+                        + ([] if sp else ["no-sp"]) + (["tp-overlap"] if overlap else [])
+                        + ([] if kind == "ring" else [f"cp-{kind}"]) + ([] if dtype == "bf16" else [dtype]))
+
+    halves = []
+    for write, columns in ((degrees, [key for _, key in short] + ["expert_tensor_parallel"]),
+                           (switches, ["sequence_parallel", "zero", "schedule", "reshard_after_forward",
+                                       "tp_comm_overlap", "cp_kind"])):
+        half = np.empty(len(frame), dtype=object)
+        for values, at in row_groups(*(frame[column].to_numpy() for column in columns)):
+            half[at] = write(*values)
+        halves.append(half)
+    return halves[0] + " " + halves[1]

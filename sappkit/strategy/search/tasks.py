@@ -31,6 +31,7 @@ limit is not used: an exact search it stops leaves no plan at all.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -51,7 +52,7 @@ from .even_bounds import even_bounds
 from .shapes import PricedShape, price_shape, shape_parallel
 
 __all__ = ["Setting", "Outcome", "Bounded", "price", "bound", "even_pass", "balanced_pass", "balanced_plan",
-           "price_even", "p2p_ms", "recompute_mix",
+           "price_even", "p2p_ms", "recompute_mix", "row_groups",
            "strategy_of", "SOLVER", "NODE_WORK", "solver_for", "STRATEGY_FIELDS", "BALANCED_CHUNKS", "even_placement"]
 
 _MB = 2**20
@@ -66,6 +67,8 @@ BALANCED_CHUNKS = 4
 STRATEGY_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_stages", "data_parallel", "context_parallel",
                    "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "zero", "sequence_parallel",
                    "reshard_after_forward", "tp_comm_overlap", "cp_kind", "schedule")
+#: The most (shape, dp, ZeRO, resharding) a worker keeps worked out for a search (:func:`_memo`).
+_MEMO_SIZE = 65536
 #: The fields of a row that are switches, and those that are names (the rest are whole numbers).
 _SWITCH_FIELDS, _NAME_FIELDS = ("sequence_parallel", "reshard_after_forward", "tp_comm_overlap"), ("cp_kind",
                                                                                                    "schedule")
@@ -133,12 +136,17 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     n = len(rows)
     shape, dp, zero, p, reshard = (rows[key].to_numpy() for key in ("shape", "data_parallel", "zero",
                                                                     "pipeline_parallel", "reshard_after_forward"))
-    held, where = [], np.empty(n, dtype=int)
-    for i, ((k, d, z, r), at) in enumerate(_groups(shape, dp, zero, reshard)):
-        held.append((*_held(setting, costs[k][0], costs[k][1], d, z, r), costs[k][2]))
+    held, where, memo = [], np.empty(n, dtype=int), _memo(setting)
+    for i, ((k, d, z, r), at) in enumerate(row_groups(shape, dp, zero, reshard)):
+        key = (costs[k][0], d, z, r)
+        if key not in memo:
+            if len(memo) >= _MEMO_SIZE:
+                memo.clear()
+            memo[key] = _held(setting, costs[k][0], costs[k][1], d, z, r)
+        held.append((*memo[key], costs[k][2]))
         where[at] = i
     p2p = np.empty(n)
-    for (k, d, stages), at in _groups(shape, dp, p):
+    for (k, d, stages), at in row_groups(shape, dp, p):
         p2p[at] = boundary_ms(setting.models[-1], shape_parallel(costs[k][0], d, 1, setting.dtype, setting.fp8_recipe),
                               setting.cluster, int(stages))
     params = np.array([params for _, params, _, _ in held])[where]
@@ -147,13 +155,22 @@ def bound(setting: Setting, costs: dict, rows: pd.DataFrame) -> Bounded:
     stacked = stack_costs([summary for summary, _, _, _ in held])
     memory, time, even = np.empty(n), np.empty(n), np.empty((n, len(SAPP_OPTIONS)))
     keys = [rows[key].to_numpy() for key in ("schedule", "pipeline_parallel", "virtual_stages", "micro_batches")]
-    for (schedule, stages, chunks, m), at in _groups(*keys):
+    for (schedule, stages, chunks, m), at in row_groups(*keys):
         values = PerStrategy.gather(stacked, where[at], params=params[at], head_mb=ends[at, 0], tail_mb=ends[at, 1],
                                     const_mb=const[at], p2p_ms=p2p[at])
         found = bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
         memory[at], time[at] = found.memory_mb, found.time_ms
         even[at] = even_bounds(schedule, int(stages), int(chunks), int(m), values, setting.memory_mb)
     return Bounded(memory, time, even)
+
+
+@lru_cache(maxsize=4)
+def _memo(setting: Setting) -> dict:
+    """What :func:`_held` worked out in this process for a search's ``setting``, per (shape, ``dp``, ZeRO stage,
+    resharding): a worker meets the same ones in task after task (a shape's strategies at one ``p`` span the
+    pipelines of every schedule, chunk count and micro-batch count), and works each out once (at most
+    :data:`_MEMO_SIZE` kept)."""
+    return {}
 
 
 def _held(setting: Setting, shape: tuple, summary, dp: int, zero: int, reshard: bool) -> tuple:
@@ -168,7 +185,7 @@ def _held(setting: Setting, shape: tuple, summary, dp: int, zero: int, reshard: 
     return summary.under(parallel, setting.cluster), params, ends
 
 
-def _groups(*columns: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
+def row_groups(*columns: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     """The distinct rows of ``columns`` (arrays of one length), each with the positions where it occurs
     (ascending)."""
     codes = np.zeros(len(columns[0]), dtype=np.int64)
