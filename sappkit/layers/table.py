@@ -13,15 +13,14 @@ import numpy as np
 import pandas as pd
 
 from .._check import check_number
-from .._frames import number_column
 from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, BODY, COUNT, FIRST_WORKING_MB, FORWARD_TIME, HEAD, KIND, LAYER_NUMERIC,
     LAYER_REQUIRED, MEMORY_ONCE_MB, MODULE, OPTION, PARAM_MB, ROLE, ROLES, TAIL, WORKING_MB,
 )
 from ..errors import InputError
-from ..limits import MAX_MEMORY_MB, MAX_TIME
+from ..limits import MAX_MEMORY_MB
 from .options import CUSTOM_OPTIONS, check_custom_options
-from .table_rows import check_per_kind, validated_rows
+from .table_rows import check_kind_column, replaced_numbers, validated_rows
 from .units import check_time_unit, time_unit_of, with_time_unit
 
 __all__ = ["LayerTable", "as_layer_table"]
@@ -272,7 +271,8 @@ class LayerTable:
 
     def with_columns(self, *, breakdown: pd.DataFrame | None = None, **columns) -> LayerTable:
         """A copy with numeric ``columns`` replaced (one value per row, in the frame's order) and, if given, another
-        ``breakdown``; the new values are checked as the constructor checks them, the rest is kept as checked.
+        ``breakdown``; the new values are checked as the constructor checks them (an array of numbers in numpy:
+        :func:`~sappkit.layers.table_rows.replaced_numbers`), the rest is kept as checked.
 
         Examples
         --------
@@ -286,10 +286,9 @@ class LayerTable:
             if column not in LAYER_NUMERIC or column == COUNT:
                 raise InputError(f"with_columns replaces the numeric columns {', '.join(LAYER_NUMERIC[1:])}; "
                                  f"got {column!r}")
-            frame[column] = values
-            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
-            frame[column] = number_column(frame, column, "layers", maximum=limit)
-        check_per_kind(frame)
+            frame[column] = replaced_numbers(frame, column, values)
+        if PARAM_MB in columns:  # the only per-kind column replaced: the kinds, roles and counts are as checked
+            check_kind_column(frame, PARAM_MB)
         table = object.__new__(LayerTable)
         for name in ("const_mb", "device", "time_unit", "custom_options"):
             object.__setattr__(table, name, getattr(self, name))

@@ -1,7 +1,9 @@
 """The checks a layer table's rows pass: columns, option names, roles, counts and per-kind agreement.
 
 :class:`~sappkit.layers.table.LayerTable` calls :func:`validated_rows` once on
-the frame it is given and :func:`check_per_kind` on replaced columns
+the frame it is given; :meth:`~sappkit.layers.table.LayerTable.with_columns`
+checks only what it replaces, in numpy (:func:`replaced_numbers`,
+:func:`check_kind_column`), falling back to the full checks for their messages
 (docs/design.md "The layer table").
 """
 
@@ -21,7 +23,7 @@ from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
 from .options import check_option_names
 
-__all__ = ["validated_rows", "check_per_kind"]
+__all__ = ["validated_rows", "check_per_kind", "replaced_numbers", "check_kind_column"]
 
 #: Columns that describe a kind, so they must agree across its option rows.
 _PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
@@ -45,17 +47,15 @@ def validated_rows(frame, custom: tuple[str, ...]) -> pd.DataFrame:
         return f"layers row {row} (kind {frame.at[row, KIND]!r})"
 
     for column in LAYER_NUMERIC:
-        limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
-        values = number_column(frame, column, "layers", maximum=limit, where=where)
+        values = number_column(frame, column, "layers", maximum=_limit(column), where=where)
         if column != COUNT:  # counts are checked whole below, against the values as given
             frame[column] = values
     # The split-backward columns stay absent unless given; a blank cell means the simulator's default split.
     for column in SPLIT_COLUMNS:
         if column in frame.columns:
             blank = frame[column].isna()
-            limit = MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME
             frame[column] = number_column(frame.assign(**{column: frame[column].where(~blank, 0.0)}), column,
-                                          "layers", maximum=limit, where=where)
+                                          "layers", maximum=_limit(column), where=where)
             frame.loc[blank, column] = np.nan
     for row, role in frame[ROLE].items():
         if role not in ROLES:
@@ -77,6 +77,36 @@ def validated_rows(frame, custom: tuple[str, ...]) -> pd.DataFrame:
                          f"expected at most {MAX_LAYERS.cited}")
     check_option_names(frame, custom, where)
     return frame
+
+
+def replaced_numbers(frame: pd.DataFrame, column: str, values) -> np.ndarray:
+    """``values`` for the numeric ``column`` of a checked ``frame`` as floats, refused as :func:`validated_rows`
+    refuses them: an array of numbers is checked with numpy (finite, >= 0, within the column's limit); anything
+    else (a list may hold a bool, a Series aligns on its index), or a bad number, goes through the full check,
+    which raises naming the row."""
+    limit = _limit(column)
+    if isinstance(values, np.ndarray) and values.shape == (len(frame),) and values.dtype.kind in "fiu":
+        array = values.astype(float)
+        with np.errstate(invalid="ignore"):
+            if (np.isfinite(array) & (array >= 0)).all() and (limit is None or (array <= limit).all()):
+                return array
+    frame = frame.copy()
+    frame[column] = values
+    return number_column(frame, column, "layers", maximum=limit)
+
+
+def check_kind_column(frame: pd.DataFrame, column: str) -> None:
+    """Raise unless ``column`` is one value per kind (as :func:`check_per_kind` does, in numpy), on a frame whose
+    other columns passed :func:`check_per_kind` already."""
+    _, first, inverse = np.unique(frame[KIND].to_numpy(dtype=str), return_index=True, return_inverse=True)
+    values = frame[column].to_numpy()
+    if (values != values[first][inverse]).any():
+        check_per_kind(frame)
+
+
+def _limit(column: str):
+    """The limit of a numeric layer column (none for counts)."""
+    return MAX_MEMORY_MB if column.endswith("_mb") else MAX_TIME if column.endswith("_time") else None
 
 
 def check_per_kind(frame: pd.DataFrame) -> None:
