@@ -237,9 +237,9 @@ def estimate_layers(*models: TransformerConfig, parallel: ParallelConfig | None 
                        comm=lambda: mtp_comm(last, parallel, cluster, device, kernels), boundary=last)
     frame = pd.DataFrame([row for row, _ in rows])
     breakdown = pd.DataFrame([{KIND: row[KIND], OPTION: row[OPTION], **parts} for row, parts in rows])
-    return LayerTable(frame, const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
-                      time_unit=MS, breakdown=breakdown,
-                      custom_options=tuple(option for option in OP_OPTIONS if option in options))
+    return LayerTable._built(frame, const_mb=check_number("const_mb", const_mb, minimum=0, maximum=MAX_MEMORY_MB),
+                             time_unit=MS, breakdown=breakdown,
+                             custom_options=tuple(option for option in OP_OPTIONS if option in options))
 
 
 def _hardware(cluster, device) -> tuple[Cluster, DeviceConfig]:

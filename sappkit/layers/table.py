@@ -8,6 +8,7 @@ model takes a :class:`LayerTable` or a plain DataFrame with these columns;
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from dataclasses import fields as dataclass_fields
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ from ..columns import (
 from ..errors import InputError
 from ..limits import MAX_MEMORY_MB
 from .options import CUSTOM_OPTIONS, check_custom_options
-from .table_rows import check_kind_column, replaced_numbers, validated_rows
+from .table_rows import built_rows, check_kind_column, replaced_numbers, validated_rows
 from .units import check_time_unit, time_unit_of, with_time_unit
 
 __all__ = ["LayerTable", "as_layer_table"]
@@ -97,10 +98,25 @@ class LayerTable:
     _fixed: dict = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
+        self._check(validated_rows)
+
+    @classmethod
+    def _built(cls, frame: pd.DataFrame, **fields) -> LayerTable:
+        """The table of a frame sappkit built (:func:`sappkit.estimate_layers`'), its rows checked by
+        :func:`~sappkit.layers.table_rows.built_rows`: the same table as the constructor's, at less cost."""
+        table = object.__new__(cls)
+        given = {f.name: f.default for f in dataclass_fields(cls) if f.init} | fields | {"frame": frame}
+        for name, value in given.items():
+            object.__setattr__(table, name, value)
+        table._check(built_rows)
+        return table
+
+    def _check(self, rows) -> None:
+        """Check the fields, the frame's rows with ``rows`` (a function of the frame and the custom options)."""
         unit = time_unit_of(self.frame) if self.time_unit is None else check_time_unit(self.time_unit)
         custom = check_custom_options(self.frame.attrs.get(CUSTOM_OPTIONS, ()) if self.custom_options is None
                                       and isinstance(self.frame, pd.DataFrame) else self.custom_options)
-        frame = with_time_unit(validated_rows(self.frame, custom), unit)
+        frame = with_time_unit(rows(self.frame, custom), unit)
         frame.attrs[CUSTOM_OPTIONS] = custom
         self._index(frame)
         object.__setattr__(self, "time_unit", unit)

@@ -1,10 +1,11 @@
 """The checks a layer table's rows pass: columns, option names, roles, counts and per-kind agreement.
 
 :class:`~sappkit.layers.table.LayerTable` calls :func:`validated_rows` once on
-the frame it is given; :meth:`~sappkit.layers.table.LayerTable.with_columns`
-checks only what it replaces, in numpy (:func:`replaced_numbers`,
-:func:`check_kind_column`), falling back to the full checks for their messages
-(docs/design.md "The layer table").
+the frame it is given, :func:`built_rows` on one sappkit built (the estimate's);
+:meth:`~sappkit.layers.table.LayerTable.with_columns` checks only what it
+replaces, in numpy (:func:`replaced_numbers`, :func:`check_kind_column`). Both
+fall back to the full checks for their messages (docs/design.md "The layer
+table").
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..errors import InputError
 from ..limits import MAX_LAYERS, MAX_MEMORY_MB, MAX_TIME
 from .options import check_option_names
 
-__all__ = ["validated_rows", "check_per_kind", "replaced_numbers", "check_kind_column"]
+__all__ = ["validated_rows", "built_rows", "check_per_kind", "replaced_numbers", "check_kind_column"]
 
 #: Columns that describe a kind, so they must agree across its option rows.
 _PER_KIND = (ROLE, COUNT, PARAM_MB, MODULE)
@@ -77,6 +78,39 @@ def validated_rows(frame, custom: tuple[str, ...]) -> pd.DataFrame:
                          f"expected at most {MAX_LAYERS.cited}")
     check_option_names(frame, custom, where)
     return frame
+
+
+def built_rows(frame: pd.DataFrame, custom: tuple[str, ...]) -> pd.DataFrame:
+    """:func:`validated_rows` of a frame sappkit built (an estimate's: every layer column, no split ones): the same
+    clean copy, with what a formula can get wrong checked in numpy (a number not finite, negative or past its limit,
+    a count not whole) and the names, roles and (kind, option) pairs in Python; the kinds' agreement and the roles'
+    layout hold by construction. Any other frame, or one that fails a check, takes :func:`validated_rows`, which
+    names the row."""
+    columns = (*LAYER_REQUIRED, *LAYER_OPTIONAL)
+    numbers = {c: frame[c].to_numpy() for c in LAYER_NUMERIC if c in frame.columns}
+    if not (len(frame.columns) == len(columns) and set(frame.columns) == set(columns)
+            and all(values.dtype.kind in "fiu" for values in numbers.values())
+            and all(_fine(values, column) for column, values in numbers.items())
+            and all(isinstance(v, str) and v.strip() for c in (KIND, OPTION, MODULE) for v in frame[c].tolist())
+            and set(frame[ROLE].tolist()) <= set(ROLES) and (frame[ROLE] == BODY).any()
+            and len(set(zip(frame[KIND], frame[OPTION]))) == len(frame)):
+        return validated_rows(frame, custom)
+    frame = frame.reset_index(drop=True).copy()
+    for column in (KIND, OPTION, MODULE):
+        frame[column] = np.array(frame[column].tolist(), dtype=object)  # as name_column writes names
+    for column, values in numbers.items():
+        frame[column] = values.astype(int if column == COUNT else float)
+    check_option_names(frame, custom, lambda row: f"layers row {row} (kind {frame.at[row, KIND]!r})")
+    return frame
+
+
+def _fine(values: np.ndarray, column: str) -> bool:
+    """Whether a numeric column's values pass :func:`validated_rows` (counts: whole, 1 to the layer limit)."""
+    values = values.astype(float)
+    with np.errstate(invalid="ignore"):
+        if column == COUNT:
+            return bool(((values >= 1) & (values <= MAX_LAYERS) & (values % 1 == 0)).all())
+        return bool((np.isfinite(values) & (values >= 0) & (values <= _limit(column))).all())
 
 
 def replaced_numbers(frame: pd.DataFrame, column: str, values) -> np.ndarray:

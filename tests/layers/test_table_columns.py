@@ -1,12 +1,14 @@
 """The layer table's replaced columns: checked in numpy, the same table as the full check, bad values still refused."""
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
 from sappkit import InputError, LayerTable
 from sappkit.hardware import Cluster
-from sappkit.layers import ParallelConfig
+from sappkit.layers import ParallelConfig, estimate_layers
 from sappkit.models.presets import get
 from sappkit.strategy.compiled import compile_shape
 
@@ -75,3 +77,45 @@ def test_a_user_frame_with_a_bad_row_is_still_refused(estimate):
     frame.loc[2, "activation_mb"] = -5.0
     with pytest.raises(InputError, match="layers row 2 .* column 'activation_mb' is -5.0; expected a finite"):
         LayerTable(frame)
+
+
+@pytest.fixture(scope="module")
+def built() -> pd.DataFrame:
+    """The frame :func:`sappkit.estimate_layers` builds for DeepSeek-V3 (MoE, MTP), before its rows are checked."""
+    frames = []
+    original = LayerTable.__dict__["_built"]
+
+    def kept(cls, frame, **fields):
+        frames.append(frame.copy())
+        return original.__func__(cls, frame, **fields)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LayerTable, "_built", classmethod(kept))
+        estimate_layers(get("deepseek-v3"), parallel=ParallelConfig(tensor_parallel=4, data_parallel=2, expert_parallel=8),
+                        cluster=Cluster.preset("dgx-h100"), options=("none", "selective", "full"))
+    return frames[0]
+
+
+@pytest.mark.parametrize("change", [
+    {},
+    {"count": float, "working_mb": int},  # numbers of another type: the checked table's types all the same
+])
+def test_a_built_frame_gives_the_fully_checked_table(built, change):
+    frame = built.astype(change)
+    fast, full = (make(frame, time_unit="ms", const_mb=5.0) for make in (LayerTable._built, LayerTable))
+    pd.testing.assert_frame_equal(fast.frame, full.frame, check_exact=True)
+    assert fast.frame.attrs == full.frame.attrs and fast.const_mb == full.const_mb
+
+
+@pytest.mark.parametrize("column, value, message", [
+    ("forward_time", np.nan, "layers row 1 (kind 'dense_decoder') column 'forward_time' is nan"),
+    ("activation_mb", -1.0, "layers row 1 (kind 'dense_decoder') column 'activation_mb' is -1.0"),
+    ("count", 0, "layers row 1 (kind 'dense_decoder') column 'count' is 0; expected a whole number >= 1"),
+    ("role", "middle", "layers row 1 (kind 'dense_decoder') column 'role' is 'middle'"),
+    ("option", "fulll", "layers row 1 (kind 'dense_decoder') column 'option' is 'fulll'"),
+])
+def test_a_bad_built_frame_is_refused_as_the_full_check_refuses_it(built, column, value, message):
+    frame = built.copy()
+    frame.loc[1, column] = value  # numbers stay a numeric column: numpy's checks must refuse them
+    with pytest.raises(InputError, match=re.escape(message)):
+        LayerTable._built(frame)
