@@ -118,15 +118,12 @@ def replaced_numbers(frame: pd.DataFrame, column: str, values) -> np.ndarray:
     refuses them: an array of numbers is checked with numpy (finite, >= 0, within the column's limit); anything
     else (a list may hold a bool, a Series aligns on its index), or a bad number, goes through the full check,
     which raises naming the row."""
-    limit = _limit(column)
-    if isinstance(values, np.ndarray) and values.shape == (len(frame),) and values.dtype.kind in "fiu":
-        array = values.astype(float)
-        with np.errstate(invalid="ignore"):
-            if (np.isfinite(array) & (array >= 0)).all() and (limit is None or (array <= limit).all()):
-                return array
+    if isinstance(values, np.ndarray) and values.shape == (len(frame),) and values.dtype.kind in "fiu" \
+            and _fine(values, column):
+        return values.astype(float)
     frame = frame.copy()
     frame[column] = values
-    return number_column(frame, column, "layers", maximum=limit)
+    return number_column(frame, column, "layers", maximum=_limit(column))
 
 
 def check_kind_column(frame: pd.DataFrame, column: str) -> None:
