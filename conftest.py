@@ -1,5 +1,6 @@
-"""Collection for the whole tree: the slow lane, and without PyTorch, what needs the ``[torch]`` extra reported as
-skipped.
+"""Collection for the whole tree: figures drawn off screen (Agg) and closed after every test, doctests included
+(a figure one module leaves open would be counted by the next module's test on the same worker); the slow lane;
+and without PyTorch, what needs the ``[torch]`` extra reported as skipped.
 
 The slow lane (``pytest -m slow``; ``pytest -m "not slow"`` is the fast lane, docs/contributing.md says when to run
 which): every notebook under nbval, the real-browser checks, the fuzz suite, and the exhaustive and brute-force
@@ -14,9 +15,14 @@ extra is installed, and these files are the only proof that the measured layer t
 from importlib.util import find_spec
 from pathlib import Path
 
-import pytest
+import matplotlib
 
-from tests.ci import in_ci
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pytest  # noqa: E402
+
+from tests.ci import in_ci  # noqa: E402
 
 ROOT = Path(__file__).parent
 #: Files and folders that import torch when collected.
@@ -63,3 +69,10 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slow)
         if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.property)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    """Every figure a test or doctest leaves open is closed after it."""
+    yield
+    plt.close("all")

@@ -1,21 +1,16 @@
-"""Shared fixtures: a seeded random generator, figures closed after every test, the bundled inputs; the run's
-first lines name the fuzz tests' seed."""
+"""Shared fixtures: a seeded random generator and the bundled inputs; the run's first lines name the fuzz tests'
+seed. (Figures are closed after every test, doctests included, by the root conftest.py.)"""
 
 import os
 
-import matplotlib
+import numpy as np
+import pytest
 
-matplotlib.use("Agg")
+from sappkit import read_dryrun_csv, read_layers_json
+from sappkit.demo import run_demo
 
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-from sappkit import read_dryrun_csv, read_layers_json  # noqa: E402
-from sappkit.demo import run_demo  # noqa: E402
-
-from .bundled import DATA  # noqa: E402
-from .fuzz.support import SEED  # noqa: E402
+from .bundled import DATA
+from .fuzz.support import SEED
 
 
 def pytest_report_header():
@@ -32,12 +27,6 @@ def pytest_configure():
 def rng():
     """A seeded generator, so every random test is reproducible."""
     return np.random.default_rng(20261129)
-
-
-@pytest.fixture(autouse=True)
-def _close_figures():
-    yield
-    plt.close("all")
 
 
 @pytest.fixture(scope="session")
