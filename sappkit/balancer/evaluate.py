@@ -51,6 +51,8 @@ from ..columns import (
     ACTIVATION_MB, BACKWARD_TIME, CHUNK, CONST_MB, FORWARD_TIME, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, OVERHEAD_MB,
     PARAM_MB, RECOMPUTE_TIME, STAGE, TIME, WORKING_MB,
 )
+from ..errors import InputError
+from ..pipeline.schedules import TWO_DIRECTIONS
 from . import peaks
 from .setup import BalanceSetup
 
@@ -268,10 +270,16 @@ def assignment_frame(setup: BalanceSetup, counts: np.ndarray) -> pd.DataFrame:
 
 
 def counts_from_assignment(setup: BalanceSetup, assignment: pd.DataFrame) -> np.ndarray:
-    """The ``counts[item, chunk, stage]`` array of an assignment frame."""
+    """The ``counts[item, chunk, stage]`` array of an assignment frame; under DualPipe the frame places one copy
+    (chunk 0, :func:`sappkit.even_assignment`) and the other mirrors it, stage ``p - 1 - s`` on rank ``s``."""
     counts = np.zeros((len(setup.items), setup.chunks, setup.stages), dtype=int)
     index = {item: i for i, item in enumerate(setup.items)}
     for kind, option, chunk, stage, layers in zip(*(assignment[key].to_numpy() for key in (KIND, OPTION, CHUNK, STAGE,
                                                                                           LAYERS))):
         counts[index[(kind, option)], chunk, stage] += int(layers)
+    if setup.schedule in TWO_DIRECTIONS:
+        if counts[:, 1].any():
+            raise InputError(f"an assignment for schedule {setup.schedule!r} places one model copy, on chunk 0 "
+                             f"(the other mirrors it); got {int(counts[:, 1].sum())} layers on chunk 1")
+        counts[:, 1] = counts[:, 0, ::-1]
     return counts

@@ -40,6 +40,7 @@ import numpy as np
 from ..columns import MEMORY_MB
 from ..errors import InputError
 from ..layers.units import format_mb
+from ..pipeline.schedules import check_one_copy
 from . import exact
 from .step.bound import step_lower_bound
 from .evaluate import evaluate
@@ -282,6 +283,7 @@ def balance_reusing(cache: exact.Cache | None, layers, *, solver: SolverOptions 
     options = SolverOptions() if solver is None else solver
     if not isinstance(options, SolverOptions):
         raise InputError(f"solver must be a SolverOptions; got {type(options).__name__}")
+    check_one_copy(arguments.get("schedule"), "the balancer")  # its solvers place one copy, unmirrored
     setup = make_setup(layers, **arguments)
     if trainer is not None:
         return within_grammar(trainer, setup, lambda instance: _solve(instance, options, cache))

@@ -22,7 +22,7 @@ import pandas as pd
 from .._files import output_path, write_file, write_text
 from ..columns import CHUNK, KIND, LAYERS, LIMIT_MB, MEMORY_MB, OPTION, SAPP_OPTIONS, STAGE, TIME
 from ..errors import InputError
-from ..pipeline.schedules import one_stage_allowed
+from ..pipeline.schedules import check_one_copy, one_stage_allowed
 from ..layers.units import chunks_text, format_mb, format_time, html_summary, with_time_unit, wrap_text
 from ..recompute.partition import Partition
 from .evaluate import assignment_frame, ceiling, counts_from_assignment, evaluate
@@ -381,6 +381,7 @@ def plan_from_offsets(layers, *, stages, micro_batches, memory_mb, offset=0, rec
     >>> plan.stages["layers"].tolist(), plan.offsets()["recompute"], plan.fits
     ([5, 3], [2, 0], True)
     """
+    check_one_copy(schedule, "offsets")  # offsets place each chunk on its own, unmirrored
     setup = make_setup(layers, stages=stages, micro_batches=micro_batches, memory_mb=memory_mb, chunks=chunks,
                        schedule=schedule, less_memory=less_memory, seq_split=seq_split, seq_params=seq_params,
                        const_mb=const_mb, objective=objective, optimization_level=optimization_level,

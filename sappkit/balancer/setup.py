@@ -23,7 +23,7 @@ from ..limits import MAX_MEMORY_MB
 from ..layers.table import LayerTable, as_layer_table
 from ..pipeline.costs import positional_rank
 from ..pipeline.schedules import (
-    SAPP_SCHEDULES, V_SHAPED, check_one_copy, check_pipeline, check_simulated, forward_in_backward, in_flight_counts,
+    SAPP_SCHEDULES, TWO_DIRECTIONS, V_SHAPED, check_pipeline, check_simulated, forward_in_backward, in_flight_counts,
     model_order, tail_cell,
 )
 from ..pipeline.seqpipe import rescale_for_seqpipe
@@ -95,6 +95,9 @@ class BalanceSetup:
     head: Fixed | None
     tail: Fixed | None
     in_flight: np.ndarray
+    mirrored: tuple[Fixed, ...] = ()
+    """DualPipe's second copy of head and tail: the first copy's tail on (0, p - 1), the second copy's head
+    on (1, p - 1) (:attr:`head` and :attr:`tail` are the first copy's head and the second copy's tail)."""
     notes: tuple[str, ...] = ()
     fixed_forward: np.ndarray = field(init=False)
     fixed_backward: np.ndarray = field(init=False)
@@ -136,8 +139,8 @@ class BalanceSetup:
 
     @property
     def fixed(self) -> tuple[Fixed, ...]:
-        """Head and tail, those present."""
-        return tuple(f for f in (self.head, self.tail) if f is not None)
+        """Head and tail, those present (both copies' under DualPipe)."""
+        return tuple(f for f in (self.head, self.tail, *self.mirrored) if f is not None)
 
     @property
     def slices(self) -> int:
@@ -275,6 +278,14 @@ def _considered(items) -> list[str]:
     return sorted(seen, key=rank.get)
 
 
+def _mirrored(table: LayerTable, schedule: str, p: int) -> tuple[Fixed, ...]:
+    """DualPipe's other head and tail (:attr:`BalanceSetup.mirrored`); none for one-copy schedules."""
+    if schedule not in TWO_DIRECTIONS:
+        return ()
+    return tuple(f for f in (_fixed(table, table.tail, 0, p - 1), _fixed(table, table.head, 1, p - 1))
+                 if f is not None)
+
+
 def _fixed(layers: LayerTable, role_row, chunk: int, stage: int, time_cell=None) -> Fixed | None:
     if role_row is None:
         return None
@@ -302,7 +313,6 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
     table = as_layer_table(layers)
     if schedule is None:
         schedule = "1f1b" if chunks == 1 else "interleaved"
-    check_one_copy(schedule, "the balancer")
     schedule, p, m, v, k = check_pipeline(schedule, stages, micro_batches, chunks, less_memory, seq_split)
     memory_mb = check_number("memory_mb", memory_mb, minimum=0, strict=True, maximum=MAX_MEMORY_MB)
     objective = check_choice("objective", objective, OBJECTIVES)
@@ -335,6 +345,7 @@ def make_setup(layers, *, stages, micro_batches, memory_mb, chunks=1, schedule=N
         head=_fixed(table, table.head, 0, 0),
         tail=_fixed(table, table.tail, *tail_cell(schedule, p, v),
                     time_cell=sapp_tail_time_cell(schedule, p, v) if sapp_compat else None),
+        mirrored=_mirrored(table, schedule, p),
         in_flight=(sapp_in_flight(schedule, p, m, v, less_memory, k) if sapp_compat else
                    in_flight_counts(schedule, p, m, v, less_memory, k)).astype(float),
     )

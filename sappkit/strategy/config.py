@@ -16,7 +16,7 @@ from ..errors import InputError
 from ..layers import ParallelConfig
 from ..layers.configs import fp8_recipe_of
 from ..limits import MAX_CHUNKS, MAX_DEVICES, MAX_GLOBAL_BATCH, MAX_MICROBATCH_SIZE, MAX_STAGES
-from ..pipeline.schedules import SCHEDULES, V_SHAPED, Schedule, check_one_copy, schedule_chunks
+from ..pipeline.schedules import SCHEDULES, TWO_DIRECTIONS, V_SHAPED, Schedule, schedule_chunks
 
 __all__ = ["Strategy", "DEGREE_NAMES"]
 
@@ -56,7 +56,8 @@ class Strategy:
     micro_batch_size: int = 1
     """Samples per micro-batch ``b``."""
     schedule: Schedule = "1f1b"
-    """Pipeline schedule, one of :data:`sappkit.pipeline.schedules.SCHEDULES`."""
+    """Pipeline schedule, one of :data:`sappkit.pipeline.schedules.SCHEDULES`. ``dualpipe`` (two model copies,
+    ``virtual_stages=2``) is priced with the even placement only; its copies' gradient sum is not priced."""
     zero: Literal[0, 1, 2, 3] = 1
     """ZeRO stage: 0 replicates all, 1 shards optimizer state (Megatron's distributed optimizer), 2 also
     gradients, 3 (FSDP) also weights."""
@@ -109,14 +110,14 @@ class Strategy:
         check_int("pipeline_parallel", self.pipeline_parallel, minimum=1, maximum=MAX_STAGES)
         v = check_int("virtual_stages", self.virtual_stages, minimum=1, maximum=MAX_CHUNKS)
         schedule = check_choice("schedule", self.schedule, SCHEDULES)
-        check_one_copy(schedule, "the strategy model")
         for field in ("sequence_parallel", "overlap_grad_reduce", "overlap_p2p_comm", "overlap_param_gather",
                       "reshard_after_forward", "moe_a2a_overlap", "moe_shared_expert_overlap",
                       "tp_comm_overlap"):
             check_bool(field, getattr(self, field))
         if schedule_chunks(schedule, v) != v:
             fixed = schedule_chunks(schedule, v)
-            why = "the V" if schedule in V_SHAPED else "one chunk per stage"
+            why = ("the V" if schedule in V_SHAPED else "a stage of each model copy" if schedule in TWO_DIRECTIONS
+                   else "one chunk per stage")
             raise InputError(f"virtual_stages must be {fixed} for schedule {schedule!r} ({why}); got {v}")
         if self.pipeline_parallel == 1 and (v != 1 or schedule != "1f1b"):
             raise InputError(f"pipeline_parallel=1 runs no pipeline: give schedule='1f1b' and virtual_stages=1; "

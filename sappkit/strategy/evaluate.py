@@ -42,6 +42,7 @@ from ..layers.comm import boundary_ms
 from ..layers.flops import model_flops
 from ..layers.op_sac import OP_OPTIONS
 from ..limits import MAX_GLOBAL_BATCH, MAX_MEMORY_MB, MAX_TIME
+from ..pipeline.schedules import TWO_DIRECTIONS
 from .compiled import compile_shape
 from .config import Strategy
 from .legality import check_strategy_fits
@@ -70,7 +71,8 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
         Samples per step; ``global_batch / (dp · b)`` micro-batches per pipeline.
     placement : {"even", "balanced"}
         ``even``: the body layers spread evenly (Megatron-LM's default), every one running ``recompute``;
-        ``balanced``: :func:`sappkit.balance` (step objective) chooses layers and recompute per stage.
+        ``balanced``: :func:`sappkit.balance` (step objective) chooses layers and recompute per stage (not
+        for ``dualpipe``, whose two copies the balancer does not place).
     recompute : str or sequence of str, optional
         ``even``: the one option every body layer runs (default ``"none"``); ``balanced``: the options it may
         choose among (default SAPP's five). ``"selective_op"`` is torchtitan's per-op checkpointing
@@ -106,6 +108,10 @@ def evaluate_strategy(model, strategy: Strategy, *, cluster: Cluster | str = "dg
     models = resolve_model(model)
     cluster = resolve_cluster(cluster)
     placement = check_choice("placement", placement, PLACEMENTS)
+    if placement == "balanced" and strategy.schedule in TWO_DIRECTIONS:
+        raise InputError(f"placement='balanced' does not apply to schedule {strategy.schedule!r}: its second "
+                         "model copy mirrors the first (rank s also holds stage p - 1 - s), which the balancer's "
+                         "solvers do not model; give placement='even'")
     batch = check_int("global_batch", global_batch, minimum=1, maximum=MAX_GLOBAL_BATCH)
     m = check_strategy_fits(strategy, models, global_batch=batch, device=cluster.device)
     options = _options(placement, recompute)

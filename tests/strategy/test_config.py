@@ -37,9 +37,8 @@ def test_every_schedule_with_the_chunks_it_runs(schedule):
      "data_parallel = 4"),
     (dict(schedule="2f2b"), "schedule must be one of '1f1b', 'interleaved', 'dualpipev', 'seqpipe', 'gpipe', "
                             "'looped_bfs', 'zb_interleaved', 'zbv', 'dualpipev_split', 'dualpipe'; got '2f2b'"),
-    (dict(pipeline_parallel=4, virtual_stages=2, schedule="dualpipe"),
-     "schedule 'dualpipe' is not modelled by the strategy model: it runs two copies of the model in opposite "
-     "directions; give another schedule, or simulate it with sappkit.simulate on per-cell costs"),
+    (dict(pipeline_parallel=4, schedule="dualpipe"),
+     "virtual_stages must be 2 for schedule 'dualpipe' (a stage of each model copy); got 1"),
     (dict(sequence_parallel=1), "sequence_parallel must be a bool; got 1"),
 ])
 def test_bad_strategies_are_refused_by_name(kwargs, message):
