@@ -77,7 +77,7 @@ from ..hardware import Cluster, GroupSizes, collective_ms, overlap_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
-           "grad_sync_parts", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES",
+           "grad_sync_parts", "copies_sum_ms", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES",
            "FP8_WEIGHT_CAST_BYTES"]
 
 #: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
@@ -288,6 +288,19 @@ def grad_sync_parts(dense_params: float, expert_params: float, parallel: Paralle
             reduce += collective_ms("reduce_scatter", grad * params, ranks, link)
             gather += collective_ms("all_gather", weight * params, ranks, link) if parallel.zero < 3 else 0.0
     return reduce, gather
+
+
+def copies_sum_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,
+                  stages: int) -> float:
+    """DualPipe's sum of its two model copies' gradients, ms: rank ``s`` and rank ``p - 1 - s`` hold the same two
+    stages, one of each copy, and all-reduce the gradients of both (``dense_params + expert_params``, a rank's two
+    stages) over the pipeline's link; below ZeRO 3 after the data-parallel reduction (on its shards from
+    ZeRO 1 on), under ZeRO 3 on the shards it keeps."""
+    grad = GRAD_BYTES[parallel.dtype]
+    shards = (1, 1) if not parallel.zero else (
+        parallel.data_parallel * parallel.context_parallel, expert_sizes(parallel).dp)
+    _, link = cluster.group(dense_sizes(parallel, stages), "pp")
+    return collective_ms("all_reduce", grad * (dense_params / shards[0] + expert_params / shards[1]), 2, link)
 
 
 def zero3_comm_ms(dense_params: float, expert_params: float, parallel: ParallelConfig, cluster: Cluster,

@@ -57,7 +57,7 @@ class Strategy:
     """Samples per micro-batch ``b``."""
     schedule: Schedule = "1f1b"
     """Pipeline schedule, one of :data:`sappkit.pipeline.schedules.SCHEDULES`. ``dualpipe`` (two model copies,
-    ``virtual_stages=2``) is priced with the even placement only; its copies' gradient sum is not priced."""
+    ``virtual_stages=2``) is priced with the even placement only (``docs/pricing.md``, DualPipe)."""
     zero: Literal[0, 1, 2, 3] = 1
     """ZeRO stage: 0 replicates all, 1 shards optimizer state (Megatron's distributed optimizer), 2 also
     gradients, 3 (FSDP) also weights."""

@@ -32,10 +32,11 @@ from ..columns import ACTIVATION_MB, BODY, COUNT, KIND, OPTION, ROLE, STAGE, STA
 from ..columns import CONST_MB, LIMIT_MB, MEMORY_MB, OVERHEAD_MB, PARAM_MB, WORKING_MB
 from ..hardware import Cluster
 from ..layers import LayerTable
-from ..layers.comm import grad_sync_parts, optimizer_ms
+from ..layers.comm import copies_sum_ms, grad_sync_parts, optimizer_ms
 from ..layers.timing import COMPUTE_MS, CP_COMM_MS, EP_COMM_MS, EXPERT_PARAMS, PARAMS, TP_COMM_MS, ZERO_COMM_MS
 from ..pipeline.critical import op_ends
 from ..pipeline.events import step_plan
+from ..pipeline.schedules import TWO_DIRECTIONS, directions
 from ..pipeline.phases import BACKWARD, BACKWARD_INPUT, BACKWARD_WEIGHT, FORWARD
 from .config import Strategy
 
@@ -86,7 +87,9 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
     order = step_plan(setup.schedule, p, setup.micro_batches, setup.chunks, setup.seq_split, setup.less_memory)
     bounds = np.cumsum([0] + [len(ops) for ops in order.stage_ops])
     sums = _cell_sums(layers, setup, plan.counts)
-    busy_parts, params = sums[..., :len(_BUSY)].sum(axis=0) * micro_batches, sums[..., len(_BUSY):]
+    # Each model copy runs its own share of the micro-batches (half each under DualPipe).
+    busy_parts = sums[..., :len(_BUSY)].sum(axis=0) * micro_batches / directions(setup.schedule)
+    params = sums[..., len(_BUSY):]
     chunk_of_cell = np.array([chunk for chunk, _ in order.cells])
     rows, done = [], []
     for s in range(p):
@@ -104,6 +107,8 @@ def price_plan(plan, layers: LayerTable, strategy: Strategy, cluster: Cluster, *
         syncs = [grad_sync_parts(*params[c, s], parallel, cluster, p) for c in range(setup.chunks)]
         tail = _tail(strategy, cluster, end, ready, syncs, tuple(params[:, s].sum(axis=0)),
                      [float(params[c, s].sum()) for c in range(setup.chunks)])
+        if setup.schedule in TWO_DIRECTIONS:  # exposed: the partner's gradients come ready on its own clock
+            tail[DP_COMM_MS] += copies_sum_ms(*params[:, s].sum(axis=0), parallel, cluster, p)
         done.append(end + tail[DP_COMM_MS] + tail[OPTIMIZER_MS])
         rows.append({STAGE: s, **dict(zip(_BUSY, busy_parts[s])), PP_COMM_MS: transfers, **tail, "_busy": busy})
     step = float(max(done))

@@ -100,3 +100,28 @@ def test_placements_the_mirror_cannot_hold_are_refused(llama):
     layers = int(both.loc[both["chunk"] == 1, "layers"].sum())
     assert str(caught.value) == ("an assignment for schedule 'dualpipe' places one model copy, on chunk 0 (the "
                                  f"other mirrors it); got {layers} layers on chunk 1")
+
+
+def _rank_params(evaluation) -> np.ndarray:
+    """Parameters on each rank, both copies' stages: the plan's layers times each kind's, head and tails too."""
+    setup, counts = evaluation.plan.setup, evaluation.plan.counts
+    per_item = evaluation.layers.breakdown.set_index(["kind", "option"])["params"]
+    params = np.einsum("ics,i->s", counts, per_item.loc[list(setup.items)].to_numpy())
+    for end in setup.fixed:
+        params[end.stage] += per_item.xs(end.kind, level="kind").iloc[0]
+    return params
+
+
+def test_the_copies_gradients_are_summed_over_the_pipeline_link():
+    """Without data parallelism the only gradient traffic is the copies' sum: an all-reduce over two ranks,
+    bytes / bandwidth + two latency steps, of 4-byte gradients (bf16 training) of a rank's two stages, on
+    the DGX H100's inter-node link (the pipeline's ranks are t = 8 apart). The breakdown adds up to the step:
+    each copy runs half the micro-batches."""
+    two = _evaluate("dualpipe")
+    cluster = two.cluster
+    gbs, latency_ms = cluster.inter_node_gbs * cluster.inter_efficiency, cluster.inter_latency_us / 1e3
+    expected = 4 * _rank_params(two) / (gbs * 1e9) * 1e3 + 2 * latency_ms
+    np.testing.assert_allclose(two.breakdown["dp_comm_ms"], expected)
+    parts = ["compute_ms", "tp_comm_ms", "cp_comm_ms", "ep_comm_ms", "zero_comm_ms", "pp_comm_ms", "dp_comm_ms",
+             "optimizer_ms", "idle_ms"]
+    np.testing.assert_allclose(two.breakdown[parts].sum(axis=1), two.step_time)
