@@ -135,7 +135,8 @@ class BalanceSetup:
     @cached_property
     def body_cells(self) -> np.ndarray:
         """``[chunk, stage]``: whether the cell must hold a body layer, not being :attr:`reserved` (read-only)."""
-        return _read_only(np.array([[(c, s) not in self.reserved for s in range(self.stages)] for c in range(self.chunks)]))
+        return _read_only(np.array([[(c, s) not in self.reserved for s in range(self.stages)]
+                                    for c in range(self.chunks)]))
 
     @property
     def fixed(self) -> tuple[Fixed, ...]:

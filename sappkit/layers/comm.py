@@ -77,8 +77,8 @@ from ..hardware import Cluster, GroupSizes, collective_ms, overlap_ms
 from .configs import _BYTES, ParallelConfig, TransformerConfig
 
 __all__ = ["LayerComm", "layer_comm", "head_comm", "tail_comm", "boundary_ms", "grad_sync_ms", "optimizer_ms",
-           "grad_sync_parts", "copies_sum_ms", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES", "OPTIMIZER_BYTES",
-           "FP8_WEIGHT_CAST_BYTES"]
+           "grad_sync_parts", "copies_sum_ms", "zero3_comm_ms", "dense_sizes", "expert_sizes", "GRAD_BYTES",
+           "OPTIMIZER_BYTES", "FP8_WEIGHT_CAST_BYTES"]
 
 #: Bytes per parameter of the gradients data parallelism reduces, per training dtype.
 GRAD_BYTES = {"bf16": 4, "fp16": 2, "fp32": 4, "fp8": 4}

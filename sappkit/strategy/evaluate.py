@@ -161,7 +161,8 @@ def resolve_cluster(cluster) -> Cluster:
     if isinstance(cluster, str | os.PathLike):
         return Cluster.preset(cluster)
     if not isinstance(cluster, Cluster):
-        raise InputError(f"cluster must be a sappkit.hardware.Cluster, a preset name or a hardware file (.toml); got {type(cluster).__name__}")
+        raise InputError("cluster must be a sappkit.hardware.Cluster, a preset name or a hardware file (.toml); "
+                         f"got {type(cluster).__name__}")
     return cluster
 
 
