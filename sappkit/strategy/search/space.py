@@ -42,9 +42,11 @@ keep the values the trainers run, not every product:
 What is not searched: the precision (the caller's ``dtype``); ``seqpipe``
 (:class:`~sappkit.Strategy` has no slice count, and with one slice per
 micro-batch it is the interleaved schedule); DeepSeek's bidirectional
-DualPipe (``dualpipe``: it runs two copies of the model in opposite
-directions, which :func:`sappkit.simulate` steps but the strategy model does
-not price; ``dualpipev``, its V-shaped one-copy variant, is searched); the
+DualPipe (``dualpipe``: two copies of the model in opposite directions,
+which :func:`~sappkit.evaluate_strategy` prices on the even placement but
+whose mirrored copies the balancer does not place and the search's time
+bounds are not proven for; ``dualpipev``, its V-shaped one-copy variant, is
+searched); the
 overlaps the trainers run by default (gradient reduction, pipeline
 transfers, weight gathers: on) and the MoE overlaps (off), which the caller
 sets on a :class:`~sappkit.Strategy`.
