@@ -92,7 +92,7 @@ class LayerTable:
     time_unit: str | None = None
     custom_options: tuple[str, ...] | None = None
     breakdown: pd.DataFrame | None = field(default=None, repr=False)
-    _kinds: pd.DataFrame = field(init=False, repr=False, compare=False)
+    _kinds: dict = field(init=False, repr=False, compare=False)
     _records: dict = field(init=False, repr=False, compare=False)
     _roles: dict = field(init=False, repr=False, compare=False)
     _fixed: dict = field(init=False, repr=False, compare=False)
@@ -126,18 +126,22 @@ class LayerTable:
             raise InputError(f"device must be a non-empty string or None; got {self.device!r}")
 
     def _index(self, frame: pd.DataFrame) -> None:
-        """Hold ``frame`` (validated) with its per-kind rows and per-option records."""
+        """Hold ``frame`` (validated) with its per-kind first rows and per-option records, as plain dicts, so
+        that the lookups below cost no pandas indexing (a table is built per shape of a search)."""
         object.__setattr__(self, "frame", frame)
-        object.__setattr__(self, "_kinds", frame.drop_duplicates(KIND).set_index(KIND))
-        # Plain dicts, so the per-option lookups below cost no pandas filtering.
+        columns = list(frame.columns)
+        kinds: dict[str, dict] = {}
         records: dict[str, dict[str, dict]] = {}
-        for record in frame.to_dict("records"):
+        for values in frame.to_numpy(dtype=object).tolist():  # Python scalars, as to_dict("records") gives
+            record = dict(zip(columns, values))
+            kinds.setdefault(record[KIND], record)
             records.setdefault(record[KIND], {})[record[OPTION]] = record
+        object.__setattr__(self, "_kinds", kinds)
         object.__setattr__(self, "_records", records)
         roles: dict[str, list[str]] = {role: [] for role in ROLES}
-        for kind, role in self._kinds[ROLE].items():
-            roles[role].append(kind)
-        object.__setattr__(self, "_roles", {role: tuple(kinds) for role, kinds in roles.items()})
+        for kind, first in kinds.items():
+            roles[first[ROLE]].append(kind)
+        object.__setattr__(self, "_roles", {role: tuple(names) for role, names in roles.items()})
         object.__setattr__(self, "_fixed", {})
 
     def _role_kinds(self, role: str) -> tuple[str, ...]:
@@ -168,7 +172,7 @@ class LayerTable:
     @property
     def modules(self) -> tuple[str, ...]:
         """Modules of the body kinds in model order; more than one makes the model multimodal."""
-        return tuple(dict.fromkeys(self._kinds.loc[list(self.body_kinds), MODULE]))
+        return tuple(dict.fromkeys(self._kinds[kind][MODULE] for kind in self.body_kinds))
 
     @property
     def multimodal(self) -> bool:
@@ -178,19 +182,19 @@ class LayerTable:
     @property
     def body_layers(self) -> int:
         """Body layers in the model, all kinds together."""
-        return int(self._kinds.loc[list(self.body_kinds), COUNT].sum())
+        return int(sum(self._kinds[kind][COUNT] for kind in self.body_kinds))
 
     def count(self, kind: str) -> int:
         """Layers of ``kind`` in the model."""
-        return int(self._kinds.loc[self._known(kind), COUNT])
+        return int(self._kinds[self._known(kind)][COUNT])
 
     def param_mb(self, kind: str) -> float:
         """Parameter memory one layer of ``kind`` holds whatever it runs."""
-        return float(self._kinds.loc[self._known(kind), PARAM_MB])
+        return float(self._kinds[self._known(kind)][PARAM_MB])
 
     def module(self, kind: str) -> str:
         """The module ``kind`` belongs to."""
-        return str(self._kinds.loc[self._known(kind), MODULE])
+        return str(self._kinds[self._known(kind)][MODULE])
 
     def rows(self, kind: str) -> pd.DataFrame:
         """The option rows of ``kind``, indexed by option, in table order."""
@@ -313,9 +317,9 @@ class LayerTable:
         return table
 
     def _known(self, kind: str) -> str:
-        if kind not in self._kinds.index:
+        if kind not in self._kinds:
             raise InputError(f"kind {kind!r} is not in the layer table; its kinds are "
-                             f"{', '.join(map(repr, self._kinds.index))}")
+                             f"{', '.join(map(repr, self._kinds))}")
         return kind
 
 

@@ -119,3 +119,22 @@ def test_a_bad_built_frame_is_refused_as_the_full_check_refuses_it(built, column
     frame.loc[1, column] = value  # numbers stay a numeric column: numpy's checks must refuse them
     with pytest.raises(InputError, match=re.escape(message)):
         LayerTable._built(frame)
+
+
+def test_the_per_kind_lookups_are_pandas_own(estimate):
+    """The plain-dict index (LayerTable._index) holds what pandas' records and first rows per kind hold, with the
+    same Python types, so that every lookup through it answers as the frame does."""
+    frame = estimate.frame
+    records = frame.to_dict("records")
+    held = [record for options in estimate._records.values() for record in options.values()]
+    assert sorted(held, key=repr) == sorted(records, key=repr)
+    assert [[type(v) for v in r.values()] for r in held] == [[type(r[k]) for k in r] for r in held]
+    assert all(type(a) is type(b) for r in records for a, b in
+               zip(r.values(), estimate._records[r["kind"]][r["option"]].values()))
+    firsts = frame.drop_duplicates("kind").set_index("kind")
+    assert list(estimate._kinds) == list(firsts.index)
+    for kind, row in firsts.iterrows():
+        assert estimate.count(kind) == int(row["count"]) and estimate.module(kind) == str(row["module"])
+        assert estimate.param_mb(kind) == float(row["param_mb"])
+    assert estimate.body_layers == int(firsts.loc[list(estimate.body_kinds), "count"].sum())
+    assert estimate.body_kinds == tuple(firsts.index[firsts["role"] == "body"])

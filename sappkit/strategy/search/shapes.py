@@ -88,25 +88,27 @@ class ShapeCosts:
         frame = table.frame
         kinds = list(table.body_kinds)
         role, kind, option = (frame[column].to_numpy() for column in (ROLE, KIND, OPTION))
-        values = frame[[FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB]].to_numpy(dtype=float)
+        values = np.column_stack([frame[column].to_numpy(dtype=float)  # column by column: no frame is taken
+                                  for column in (FORWARD_TIME, BACKWARD_TIME, ACTIVATION_MB, MEMORY_ONCE_MB)])
         arrays = np.full((values.shape[1], len(kinds), len(SAPP_OPTIONS)), np.inf)  # [column, kind, option]
         at_kind, at_option = {k: i for i, k in enumerate(kinds)}, {o: j for j, o in enumerate(SAPP_OPTIONS)}
         for row in np.flatnonzero(role == BODY):
             if option[row] in at_option:
                 arrays[:, at_kind[kind[row]], at_option[option[row]]] = np.where(np.isnan(values[row]), np.inf,
                                                                                   values[row])
-        params = compiled.params[[PARAMS, EXPERT_PARAMS]]
+        at_param = {k: i for i, k in enumerate(compiled.params.index)}  # positions, not .loc per summary
+        dense, experts = (compiled.params[column].to_numpy(dtype=float) for column in (PARAMS, EXPERT_PARAMS))
+        body = [at_param[k] for k in kinds]
 
         def ends(end: str) -> tuple[float, float, float, float, float]:
             rows = np.flatnonzero(role == end)
             if not len(rows):
                 return 0.0, 0.0, 0.0, 0.0, 0.0
-            return (*(float(x) for x in values[rows[0]]), float(params.at[kind[rows[0]], PARAMS]))
+            return (*(float(x) for x in values[rows[0]]), float(dense[at_param[kind[rows[0]]]]))
 
         return cls(counts=np.array([table.count(k) for k in kinds], dtype=float), forward=arrays[0],
                    backward=arrays[1], activation=arrays[2], once=arrays[3],
-                   dense_params=params[PARAMS].loc[kinds].to_numpy(dtype=float),
-                   expert_params=params[EXPERT_PARAMS].loc[kinds].to_numpy(dtype=float), head=ends(HEAD),
+                   dense_params=dense[body], expert_params=experts[body], head=ends(HEAD),
                    tail=ends(TAIL))
 
     def under(self, parallel: ParallelConfig, cluster: Cluster) -> ShapeCosts:
