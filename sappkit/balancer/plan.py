@@ -7,8 +7,7 @@ plan and an evaluated config are judged the same way.
 MindFormers offsets (:meth:`Plan.offsets`): cell ``(c, s)`` holds ``L // (p v) + offset[c][s]`` body layers;
 ``recompute`` counts its ``full`` layers, ``select_recompute`` its ``selective + both + full`` layers and
 ``select_comm_recompute`` its ``comm + both + full`` layers, applied to the cell's *first* layers (so a cell
-cannot hold ``selective`` and ``comm`` layers without the overlap running ``both``). One chunk: lists per
-stage; more: lists of lists per chunk.
+cannot hold ``selective`` and ``comm`` layers without the overlap running ``both``). Lists per stage, per chunk.
 """
 
 from __future__ import annotations
