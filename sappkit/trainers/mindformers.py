@@ -267,14 +267,14 @@ def _recompute_grid(key: str, value, counts: np.ndarray, notes: list[str]) -> np
         return counts.copy() if value else np.zeros_like(counts)
     expected = (f"{_WHAT}: recompute_config.{key} must be a bool, a list of {p} counts or {v} such lists; got "
                 f"{short(value)}")
-    if not isinstance(value, list | tuple) or len(value) not in (p, v):
+    if not isinstance(value, list | tuple):
         raise InputError(expected)
+    flat = len(value) == p and not any(isinstance(row, list | tuple) for row in value)
+    nested = len(value) == v and all(isinstance(row, list | tuple) and len(row) == p for row in value)
     items = [x for row in value for x in (row if isinstance(row, list | tuple) else [row])]
-    if not all(isinstance(x, int) and 0 <= x <= MAX_LAYERS for x in items) or (
-            any(isinstance(row, list | tuple) for row in value) and not all(
-            isinstance(row, list | tuple) and len(row) == p for row in value)):
+    if not (flat or nested) or not all(isinstance(x, int) and 0 <= x <= MAX_LAYERS for x in items):
         raise InputError(expected)
-    if all(isinstance(item, int) for item in value) and len(value) == p:
+    if flat:
         per_stage = np.array([counts[:, s].sum() if item is True else int(item) for s, item in enumerate(value)])
         return _deal(np.minimum(per_stage, counts.sum(axis=0)), counts)
     rows = [[counts[c, s] if item is True else 0 if item is False else int(item) for s, item in enumerate(row)]

@@ -204,6 +204,19 @@ def test_mindformers_lists_are_read_as_mindformers_applies_them():
                                  "one MindFormers runs (1f1b, seqpipe, seqvpp, zero_bubble_v)")
 
 
+def test_a_mindformers_list_of_the_wrong_shape_is_refused_by_its_key():
+    # two stages, one chunk: [0] is neither 2 per-stage counts nor one list of 2 (the fuzz's example)
+    document = {"parallel_config": {"pipeline_stage": 2},
+                "model": {"model_config": {"num_layers": 8}},
+                "recompute_config": {"recompute": True, "select_recompute": [0]}}
+    with pytest.raises(InputError) as caught:
+        read_mindformers(document)
+    assert str(caught.value) == ("MindFormers config: recompute_config.select_recompute must be a bool, a list of 2 "
+                                 "counts or 1 such lists; got [0]")
+    document["recompute_config"]["select_recompute"] = [[1, 0]]  # one chunk's list of 2 is read
+    assert read_mindformers(document).options == ("full",) * 8
+
+
 def test_the_trainer_is_known_by_the_file(tmp_path):
     yaml_path = tmp_path / "train.yaml"
     yaml_path.write_text(yaml.safe_dump({"accelerator": {"pp_size": 2, "tp_size": 4},
