@@ -96,9 +96,10 @@ class DeviceConfig:
     """Memory a training process cannot give to tensors, MiB: the CUDA context, the communication library's
     buffers and workspaces, and the caching allocator's fragmentation (:data:`RESERVED_MIB`)."""
     expert_half_tokens: float = 0.0
-    """Tokens per expert at which an expert's GEMM (grouped or one per expert) reaches half the efficiency a dense
-    GEMM of its FLOPs reaches: ``η · M / (M + M½)`` for ``M`` tokens per expert (few rows per expert leave the
-    tiles and the waves of a grouped GEMM part empty); 0: no such loss."""
+    """Tokens per expert at which a 16-bit expert GEMM (grouped or one per expert) reaches half the efficiency a
+    dense GEMM of its FLOPs reaches: ``η · M / (M + M½)`` for ``M`` tokens per expert (a fixed time per expert
+    GEMM: its fill and drain, and the part-empty tiles and last wave of few rows); 0: no such loss. Other dtypes
+    scale it by their rate (:meth:`expert_tokens_half`)."""
     fp8_mfu: float | None = None
     """Fraction of the FP8 peak large FP8 matmuls reach, in (0, 1]; None: ``mfu``."""
     fp8_matmul_half_gflop: float | None = None
@@ -200,11 +201,33 @@ class DeviceConfig:
         >>> gpu.matmul_efficiency(1e9), gpu.matmul_efficiency(1e9, "fp8"), gpu.matmul_efficiency(3e9, "mxfp8")
         (0.4, 0.125, 0.25)
         """
+        mfu, half = self._mfu_and_half(dtype)
+        return mfu * flops / (flops + half) if half else mfu
+
+    def _mfu_and_half(self, dtype: str) -> tuple[float, float]:
+        """``dtype``'s share of its peak that large matmuls reach, and its half-size in FLOPs."""
         mfu, half = self.mfu, self.matmul_half_gflop * 1e9
         if dtype in ("fp8", "mxfp8"):
             mfu = mfu if self.fp8_mfu is None else self.fp8_mfu
             half = half if self.fp8_matmul_half_gflop is None else self.fp8_matmul_half_gflop * 1e9
-        return mfu * flops / (flops + half) if half else mfu
+        return mfu, half
+
+    def expert_tokens_half(self, dtype: str = "bf16") -> float:
+        """The tokens per expert at which an expert GEMM in ``dtype`` reaches half its efficiency:
+        ``expert_half_tokens`` (stated for 16-bit GEMMs) times ``dtype``'s large-matmul rate over the 16-bit one.
+
+        The loss is a fixed time per expert GEMM (its fill, drain and part-empty last wave), so a faster rate
+        computes more tokens in it: FP8's half-point is larger, as FP8's dense half-size is tied to the 16-bit
+        one (``docs/pricing.md``, "FP8").
+
+        Examples
+        --------
+        >>> gpu = DeviceConfig(tflops=1000.0, fp8_tflops=2000.0, mfu=0.6, fp8_mfu=0.45, expert_half_tokens=800.0)
+        >>> gpu.expert_tokens_half("bf16"), gpu.expert_tokens_half("fp8")
+        (800.0, 1200.0)
+        """
+        rate = self.peak_tflops(dtype) * self._mfu_and_half(dtype)[0]
+        return self.expert_half_tokens * rate / (self.tflops * self.mfu)
 
     def matmul_ms(self, flops: float, nbytes: float, dtype: str = "bf16", *, size: float | None = None,
                   tokens: float | None = None) -> float:
@@ -218,7 +241,7 @@ class DeviceConfig:
             return 0.0
         efficiency = self.matmul_efficiency(flops if size is None else size, dtype)
         if tokens is not None and self.expert_half_tokens:
-            efficiency *= tokens / (tokens + self.expert_half_tokens)
+            efficiency *= tokens / (tokens + self.expert_tokens_half(dtype))
         compute = flops / (self.peak_tflops(dtype) * 1e9 * efficiency)
         return max(compute, self.memory_ms(nbytes, kernel=False)) + self.kernel_us * 1e-3
 

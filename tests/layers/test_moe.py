@@ -124,6 +124,18 @@ def test_expert_gemms_lose_efficiency_with_few_tokens_per_expert():
             assert times[1] == pytest.approx(2 * times[0])
     assert _op(ops[halved], "qkv").time_ms == _op(ops[plain], "qkv").time_ms
 
+def test_an_fp8_expert_gemm_loses_the_same_fixed_time_as_a_16_bit_one():
+    """The expert loss is a fixed time per GEMM, ``M½ / rate``: FP8 at 2000 · 0.45 against 1000 · 0.6 TFLOP/s
+    computes 1.5 times the tokens in it, so its half-point is 1.5 · 256 tokens, and at 384 tokens an FP8 expert
+    GEMM takes twice its dense time."""
+    common = dict(tflops=1000.0, fp8_tflops=2000.0, mfu=0.6, fp8_mfu=0.45, hbm_gbs=1e15, kernel_us=0.0)
+    plain, halved = DeviceConfig(**common), DeviceConfig(**common, expert_half_tokens=256.0)
+    assert halved.expert_tokens_half("fp8") == pytest.approx(384.0)
+    assert halved.matmul_ms(1e9, 0.0, "fp8", tokens=384) == pytest.approx(2 * plain.matmul_ms(1e9, 0.0, "fp8"))
+    lost = [halved.matmul_ms(1e9, 0.0, dtype, tokens=64) - plain.matmul_ms(1e9, 0.0, dtype) for dtype in
+            ("bf16", "fp8")]
+    assert lost[1] == pytest.approx(lost[0])  # the same time lost per GEMM, whichever its dtype
+
 
 def test_gpt_oss_clamps_and_expert_biases_are_eager_memory_bound_ops():
     """GPT-OSS's clamped gated activation and its experts' second bias (``MEGATRON_EAGER_BYTES``): each rank of 4

@@ -7,7 +7,8 @@ their errors once the expert dispatch was priced as Megatron-Core runs it and th
 B200 GPT-OSS bounds stay large (``docs/pricing.md``, "MoE as trainers run it"), and the four GPT-OSS bounds rose
 when its sliding window was priced (a faster attention, as the model runs it, leaving more of the measured step
 unexplained) and fell when its clamped activation and expert biases were (eager ops Megatron-Core runs outside its
-fused kernels).
+fused kernels). The Grok-1 FP8 bounds moved when an expert GEMM's loss became a fixed time in every dtype
+(``DeviceConfig.expert_tokens_half``): eight rows fell and the 8-GPU proxy's rose from 2.2% to 8.8%.
 """
 
 import pytest
@@ -54,10 +55,10 @@ BOUNDS = {
     "dgxc-nemotron4-340b-fp8-512": 0.041, "dgxc-nemotron4-340b-fp8-1024": 0.032,
     "dgxc-nemotron4-340b-fp8-2048": 0.015, "dgxc-gpt3-175b-fp8-128": 0.064, "dgxc-gpt3-175b-fp8-256": 0.081,
     "dgxc-gpt3-175b-fp8-512": 0.089, "dgxc-gpt3-175b-fp8-1024": 0.096, "dgxc-gpt3-175b-fp8-2048": 0.117,
-    "dgxc-grok1proxy-314b-fp8-8": 0.022, "dgxc-grok1proxy-314b-fp8-16": 0.068, "dgxc-grok1proxy-314b-fp8-32": 0.066,
-    "dgxc-grok1proxy-314b-fp8-64": 0.106, "dgxc-grok1proxy-314b-fp8-128": 0.063,
-    "dgxc-grok1proxy-314b-fp8-256": 0.063, "dgxc-grok1-314b-fp8-512": 0.067, "dgxc-grok1-314b-fp8-1024": 0.073,
-    "dgxc-grok1-314b-fp8-2048": 0.088, "tt2412-t1-8b-fsdp-8": 0.048, "tt2412-t1-8b-fsdp-compile-8": 0.053,
+    "dgxc-grok1proxy-314b-fp8-8": 0.088, "dgxc-grok1proxy-314b-fp8-16": 0.009, "dgxc-grok1proxy-314b-fp8-32": 0.036,
+    "dgxc-grok1proxy-314b-fp8-64": 0.076, "dgxc-grok1proxy-314b-fp8-128": 0.031,
+    "dgxc-grok1proxy-314b-fp8-256": 0.031, "dgxc-grok1-314b-fp8-512": 0.035, "dgxc-grok1-314b-fp8-1024": 0.041,
+    "dgxc-grok1-314b-fp8-2048": 0.057, "tt2412-t1-8b-fsdp-8": 0.048, "tt2412-t1-8b-fsdp-compile-8": 0.053,
     "tt2412-t3-8b-fsdp-128": 0.021, "tt2412-t3-8b-fsdp-compile-128": 0.078, "ttatp-70b-fsdp32-tp8-bf16-tp": 0.002,
     "ttatp-70b-fsdp32-tp8-bf16-asynctp": 0.096, "ttatp-8b-fsdp8-tp8-bf16-tp": 0.15,
     "ttatp-8b-fsdp8-tp8-bf16-asynctp": 0.254,
@@ -89,6 +90,8 @@ def test_the_fp8_groups_hold_their_fit(validation):
     b200, h100 = groups.loc[("b200", "dense", "fp8")], groups.loc[("h100-sxm", "dense", "fp8")]
     assert b200["runs"] == 4 and b200["mean_error"] <= 0.05 and b200["worst_error"] <= 0.12  # issue 32's target
     assert h100["runs"] == 37 and h100["mean_error"] <= 0.05 and h100["worst_error"] <= 0.12  # issue 32's target
+    moe = groups.loc[("h100-sxm", "moe", "fp8")]
+    assert moe["runs"] == 9 and moe["mean_error"] <= 0.05 and moe["worst_error"] <= 0.12  # issue 32's target
 
 
 def test_per_device_memory_within_five_percent_of_the_published_figures():
