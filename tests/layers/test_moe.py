@@ -124,6 +124,7 @@ def test_expert_gemms_lose_efficiency_with_few_tokens_per_expert():
             assert times[1] == pytest.approx(2 * times[0])
     assert _op(ops[halved], "qkv").time_ms == _op(ops[plain], "qkv").time_ms
 
+
 def test_an_fp8_expert_gemm_loses_the_same_fixed_time_as_a_16_bit_one():
     """The expert loss is a fixed time per GEMM, ``M½ / rate``: FP8 at 2000 · 0.45 against 1000 · 0.6 TFLOP/s
     computes 1.5 times the tokens in it, so its half-point is 1.5 · 256 tokens, and at 384 tokens an FP8 expert
