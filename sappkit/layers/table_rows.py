@@ -87,21 +87,25 @@ def built_rows(frame: pd.DataFrame, custom: tuple[str, ...]) -> pd.DataFrame:
     layout hold by construction. Any other frame, or one that fails a check, takes :func:`validated_rows`, which
     names the row."""
     columns = (*LAYER_REQUIRED, *LAYER_OPTIONAL)
-    numbers = {c: frame[c].to_numpy() for c in LAYER_NUMERIC if c in frame.columns}
-    if not (len(frame.columns) == len(columns) and set(frame.columns) == set(columns)
-            and all(values.dtype.kind in "fiu" for values in numbers.values())
-            and all(_fine(values, column) for column, values in numbers.items())
-            and all(isinstance(v, str) and v.strip() for c in (KIND, OPTION, MODULE) for v in frame[c].tolist())
-            and set(frame[ROLE].tolist()) <= set(ROLES) and (frame[ROLE] == BODY).any()
-            and len(set(zip(frame[KIND], frame[OPTION]))) == len(frame)):
+    if not (len(frame.columns) == len(columns) and set(frame.columns) == set(columns)):
         return validated_rows(frame, custom)
-    frame = frame.reset_index(drop=True).copy()
-    for column in (KIND, OPTION, MODULE):
-        frame[column] = np.array(frame[column].tolist(), dtype=object)  # as name_column writes names
+    data = {c: frame[c].to_numpy() for c in frame.columns}  # each column read once; the copy is built in one go
+    numbers = {c: data[c] for c in LAYER_NUMERIC if c in data}
+    names = {c: data[c].tolist() for c in (KIND, OPTION, MODULE)}
+    if not (all(values.dtype.kind in "fiu" for values in numbers.values())
+            and all(_fine(values, column) for column, values in numbers.items())
+            and all(isinstance(v, str) and v.strip() for values in names.values() for v in values)
+            and set(data[ROLE].tolist()) <= set(ROLES) and BODY in set(data[ROLE].tolist())
+            and len(set(zip(names[KIND], names[OPTION]))) == len(frame)):
+        return validated_rows(frame, custom)
+    for column, values in names.items():
+        data[column] = np.array(values, dtype=object)  # as name_column writes names
     for column, values in numbers.items():
-        frame[column] = values.astype(int if column == COUNT else float)
-    check_option_names(frame, custom, lambda row: f"layers row {row} (kind {frame.at[row, KIND]!r})")
-    return frame
+        data[column] = values.astype(int if column == COUNT else float)
+    built = pd.DataFrame(data)
+    built.attrs = dict(frame.attrs)
+    check_option_names(built, custom, lambda row: f"layers row {row} (kind {built.at[row, KIND]!r})")
+    return built
 
 
 def _fine(values: np.ndarray, column: str) -> bool:

@@ -227,11 +227,13 @@ def _least_time(constant, tau: np.ndarray, mu: np.ndarray, counts: np.ndarray, b
     ``sum mu N <= budget``, bounded from below by its Lagrangian dual at the knapsack's breakpoints."""
     finite = np.isfinite(tau) & np.isfinite(mu)
     tau, mu = np.where(finite, tau, np.inf), np.where(finite, mu, np.inf)
-    # the breakpoints: the multipliers y at which a kind's cheapest option in tau + y mu changes
-    d_tau = tau[:, :, :, None] - tau[:, :, None, :]
-    d_mu = mu[:, :, None, :] - mu[:, :, :, None]
+    # the breakpoints: the multipliers y at which a kind's cheapest option in tau + y mu changes, one per pair of
+    # options (i < j) whose tau and mu differ in opposite directions (y = -d tau / d mu > 0)
+    first, second = np.triu_indices(tau.shape[2], 1)
+    d_tau = tau[:, :, first] - tau[:, :, second]
+    d_mu = mu[:, :, second] - mu[:, :, first]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ys = np.where((d_mu > 0) & (d_tau > 0), d_tau / d_mu, 0.0).reshape(len(mu), -1)
+        ys = np.where(((d_mu > 0) & (d_tau > 0)) | ((d_mu < 0) & (d_tau < 0)), d_tau / d_mu, 0.0).reshape(len(mu), -1)
     ys = np.concatenate([np.zeros((len(mu), 1)), ys], axis=1)                           # [strategy, y]
     priced = tau[:, None] + ys[:, :, None, None] * mu[:, None]                          # [strategy, y, kind, option]
     dual = (priced.min(axis=3) * counts).sum(axis=2) - ys * budget[:, None]

@@ -62,7 +62,7 @@ def even_bounds(schedule: str, p: int, v: int, m: int, values: PerStrategy, memo
         fixed = values.const_mb + values.head_mb + values.tail_mb + head[:, 2] + tail[:, 2]
         return np.where(fixed[:, None] + kept.sum(axis=1) <= memory_mb, time, np.inf)
     stage_of, chunk_of, share = _layout(schedule, p, v, tuple(int(c) for c in values.counts))
-    forward, backward, gradient, activation = (np.einsum("ck,sko->sco", share, array) for array in (
+    forward, backward, gradient, activation = (share @ array for array in (  # [strategy, cell, option]
         values.forward, values.backward, gradient_time(schedule, values.backward), values.activation))
     for end, cell in ((head, 0), (tail, len(stage_of) - 1)):                    # [strategy, cell, option]
         forward[:, cell] += end[:, 0, None]
@@ -105,7 +105,7 @@ def _memory(schedule: str, p: int, v: int, m: int, values: PerStrategy, share, a
                       np.add if schedule in SIMULTANEOUS else np.maximum)                # [strategy, stage, option]
     layers = np.zeros((p, len(values.counts)))
     np.add.at(layers, stage_of, share)                                                        # [stage, kind]
-    kept = np.einsum("sk,rko->rso", layers, values.params[..., None] + values.once)
+    kept = layers @ (values.params[..., None] + values.once)                                # [strategy, stage, option]
     fixed = np.repeat(values.const_mb[:, None], p, axis=1)
     fixed[:, 0] += values.head_mb
     fixed[:, stage_of[-1]] += values.tail_mb

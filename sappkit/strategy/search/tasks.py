@@ -186,8 +186,8 @@ def _held(setting: Setting, shape: tuple, summary, dp: int, zero: int, reshard: 
 
 
 def row_groups(*columns: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
-    """The distinct rows of ``columns`` (arrays of one length), each with the positions where it occurs
-    (ascending)."""
+    """The distinct rows of ``columns`` (arrays of one length) as tuples of Python scalars, each with the positions
+    where it occurs (ascending)."""
     codes = np.zeros(len(columns[0]), dtype=np.int64)
     for column in columns:  # one code per distinct row: the columns' codes as the digits of a number
         digits, values = pd.factorize(column)
@@ -195,7 +195,7 @@ def row_groups(*columns: np.ndarray) -> list[tuple[tuple, np.ndarray]]:
     _, first, inverse = np.unique(codes, return_index=True, return_inverse=True)
     order = np.argsort(inverse, kind="stable")
     at = np.split(order, np.flatnonzero(np.diff(inverse[order])) + 1)
-    return [(tuple(column[i] for column in columns), positions) for i, positions in zip(first, at)]
+    return list(zip(zip(*(column[first].tolist() for column in columns)), at))  # as Python scalars
 
 
 def strategy_of(row: tuple, dtype: str, fp8_recipe: str | None = None) -> Strategy:
