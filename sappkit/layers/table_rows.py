@@ -92,10 +92,11 @@ def built_rows(frame: pd.DataFrame, custom: tuple[str, ...]) -> pd.DataFrame:
     data = {c: frame[c].to_numpy() for c in frame.columns}  # each column read once; the copy is built in one go
     numbers = {c: data[c] for c in LAYER_NUMERIC if c in data}
     names = {c: data[c].tolist() for c in (KIND, OPTION, MODULE)}
+    roles = set(data[ROLE].tolist())
     if not (all(values.dtype.kind in "fiu" for values in numbers.values())
             and all(_fine(values, column) for column, values in numbers.items())
             and all(isinstance(v, str) and v.strip() for values in names.values() for v in values)
-            and set(data[ROLE].tolist()) <= set(ROLES) and BODY in set(data[ROLE].tolist())
+            and roles <= set(ROLES) and BODY in roles
             and len(set(zip(names[KIND], names[OPTION]))) == len(frame)):
         return validated_rows(frame, custom)
     for column, values in names.items():

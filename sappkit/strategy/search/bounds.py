@@ -228,7 +228,7 @@ def _least_time(constant, tau: np.ndarray, mu: np.ndarray, counts: np.ndarray, b
     finite = np.isfinite(tau) & np.isfinite(mu)
     tau, mu = np.where(finite, tau, np.inf), np.where(finite, mu, np.inf)
     # the breakpoints: the multipliers y at which a kind's cheapest option in tau + y mu changes, one per pair of
-    # options (i < j) whose tau and mu differ in opposite directions (y = -d tau / d mu > 0)
+    # options (i < j) whose tau and mu differ in opposite directions: y = (tau_i - tau_j) / (mu_j - mu_i) > 0
     first, second = np.triu_indices(tau.shape[2], 1)
     d_tau = tau[:, :, first] - tau[:, :, second]
     d_mu = mu[:, :, second] - mu[:, :, first]
